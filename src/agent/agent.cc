@@ -1,0 +1,608 @@
+#include "agent/agent.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "agent/failure.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/strings.h"
+#include "proc/pump.h"
+#include "proc/sentinel.h"
+#include "proc/signals.h"
+#include "proc/spawn.h"
+
+extern char** environ;
+
+namespace trun::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using launch::LaunchConfig;
+using launch::Std;
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// torch's log-dir naming: "<prefix><8 random chars>", created exclusively.
+Result<std::string> MakeUniqueDir(const std::string& parent, const std::string& prefix) {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+  std::random_device rd;
+  std::mt19937 gen(rd());
+  std::uniform_int_distribution<size_t> pick(0, sizeof kChars - 2);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = prefix;
+    for (int i = 0; i < 8; ++i) name += kChars[pick(gen)];
+    std::string path = parent + "/" + name;
+    if (::mkdir(path.c_str(), 0700) == 0) return path;
+    if (errno != EEXIST) return Status::FromErrno("cannot create " + path, errno);
+  }
+  return Status::IOError("cannot create a unique directory in " + parent);
+}
+
+// torch's string.Template.safe_substitute over the three names it offers.
+std::string SubstitutePrefix(std::string tmpl, const std::string& role, int local_rank, int rank) {
+  const std::pair<std::string, std::string> vars[] = {
+      {"role_name", role}, {"local_rank", std::to_string(local_rank)}, {"rank", std::to_string(rank)}};
+  for (const auto& [name, value] : vars) {
+    for (const std::string& form : {"${" + name + "}", "$" + name}) {
+      size_t pos = 0;
+      while ((pos = tmpl.find(form, pos)) != std::string::npos) {
+        // "$rank" must not eat the start of "$rank_x".
+        size_t after = pos + form.size();
+        if (form[1] != '{' && after < tmpl.size() &&
+            (std::isalnum(static_cast<unsigned char>(tmpl[after])) || tmpl[after] == '_')) {
+          pos = after;
+          continue;
+        }
+        tmpl.replace(pos, form.size(), value);
+        pos += value.size();
+      }
+    }
+  }
+  return tmpl;
+}
+
+// One worker stream read through a pipe by the event loop.
+struct Stream {
+  int fd = -1;
+  std::unique_ptr<asio::posix::stream_descriptor> watch;
+  std::unique_ptr<proc::LinePump> pump;
+};
+
+struct Worker {
+  int local_rank = 0;
+  int global_rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int exitcode = 0;  // exit code, or -signal; valid once !running
+  int64_t exited_at = 0;
+  std::string error_file;
+  // Shared with pending read handlers, which may outlive the attempt.
+  std::shared_ptr<Stream> out = std::make_shared<Stream>();
+  std::shared_ptr<Stream> err = std::make_shared<Stream>();
+  std::vector<int> owned_fds;  // log files, closed with the attempt
+};
+
+}  // namespace
+
+class LocalAgent::Impl {
+ public:
+  explicit Impl(LaunchConfig config)
+      : config_(std::move(config)), signals_(io_), grace_timer_(io_) {}
+
+  int Run() {
+    Status s = Setup();
+    if (!s.ok()) {
+      log::Error("{}", s.message());
+      return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
+    }
+    WatchSignals();
+    s = StartAttempt();
+    if (!s.ok()) {
+      log::Error("{}", s.message());
+      StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
+    }
+    io_.run();
+    return exit_code_;
+  }
+
+ private:
+  enum class State { kRunning, kStopping, kDone };
+
+  // ---- set-up, once per run ------------------------------------------------
+
+  Status Setup() {
+    // Before anything else: the sentinel must hold none of the pipes below.
+    auto sentinel = proc::Sentinel::Start();
+    if (!sentinel.ok()) return sentinel.status();
+    sentinel_.emplace(std::move(*sentinel));
+    // Orphaned grandchildren are reparented to us, not to init, so that we
+    // can reap and kill them.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    ::signal(SIGPIPE, SIG_IGN);
+
+    hostname_ = FqdnHostname();
+    const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
+    if (own_error_file) own_error_file_ = own_error_file;
+
+    // The port workers rendezvous on stays ours for the whole job.
+    auto port = PortReservation::Reserve(config_.master_port_given ? config_.master_port : 0);
+    if (!port.ok()) return Status::InvalidArgument(port.status().message());
+    port_.emplace(std::move(*port));
+    master_addr_ = config_.rdzv_backend == "static"
+                       ? config_.master_addr
+                       : config_.local_addr.value_or(hostname_);
+
+    if (config_.log_dir != "/dev/null") {
+      std::string base;
+      if (config_.log_dir) {
+        base = *config_.log_dir;
+        std::error_code ec;
+        fs::create_directories(base, ec);
+        if (ec) {
+          return Status::InvalidArgument(fmt::format(
+              "--log-dir {}: cannot create it: {}; choose a writable directory", base, ec.message()));
+        }
+      } else {
+        const char* tmp = std::getenv("TMPDIR");
+        auto made = MakeUniqueDir(tmp && *tmp ? tmp : "/tmp", "torchelastic_");
+        if (!made.ok()) return made.status();
+        base = *made;
+      }
+      auto run_dir = MakeUniqueDir(base, config_.rdzv_id + "_");
+      if (!run_dir.ok()) {
+        return Status::InvalidArgument(fmt::format(
+            "--log-dir {}: {}; choose a writable directory", base, run_dir.status().message()));
+      }
+      run_log_dir_ = *run_dir;
+    }
+
+    devnull_ = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    // A worker in its own process group that reads a terminal would be
+    // stopped by SIGTTIN; it gets /dev/null instead.
+    stdin_fd_ = ::isatty(STDIN_FILENO) ? devnull_ : -1;
+
+    if (config_.set_omp_num_threads) {
+      // torchrun's warning, word for word.
+      log::Warning(
+          "\n*****************************************\n"
+          "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+          "avoid your system being overloaded, please further tune the variable for optimal "
+          "performance in your application as needed. \n"
+          "*****************************************");
+    }
+    BuildBaseEnv();
+    return Status::OK();
+  }
+
+  // The agent's environment minus what each worker gets of its own.
+  void BuildBaseEnv() {
+    static const std::set<std::string> kOwn = {
+        "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_USE_AGENT_STORE", "NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+    std::string nccl_async = "1", torch_nccl_async = "1";
+    for (char** e = environ; *e; ++e) {
+      std::string_view kv(*e);
+      size_t eq = kv.find('=');
+      std::string key(kv.substr(0, eq));
+      if (key == "NCCL_ASYNC_ERROR_HANDLING") nccl_async = kv.substr(eq + 1);
+      if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") torch_nccl_async = kv.substr(eq + 1);
+      if (!kOwn.count(key)) base_env_.emplace_back(kv);
+    }
+    if (config_.set_omp_num_threads) base_env_.push_back("OMP_NUM_THREADS=1");
+    std::string signals;
+    for (int sig : config_.signals_to_handle) {
+      signals += (signals.empty() ? "" : ",") + proc::SignalName(sig);
+    }
+    const int n = config_.nproc_per_node;
+    shared_env_ = {
+        "ROLE_NAME=" + config_.role,
+        "LOCAL_WORLD_SIZE=" + std::to_string(n),
+        "WORLD_SIZE=" + std::to_string(n * config_.max_nodes),
+        "GROUP_WORLD_SIZE=" + std::to_string(config_.max_nodes),
+        "ROLE_WORLD_SIZE=" + std::to_string(n * config_.max_nodes),
+        "MASTER_ADDR=" + master_addr_,
+        "MASTER_PORT=" + std::to_string(port_->port()),
+        "TORCHELASTIC_MAX_RESTARTS=" + std::to_string(config_.max_restarts),
+        "TORCHELASTIC_RUN_ID=" + config_.rdzv_id,
+        // The store moves into the agent with the store issue; until then
+        // rank 0 hosts it on MASTER_PORT.
+        "TORCHELASTIC_USE_AGENT_STORE=False",
+        "NCCL_ASYNC_ERROR_HANDLING=" + nccl_async,
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=" + torch_nccl_async,
+        "TORCHELASTIC_SIGNALS_TO_HANDLE=" + signals,
+    };
+  }
+
+  // ---- one attempt: start every worker ------------------------------------
+
+  Status StartAttempt() {
+    state_ = State::kRunning;
+    failures_.clear();
+    workers_.clear();
+    std::string attempt_dir;
+    if (!run_log_dir_.empty()) {
+      attempt_dir = fmt::format("{}/attempt_{}", run_log_dir_, restart_count_);
+      std::error_code ec;
+      fs::remove_all(attempt_dir, ec);
+      fs::create_directories(attempt_dir, ec);
+      if (ec) return Status::IOError(fmt::format("cannot create {}: {}", attempt_dir, ec.message()));
+    }
+    const int n = config_.nproc_per_node;
+    workers_.resize(static_cast<size_t>(n));
+    for (int lr = 0; lr < n; ++lr) {
+      Worker& w = workers_[static_cast<size_t>(lr)];
+      w.local_rank = lr;
+      w.global_rank = config_.node_rank * n + lr;
+      std::string rank_dir;
+      if (!attempt_dir.empty()) {
+        rank_dir = fmt::format("{}/{}", attempt_dir, lr);
+        if (::mkdir(rank_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+          return Status::FromErrno("cannot create " + rank_dir, errno);
+        }
+        w.error_file = rank_dir + "/error.json";
+      }
+      std::string prefix =
+          config_.log_line_prefix_template.empty()
+              ? fmt::format("[{}{}]:", config_.role, lr)
+              : SubstitutePrefix(config_.log_line_prefix_template, config_.role, lr, w.global_rank);
+      int child_out = -1, child_err = -1;
+      TRUN_RETURN_IF_ERROR(SetUpStream(w, *w.out, rank_dir, "stdout.log", launch::HasOut,
+                                       STDOUT_FILENO, prefix, child_out));
+      TRUN_RETURN_IF_ERROR(SetUpStream(w, *w.err, rank_dir, "stderr.log", launch::HasErr,
+                                       STDERR_FILENO, prefix, child_err));
+
+      proc::SpawnOptions opts;
+      opts.argv = config_.worker_argv;
+      opts.env = base_env_;
+      opts.env.insert(opts.env.end(), shared_env_.begin(), shared_env_.end());
+      opts.env.push_back("LOCAL_RANK=" + std::to_string(lr));
+      opts.env.push_back("RANK=" + std::to_string(w.global_rank));
+      opts.env.push_back("GROUP_RANK=" + std::to_string(config_.node_rank));
+      opts.env.push_back("ROLE_RANK=" + std::to_string(w.global_rank));
+      opts.env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart_count_));
+      opts.env.push_back("TORCHELASTIC_ERROR_FILE=" + w.error_file);
+      opts.stdin_fd = stdin_fd_;
+      opts.stdout_fd = child_out;
+      opts.stderr_fd = child_err;
+      auto pid = proc::Spawn(opts);
+      // The child holds its ends now; ours would keep the pipes from EOF.
+      for (int fd : {child_out, child_err}) {
+        if (fd >= 0 && fd != devnull_ && !IsOwnedFile(w, fd)) ::close(fd);
+      }
+      if (!pid.ok()) return pid.status();
+      w.pid = *pid;
+      w.running = true;
+      sentinel_->Register(w.pid);
+      Watch(w.out);
+      Watch(w.err);
+    }
+    log::Debug("attempt {} started {} workers", restart_count_, n);
+    return Status::OK();
+  }
+
+  static bool IsOwnedFile(const Worker& w, int fd) {
+    return std::find(w.owned_fds.begin(), w.owned_fds.end(), fd) != w.owned_fds.end();
+  }
+
+  // Decides where one worker stream goes and sets up what that takes;
+  // `child_fd` is what the worker gets as that stream (-1: ours).
+  Status SetUpStream(Worker& w, Stream& s, const std::string& rank_dir, const char* file_name,
+                     bool (*has)(Std), int console_fd, const std::string& prefix, int& child_fd) {
+    const int lr = w.local_rank;
+    const bool tee = has(config_.tee.ForRank(lr));
+    const bool redirect = tee || has(config_.redirects.ForRank(lr));
+    const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr);
+    child_fd = -1;
+    if (!redirect && shown) return Status::OK();  // straight to our console, as torchrun
+
+    int file_fd = -1;
+    if (redirect && !rank_dir.empty()) {
+      std::string path = rank_dir + "/" + file_name;
+      file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (file_fd < 0) return Status::FromErrno("cannot create " + path, errno);
+      w.owned_fds.push_back(file_fd);
+    }
+    if (!(tee && shown)) {
+      // No console copy: the worker writes its file (or nothing) itself.
+      child_fd = file_fd >= 0 ? file_fd : devnull_;
+      return Status::OK();
+    }
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+    // A bigger pipe means fewer wake-ups for chatty workers; best effort.
+    ::fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
+    ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+    s.fd = p[0];
+    s.pump = std::make_unique<proc::LinePump>(prefix, console_fd, file_fd);
+    child_fd = p[1];
+    return Status::OK();
+  }
+
+  // ---- worker output --------------------------------------------------------
+
+  void Watch(const std::shared_ptr<Stream>& s) {
+    if (s->fd < 0) return;
+    if (!s->watch) s->watch = std::make_unique<asio::posix::stream_descriptor>(io_, s->fd);
+    s->watch->async_wait(asio::posix::stream_descriptor::wait_read, [this, s](std::error_code ec) {
+      if (ec || s->fd < 0) return;
+      if (Drain(*s)) Watch(s);
+    });
+  }
+
+  // Reads whatever the pipe holds now. Returns false once it reached EOF (and
+  // closed the stream).
+  bool Drain(Stream& s) {
+    if (s.fd < 0) return false;
+    while (true) {
+      ssize_t n = ::read(s.fd, read_buf_, sizeof read_buf_);
+      if (n > 0) {
+        s.pump->Feed(std::string_view(read_buf_, static_cast<size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      CloseStream(s);
+      return false;
+    }
+  }
+
+  void CloseStream(Stream& s) {
+    if (s.fd < 0) return;
+    s.pump->Finish();
+    if (s.watch) {
+      s.watch->cancel();
+      s.watch->release();
+    }
+    ::close(s.fd);
+    s.fd = -1;
+  }
+
+  // ---- events ---------------------------------------------------------------
+
+  void WatchSignals() {
+    signals_.add(SIGCHLD);
+    for (int sig : config_.signals_to_handle) signals_.add(sig);
+    signals_.async_wait([this](std::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD) {
+        ReapChildren();
+      } else {
+        OnSignal(sig);
+      }
+      if (state_ != State::kDone) WatchSignals();
+    });
+  }
+
+  void ReapChildren() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (auto& w : workers_) {
+        if (w.pid == pid && w.running) OnWorkerExit(w, status);
+      }
+    }
+    if (state_ == State::kRunning) {
+      Evaluate();
+    } else if (state_ == State::kStopping && LiveWorkers() == 0) {
+      grace_timer_.cancel();
+      auto then = std::move(after_stop_);
+      after_stop_ = nullptr;
+      if (then) then();
+    }
+  }
+
+  void OnWorkerExit(Worker& w, int status) {
+    w.running = false;
+    w.exitcode = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+    w.exited_at = NowSeconds();
+    // Everything the worker wrote is in its pipes by now: take it before
+    // anything is reported, so a crash never loses its last lines.
+    Drain(*w.out);
+    Drain(*w.err);
+    if (state_ == State::kRunning && w.exitcode != 0) {
+      failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                          w.error_file, w.exited_at));
+    }
+  }
+
+  int LiveWorkers() const {
+    int live = 0;
+    for (const auto& w : workers_) live += w.running ? 1 : 0;
+    return live;
+  }
+
+  void Evaluate() {
+    if (!failures_.empty()) {
+      StopWorkers(SIGTERM, [this] { AfterFailure(); });
+      return;
+    }
+    if (LiveWorkers() == 0) {
+      CloseAttempt();
+      Finish(kExitSuccess);
+    }
+  }
+
+  void AfterFailure() {
+    CloseAttempt();
+    if (pending_signal_ != 0) {
+      Finish(128 + pending_signal_);
+      return;
+    }
+    const auto& root = failures_[RootCause(failures_)];
+    if (restart_count_ < config_.max_restarts) {
+      ++restart_count_;
+      log::Warning("worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
+                   root.local_rank, root.exitcode, restart_count_, config_.max_restarts);
+      Status s = StartAttempt();
+      if (!s.ok()) {
+        log::Error("{}", s.message());
+        StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
+      }
+      return;
+    }
+    std::string table = FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
+    log::Error("worker group failed{}:{}",
+               config_.max_restarts > 0
+                   ? fmt::format(" after {} restart{}", restart_count_, restart_count_ == 1 ? "" : "s")
+                   : "",
+               table);
+    if (!own_error_file_.empty()) {
+      Status s = WriteAgentErrorFile(own_error_file_, root);
+      if (!s.ok()) log::Warning("{}", s.message());
+    }
+    Finish(kExitWorkersFailed);
+  }
+
+  void OnSignal(int sig) {
+    if (state_ == State::kDone) return;
+    if (pending_signal_ != 0) {
+      // A second signal while stopping: no more grace.
+      log::Warning("received {} again; killing workers now", proc::SignalName(sig));
+      KillGroups(SIGKILL);
+      return;
+    }
+    pending_signal_ = sig;
+    log::Warning("received {}; stopping workers", proc::SignalName(sig));
+    if (state_ == State::kStopping) {
+      // Already stopping after a failure: AfterFailure sees pending_signal_.
+      return;
+    }
+    StopWorkers(sig, [this, sig] {
+      CloseAttempt();
+      Finish(128 + sig);
+    });
+  }
+
+  // Signals every live worker's process group, then SIGKILLs what is left
+  // after TORCH_ELASTIC_SHUTDOWN_TIMEOUT; `then` runs once all have exited.
+  void StopWorkers(int sig, std::function<void()> then) {
+    state_ = State::kStopping;
+    after_stop_ = std::move(then);
+    if (LiveWorkers() == 0) {
+      auto next = std::move(after_stop_);
+      after_stop_ = nullptr;
+      next();
+      return;
+    }
+    KillGroups(sig);
+    if (sig == SIGKILL) return;
+    grace_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(config_.shutdown_timeout_s)));
+    grace_timer_.async_wait([this](std::error_code ec) {
+      if (ec || state_ != State::kStopping) return;
+      log::Warning("workers still running {} s after the stop signal; sending SIGKILL",
+                   config_.shutdown_timeout_s);
+      KillGroups(SIGKILL);
+    });
+  }
+
+  void KillGroups(int sig) {
+    for (const auto& w : workers_) {
+      if (w.running) ::kill(-w.pid, sig);
+    }
+  }
+
+  // Ends an attempt: whatever is left of each worker's process group
+  // (grandchildren) is killed, output is drained, files are closed.
+  void CloseAttempt() {
+    for (auto& w : workers_) {
+      if (w.pid > 0) {
+        ::kill(-w.pid, SIGKILL);
+        sentinel_->Unregister(w.pid);
+      }
+      Drain(*w.out);
+      Drain(*w.err);
+      CloseStream(*w.out);
+      CloseStream(*w.err);
+      for (int fd : w.owned_fds) ::close(fd);
+      w.owned_fds.clear();
+    }
+  }
+
+  void Finish(int code) {
+    state_ = State::kDone;
+    exit_code_ = code;
+    KillOrphans();
+    signals_.cancel();
+    grace_timer_.cancel();
+    io_.stop();
+  }
+
+  // Descendants that left their worker's group were reparented to us (we are
+  // a subreaper); none may outlive the job.
+  void KillOrphans() {
+    std::vector<pid_t> children;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::ifstream in(fmt::format("/proc/self/task/{}/children", e->d_name));
+        pid_t pid;
+        while (in >> pid) children.push_back(pid);
+      }
+      ::closedir(d);
+    }
+    for (pid_t pid : children) {
+      if (pid != sentinel_->pid()) ::kill(pid, SIGKILL);
+    }
+    for (pid_t pid : children) {
+      if (pid != sentinel_->pid()) ::waitpid(pid, nullptr, 0);
+    }
+  }
+
+  LaunchConfig config_;
+  asio::io_context io_{1};
+  asio::signal_set signals_;
+  asio::steady_timer grace_timer_;
+
+  std::optional<proc::Sentinel> sentinel_;
+  std::optional<PortReservation> port_;
+  std::string hostname_;
+  std::string master_addr_;
+  std::string own_error_file_;
+  std::string run_log_dir_;
+  int devnull_ = -1;
+  int stdin_fd_ = -1;
+  std::vector<std::string> base_env_;
+  std::vector<std::string> shared_env_;
+
+  State state_ = State::kRunning;
+  int restart_count_ = 0;
+  int pending_signal_ = 0;
+  int exit_code_ = kExitLaunchError;
+  std::vector<Worker> workers_;
+  std::vector<WorkerFailure> failures_;
+  std::function<void()> after_stop_;
+  char read_buf_[64 * 1024];
+};
+
+LocalAgent::LocalAgent(launch::LaunchConfig config)
+    : impl_(std::make_unique<Impl>(std::move(config))) {}
+LocalAgent::~LocalAgent() = default;
+int LocalAgent::Run() { return impl_->Run(); }
+
+}  // namespace trun::agent

@@ -1,0 +1,174 @@
+#include "agent/failure.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "proc/signals.h"
+
+namespace trun::agent {
+namespace {
+
+std::string ReplaceAll(std::string s, std::string_view from, std::string_view to) {
+  size_t pos = 0;
+  while ((pos = s.find(from, pos)) != std::string::npos) {
+    s.replace(pos, from.size(), to);
+    pos += to.size();
+  }
+  return s;
+}
+
+// torch's timestamp_isoformat: local time, "YYYY-MM-DD_HH:MM:SS".
+std::string IsoTime(int64_t ts) {
+  std::time_t t = static_cast<std::time_t>(ts);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  return fmt::format("{:%Y-%m-%d_%H:%M:%S}", tm);
+}
+
+}  // namespace
+
+WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int exitcode,
+                              const std::string& error_file, int64_t detected_at) {
+  WorkerFailure f;
+  f.local_rank = local_rank;
+  f.global_rank = global_rank;
+  f.pid = pid;
+  f.exitcode = exitcode;
+  f.timestamp = detected_at;
+  struct stat st;
+  if (!error_file.empty() && ::stat(error_file.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    std::ifstream in(error_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    try {
+      auto j = nlohmann::json::parse(text);
+      const auto& msg = j.at("message");
+      if (msg.is_string()) {
+        f.message = msg.get<std::string>();
+        if (j.contains("timestamp")) {
+          const auto& ts = j["timestamp"];
+          f.timestamp = ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
+        }
+      } else {
+        const auto& extra = msg.value("extraInfo", nlohmann::json::object());
+        f.message = extra.contains("py_callstack") ? extra["py_callstack"].get<std::string>()
+                                                   : msg.value("message", std::string(kNotAvailable));
+        f.message = ReplaceAll(f.message, "\n", "\n  ");
+        if (extra.contains("timestamp")) {
+          const auto& ts = extra["timestamp"];
+          f.timestamp = ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
+        }
+      }
+      f.error_file = error_file;
+      f.error_json = std::move(text);
+    } catch (const std::exception& e) {
+      // A torn or foreign file is reported, not fatal: the exit code still
+      // tells the story.
+      f.message = fmt::format("(unreadable error file {}: {})", error_file, e.what());
+    }
+  }
+  if (f.message.empty()) {
+    f.message = exitcode < 0
+                    ? fmt::format("Signal {} ({}) received by PID {}", -exitcode,
+                                  proc::SignalName(-exitcode), pid)
+                    : "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  }
+  return f;
+}
+
+size_t RootCause(const std::vector<WorkerFailure>& failures) {
+  size_t best = 0;
+  for (size_t i = 1; i < failures.size(); ++i) {
+    const auto& a = failures[i];
+    const auto& b = failures[best];
+    if (a.timestamp < b.timestamp || (a.timestamp == b.timestamp && a.global_rank < b.global_rank)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
+                               const std::string& hostname) {
+  std::string title = name + " FAILED";
+  size_t root = RootCause(failures);
+  std::string root_fmt;
+  std::vector<std::string> others;
+  size_t width = title.size();
+  for (size_t idx = 0; idx < failures.size(); ++idx) {
+    const auto& f = failures[idx];
+    std::string s = fmt::format(
+        "[{}]:\n  time      : {}\n  host      : {}\n  rank      : {} (local_rank: {})\n"
+        "  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}",
+        idx, IsoTime(f.timestamp), hostname, f.global_rank, f.local_rank, f.exitcode, f.pid,
+        f.error_file, f.message);
+    size_t start = 0;
+    while (start <= s.size()) {
+      size_t end = s.find('\n', start);
+      if (end == std::string::npos) end = s.size();
+      width = std::max(width, end - start);
+      start = end + 1;
+    }
+    if (idx == root) {
+      root_fmt = std::move(s);
+    } else {
+      others.push_back(std::move(s));
+    }
+  }
+  width = std::min<size_t>(width, 60);
+  std::string other_fmt;
+  for (size_t i = 0; i < others.size(); ++i) other_fmt += (i ? "\n" : "") + others[i];
+  if (others.empty()) other_fmt = "  <NO_OTHER_FAILURES>";
+  std::string border(width, '='), section(width, '-');
+  return fmt::format("\n{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}",
+                     border, title, section, other_fmt, section, root_fmt, border);
+}
+
+Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
+  nlohmann::json j;
+  bool from_worker = false;
+  if (!root.error_json.empty()) {
+    try {
+      j = nlohmann::json::parse(root.error_json);
+      from_worker = true;
+    } catch (const std::exception&) {
+    }
+  }
+  if (from_worker) {
+    // torch adds the code only to the structured form, and only when non-zero.
+    if (root.exitcode != 0 && j.contains("message") && j["message"].is_object()) {
+      j["message"]["errorCode"] = root.exitcode;
+    }
+  } else {
+    j = {{"message",
+          {{"message", root.message},
+           {"errorCode", root.exitcode},
+           {"extraInfo",
+            {{"py_callstack", root.message},
+             {"timestamp", std::to_string(root.timestamp)},
+             {"rank", root.global_rank},
+             {"pid", root.pid}}}}}};
+  }
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Status::IOError("cannot write error file " + path);
+    out << j.dump();
+    if (!out) return Status::IOError("cannot write error file " + path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("cannot write error file " + path);
+  }
+  return Status::OK();
+}
+
+}  // namespace trun::agent

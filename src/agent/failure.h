@@ -1,0 +1,60 @@
+// Worker failures: reading torch's error files, choosing the root cause,
+// printing torchrun's failure table, and writing trun's own error file.
+//
+// torch's @record decorator writes, on an uncaught exception, to
+// $TORCHELASTIC_ERROR_FILE:
+//   {"message": {"message": "ValueError: boom",
+//                "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1795338824"}}}
+// (older writers: {"message": "<str>", "timestamp": <int>}). The root cause is
+// the failure with the earliest timestamp; a failure without a file is dated
+// when trun saw it.
+//
+// Thread-safety: pure functions, plus file I/O.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trun::agent {
+
+inline constexpr const char* kNotAvailable = "<N/A>";
+
+struct WorkerFailure {
+  int local_rank = 0;
+  int global_rank = 0;
+  pid_t pid = 0;
+  // The exit code, or minus the signal number, as torch reports it.
+  int exitcode = 0;
+  // The worker's error file, or "<N/A>" when it wrote none.
+  std::string error_file = kNotAvailable;
+  // The error file's JSON text, empty when there is none.
+  std::string error_json;
+  // The traceback (from the file) or a generated one-line explanation.
+  std::string message;
+  int64_t timestamp = 0;  // seconds since the epoch
+};
+
+// Builds the failure of a worker that ended with `exitcode`, reading its
+// error file when there is one. `detected_at` dates a failure without file.
+WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int exitcode,
+                              const std::string& error_file, int64_t detected_at);
+
+// Index of the root cause: earliest timestamp, lowest rank on ties.
+size_t RootCause(const std::vector<WorkerFailure>& failures);
+
+// torchrun's ChildFailedError message, byte for byte (including the leading
+// newline): "<name> FAILED", other failures, then the root cause.
+std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
+                               const std::string& hostname);
+
+// Writes the root cause to `path` as torch's launcher does: the worker's own
+// error file with "errorCode" added under "message", or, when the worker
+// wrote none, a record in the same shape built from the failure.
+Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root);
+
+}  // namespace trun::agent

@@ -1,0 +1,37 @@
+// trun's own diagnostics on stderr, one line each: "trun: warning: ...".
+//
+// Worker output never goes through here; see proc/pump.h.
+// Thread-safety: each call is one write(2), so lines from threads never mix.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+namespace trun::log {
+
+enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Messages below this level are dropped. From TRUN_LOG_LEVEL
+// (debug|info|warning|error), default info.
+Level Threshold();
+void Write(Level level, std::string_view msg);
+
+template <typename... Args>
+void Debug(fmt::format_string<Args...> f, Args&&... args) {
+  if (Threshold() <= Level::kDebug) Write(Level::kDebug, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void Info(fmt::format_string<Args...> f, Args&&... args) {
+  if (Threshold() <= Level::kInfo) Write(Level::kInfo, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void Warning(fmt::format_string<Args...> f, Args&&... args) {
+  Write(Level::kWarning, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void Error(fmt::format_string<Args...> f, Args&&... args) {
+  Write(Level::kError, fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace trun::log

@@ -1,0 +1,22 @@
+// Small string helpers shared by every module.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trun {
+
+std::vector<std::string> Split(std::string_view s, char sep);
+std::string_view Trim(std::string_view s);
+// Parses a whole decimal integer (optional sign); nullopt on any junk.
+std::optional<long long> ParseInt(std::string_view s);
+// Parses a whole decimal number, e.g. "0.1", "30".
+std::optional<double> ParseDouble(std::string_view s);
+// The candidate closest to `word` by edit distance, when it is close enough
+// to be a plausible typo ("did you mean ...?"); empty otherwise.
+std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace trun

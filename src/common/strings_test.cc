@@ -1,0 +1,35 @@
+#include "common/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace trun {
+namespace {
+
+TEST(StringsTest, SplitKeepsEmptyFields) {
+  EXPECT_EQ(Split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(Split("", ','), (std::vector<std::string>{""}));
+}
+
+TEST(StringsTest, ParseIntRejectsJunk) {
+  EXPECT_EQ(ParseInt("42"), 42);
+  EXPECT_EQ(ParseInt(" -3 "), -3);
+  EXPECT_EQ(ParseInt("+7"), 7);
+  EXPECT_FALSE(ParseInt("4x"));
+  EXPECT_FALSE(ParseInt(""));
+  EXPECT_FALSE(ParseInt("99999999999999999999"));
+}
+
+TEST(StringsTest, ParseDouble) {
+  EXPECT_DOUBLE_EQ(*ParseDouble("0.1"), 0.1);
+  EXPECT_FALSE(ParseDouble("fast"));
+}
+
+TEST(StringsTest, ClosestMatchFindsTypos) {
+  std::vector<std::string> opts = {"--nproc-per-node", "--nnodes", "--tee"};
+  EXPECT_EQ(ClosestMatch("--nproc-per-nod", opts), "--nproc-per-node");
+  EXPECT_EQ(ClosestMatch("--nproc", opts), "--nproc-per-node");
+  EXPECT_EQ(ClosestMatch("--completely-different", opts), "");
+}
+
+}  // namespace
+}  // namespace trun

@@ -1,0 +1,476 @@
+#include "launch/args.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <thread>
+
+#include "common/strings.h"
+#include "proc/signals.h"
+
+namespace trun::launch {
+namespace {
+
+// One row per torchrun option. `names` is CLI11's spelling list; `dest` is
+// argparse's destination, which names the PET_ variable.
+struct OptionRow {
+  const char* names;
+  const char* dest;
+  const char* help;
+  bool is_flag = false;
+};
+
+constexpr OptionRow kOptions[] = {
+    {"--nnodes", "nnodes", "Number of nodes, or MIN:MAX for an elastic job (default 1:1)."},
+    {"--nproc-per-node,--nproc_per_node", "nproc_per_node",
+     "Workers per node: an int, cpu, gpu, xpu or auto (default 1)."},
+    {"--rdzv-backend,--rdzv_backend", "rdzv_backend", "static (default), c10d, etcd or etcd-v2."},
+    {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", "Rendezvous endpoint host[:port]."},
+    {"--rdzv-id,--rdzv_id", "rdzv_id", "User-defined job id (default none)."},
+    {"--rdzv-conf,--rdzv_conf", "rdzv_conf", "Rendezvous configuration k1=v1,k2=v2."},
+    {"--standalone", "standalone", "One node: c10d rendezvous on a free local port.", true},
+    {"--max-restarts,--max_restarts", "max_restarts", "Restarts of the worker group before failing (default 0)."},
+    {"--monitor-interval,--monitor_interval", "monitor_interval",
+     "Accepted for compatibility; trun sees worker exits as they happen."},
+    {"--start-method,--start_method", "start_method", "spawn, fork or forkserver (function entrypoints only)."},
+    {"--event-log-handler,--event_log_handler", "event_log_handler", "null (default) or console."},
+    {"--role", "role", "User-defined role of the workers (default default)."},
+    {"-m,--module", "module", "Run the script as a Python module (python -m).", true},
+    {"--no-python,--no_python", "no_python", "Run the script as a program, without python.", true},
+    {"--run-path,--run_path", "run_path", "Run the script with runpy.run_path in the worker.", true},
+    {"--log-dir,--log_dir", "log_dir", "Base directory for log files (default a new temp dir)."},
+    {"-r,--redirects", "redirects", "Redirect streams to log files: 0-3 or a map like 0:1,1:2."},
+    {"-t,--tee", "tee", "Tee streams to log files and the console: 0-3 or a map."},
+    {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter",
+     "Show only these local ranks on the console, e.g. 0,1."},
+    {"--node-rank,--node_rank", "node_rank", "Rank of this node (static rendezvous)."},
+    {"--master-addr,--master_addr", "master_addr", "Address of the master node (static; default 127.0.0.1)."},
+    {"--master-port,--master_port", "master_port", "Port on the master node (static; default: free port)."},
+    {"--local-addr,--local_addr", "local_addr", "Address of this node."},
+    {"--logs-specs,--logs_specs", "logs_specs", "torchrun's log-layout plug-in (not supported)."},
+    {"--numa-binding,--numa_binding", "numa_binding", "NUMA binding: node, socket, exclusive, core-complex."},
+    {"--signals-to-handle,--signals_to_handle", "signals_to_handle",
+     "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)."},
+};
+
+std::string Upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> AllOptionSpellings() {
+  std::vector<std::string> out = {"--help"};
+  for (const auto& row : kOptions) {
+    for (auto& n : Split(row.names, ',')) out.push_back(n);
+  }
+  return out;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Collects every problem of a command line so the user fixes them in one go.
+class Problems {
+ public:
+  void Add(std::string msg) { msgs_.push_back(std::move(msg)); }
+  bool empty() const { return msgs_.empty(); }
+  Status ToStatus() const {
+    std::string all;
+    for (size_t i = 0; i < msgs_.size(); ++i) all += (i ? "\n" : "") + msgs_[i];
+    return Status::InvalidArgument(all);
+  }
+
+ private:
+  std::vector<std::string> msgs_;
+};
+
+void ParseNnodes(const std::string& v, LaunchConfig& c, Problems& p) {
+  auto parts = Split(v, ':');
+  std::optional<long long> lo, hi;
+  if (parts.size() == 1) {
+    lo = hi = ParseInt(parts[0]);
+  } else if (parts.size() == 2) {
+    lo = ParseInt(parts[0]);
+    hi = ParseInt(parts[1]);
+  }
+  if (!lo || !hi || *lo <= 0 || *hi < *lo || *hi > 1'000'000) {
+    p.Add(fmt::format("--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '{}'", v));
+    return;
+  }
+  c.min_nodes = static_cast<int>(*lo);
+  c.max_nodes = static_cast<int>(*hi);
+}
+
+void ParseNproc(const std::string& v, LaunchConfig& c, Problems& p) {
+  int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (v == "cpu") {
+    c.nproc_per_node = cpus;
+  } else if (v == "gpu") {
+    int gpus = CountGpus();
+    if (gpus == 0) {
+      p.Add("--nproc-per-node gpu: no GPU is visible on this machine; use a number or 'cpu'");
+    }
+    c.nproc_per_node = gpus;
+  } else if (v == "xpu") {
+    p.Add("--nproc-per-node xpu: no XPU is visible on this machine; use a number or 'cpu'");
+  } else if (v == "auto") {
+    int gpus = CountGpus();
+    c.nproc_per_node = gpus > 0 ? gpus : cpus;
+  } else {
+    auto n = ParseInt(v);
+    if (!n || *n <= 0 || *n > 4096) {
+      p.Add(fmt::format(
+          "--nproc-per-node: expected a positive number (at most 4096), cpu, gpu or auto; got '{}'",
+          v));
+      return;
+    }
+    c.nproc_per_node = static_cast<int>(*n);
+  }
+}
+
+// "k=v,k=v" as torchrun's _parse_rendezvous_config: keys and values trimmed,
+// empty items skipped, a missing value is an error.
+void ParseRdzvConf(const std::string& v, LaunchConfig& c, Problems& p) {
+  for (auto& item : Split(v, ',')) {
+    std::string_view kv = Trim(item);
+    if (kv.empty()) continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || Trim(kv.substr(0, eq)).empty() ||
+        Trim(kv.substr(eq + 1)).empty()) {
+      p.Add(fmt::format("--rdzv-conf: '{}' is not of the form key=value", kv));
+      continue;
+    }
+    c.rdzv_configs[std::string(Trim(kv.substr(0, eq)))] = std::string(Trim(kv.substr(eq + 1)));
+  }
+}
+
+std::optional<int> ParseNonNegative(const std::string& flag, const std::string& v, Problems& p,
+                                    long long max = 1'000'000) {
+  auto n = ParseInt(v);
+  if (!n || *n < 0 || *n > max) {
+    p.Add(fmt::format("{}: expected a whole number from 0 to {}, got '{}'", flag, max, v));
+    return std::nullopt;
+  }
+  return static_cast<int>(*n);
+}
+
+std::string RandomUuid4() {
+  unsigned char b[16];
+  FILE* f = std::fopen("/dev/urandom", "rb");
+  size_t got = f ? std::fread(b, 1, sizeof b, f) : 0;
+  if (f) std::fclose(f);
+  for (size_t i = got; i < sizeof b; ++i) b[i] = static_cast<unsigned char>(std::rand());
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  return fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+                     b[12], b[13], b[14], b[15]);
+}
+
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void BuildEntrypoint(LaunchConfig& c, Problems& p) {
+  const std::string& script = c.training_script;
+  std::string python = Env("PYTHON_EXEC");
+  if (python.empty()) python = "python3";
+  switch (c.entrypoint_kind) {
+    case EntrypointKind::kBinary:
+      c.worker_argv = {script};
+      c.entrypoint_name = script;
+      break;
+    case EntrypointKind::kModule:
+      c.worker_argv = {python, "-u", "-m", script};
+      c.entrypoint_name = script;
+      break;
+    case EntrypointKind::kScript:
+      if (!IsFile(script)) {
+        p.Add(fmt::format("training script '{}' not found (or not a file); check the path, or use "
+                          "-m for a module and --no-python for a program",
+                          script));
+      }
+      c.worker_argv = {python, "-u", script};
+      c.entrypoint_name = script;
+      break;
+    case EntrypointKind::kRunPath:
+      if (!IsFile(script)) p.Add(fmt::format("--run-path: script '{}' not found", script));
+      // torchrun runs the script in its worker with runpy; so does this.
+      c.worker_argv = {python, "-u", "-c",
+                       "import runpy, sys; sys.argv = sys.argv[1:]; "
+                       "runpy.run_path(sys.argv[0], run_name='__main__')",
+                       script};
+      c.entrypoint_name = script;
+      break;
+  }
+  c.worker_argv.insert(c.worker_argv.end(), c.training_script_args.begin(),
+                       c.training_script_args.end());
+}
+
+std::string HelpText(const CLI::App& app) {
+  std::string text = app.help();
+  text +=
+      "\ntrun runs training_script on nproc-per-node workers, as torchrun does: every torchrun\n"
+      "flag is accepted in dash and underscore spellings, and PET_<FLAG> sets its default.\n"
+      "See docs/cli.md for each flag and trun's exit codes.\n";
+  return text;
+}
+
+}  // namespace
+
+Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value) {
+  std::string_view v = Trim(value);
+  StdSpec spec;
+  auto level = [](std::string_view s) -> std::optional<Std> {
+    auto n = ParseInt(s);
+    if (!n || *n < 0 || *n > 3 || Trim(s).size() != 1) return std::nullopt;
+    return static_cast<Std>(*n);
+  };
+  if (auto l = level(v)) {
+    spec.all = *l;
+    return spec;
+  }
+  spec.is_map = true;
+  for (auto& item : Split(v, ',')) {
+    size_t colon = item.find(':');
+    std::optional<long long> rank;
+    std::optional<Std> l;
+    if (colon != std::string::npos) {
+      rank = ParseInt(std::string_view(item).substr(0, colon));
+      l = level(std::string_view(item).substr(colon + 1));
+    }
+    if (!rank || *rank < 0 || !l) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: '{}' is neither a level 0-3 (0 none, 1 stdout, 2 stderr, 3 both) nor a map of "
+          "local_rank:level like 0:3,1:2",
+          flag, value));
+    }
+    spec.per_rank[static_cast<int>(*rank)] = *l;
+  }
+  return spec;
+}
+
+int CountGpus() {
+  int count = 0;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++count;
+    }
+    closedir(d);
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::string_view v = Trim(visible);
+    int listed = v.empty() ? 0 : static_cast<int>(Split(v, ',').size());
+    count = std::min(count, listed);
+  }
+  return count;
+}
+
+Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
+  CLI::App app{"trun: launch and supervise PyTorch workers (a drop-in for torchrun)", "trun"};
+  app.prefix_command();
+  app.allow_extras();
+  app.set_help_flag("-h,--help", "Print this help and exit.");
+
+  std::map<std::string, std::string> values;
+  std::map<std::string, bool> flags;
+  std::map<std::string, CLI::Option*> opts;
+  for (const auto& row : kOptions) {
+    std::string env = "PET_" + Upper(row.dest);
+    CLI::Option* o;
+    if (row.is_flag) {
+      flags[row.dest] = false;
+      o = app.add_flag(row.names, flags[row.dest], row.help);
+    } else {
+      values[row.dest];
+      o = app.add_option(row.names, values[row.dest], row.help);
+    }
+    o->envname(env);
+    opts[row.dest] = o;
+  }
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return ParsedLaunch{LaunchAction::kHelp, HelpText(app), {}};
+  } catch (const CLI::ParseError& e) {
+    return Status::InvalidArgument(fmt::format("{}; run 'trun --help' for the flags", e.what()));
+  }
+
+  Problems p;
+  LaunchConfig c;
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  if (rest.empty()) {
+    p.Add("missing training_script: usage: trun [OPTIONS] training_script [args...]");
+  } else if (rest[0].size() > 1 && rest[0][0] == '-') {
+    std::string flag = rest[0].substr(0, rest[0].find('='));
+    std::string guess = ClosestMatch(flag, AllOptionSpellings());
+    p.Add(fmt::format("unknown option '{}'{}; run 'trun --help' for the flags", flag,
+                      guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
+  } else {
+    c.training_script = rest[0];
+    c.training_script_args.assign(rest.begin() + 1, rest.end());
+  }
+
+  auto given = [&](const char* dest) { return opts[dest]->count() > 0 || !Env(("PET_" + Upper(dest)).c_str()).empty(); };
+  auto value = [&](const char* dest) -> const std::string& { return values[dest]; };
+
+  if (given("nnodes")) ParseNnodes(value("nnodes"), c, p);
+  if (given("nproc_per_node")) ParseNproc(value("nproc_per_node"), c, p);
+  if (given("rdzv_backend")) c.rdzv_backend = value("rdzv_backend");
+  if (given("rdzv_endpoint")) c.rdzv_endpoint = value("rdzv_endpoint");
+  if (given("rdzv_id")) c.rdzv_id = value("rdzv_id");
+  if (given("rdzv_conf")) ParseRdzvConf(value("rdzv_conf"), c, p);
+  c.standalone = flags["standalone"];
+  if (given("max_restarts")) {
+    if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p)) c.max_restarts = *n;
+  }
+  if (given("monitor_interval")) {
+    auto d = ParseDouble(value("monitor_interval"));
+    if (!d || *d < 0) {
+      p.Add(fmt::format("--monitor-interval: expected seconds >= 0, got '{}'", value("monitor_interval")));
+    } else {
+      c.monitor_interval = *d;
+    }
+  }
+  if (given("start_method")) {
+    c.start_method = value("start_method");
+    if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
+      p.Add(fmt::format("--start-method: expected spawn, fork or forkserver, got '{}'", c.start_method));
+    }
+  }
+  if (given("event_log_handler")) {
+    c.event_log_handler = value("event_log_handler");
+    if (c.event_log_handler != "null" && c.event_log_handler != "console") {
+      p.Add(fmt::format("--event-log-handler: expected null or console, got '{}'",
+                        c.event_log_handler));
+    }
+  }
+  if (given("role")) c.role = value("role");
+
+  bool module = flags["module"], no_python = flags["no_python"], run_path = flags["run_path"];
+  if (module && no_python) {
+    p.Add("--no-python and -m/--module cannot be used together: a module needs python");
+  } else if (run_path && (module || no_python)) {
+    p.Add("--run-path cannot be combined with -m/--module or --no-python");
+  }
+  c.entrypoint_kind = no_python  ? EntrypointKind::kBinary
+                      : module   ? EntrypointKind::kModule
+                      : run_path ? EntrypointKind::kRunPath
+                                 : EntrypointKind::kScript;
+
+  if (given("log_dir")) c.log_dir = value("log_dir");
+  if (given("redirects")) {
+    auto s = ParseStdSpec("--redirects", value("redirects"));
+    if (s.ok()) c.redirects = *s; else p.Add(s.status().message());
+  }
+  if (given("tee")) {
+    auto s = ParseStdSpec("--tee", value("tee"));
+    if (s.ok()) c.tee = *s; else p.Add(s.status().message());
+  }
+  if (given("local_ranks_filter")) {
+    std::set<int> ranks;
+    bool bad = false;
+    for (auto& r : Split(value("local_ranks_filter"), ',')) {
+      auto n = ParseInt(r);
+      if (!n || *n < 0) bad = true; else ranks.insert(static_cast<int>(*n));
+    }
+    if (bad || ranks.empty()) {
+      p.Add(fmt::format("--local-ranks-filter: expected comma-separated local ranks like 0,1, got '{}'",
+                        value("local_ranks_filter")));
+    } else {
+      c.local_ranks_filter = std::move(ranks);
+    }
+  }
+  if (given("node_rank")) {
+    if (auto n = ParseNonNegative("--node-rank", value("node_rank"), p)) c.node_rank = *n;
+  }
+  if (given("master_addr")) c.master_addr = value("master_addr");
+  if (given("master_port")) {
+    auto n = ParseInt(value("master_port"));
+    if (!n || *n <= 0 || *n > 65535) {
+      p.Add(fmt::format("--master-port: expected a port 1-65535, got '{}'", value("master_port")));
+    } else {
+      c.master_port = static_cast<int>(*n);
+      c.master_port_given = true;
+    }
+  }
+  if (given("local_addr")) c.local_addr = value("local_addr");
+  if (given("logs_specs")) {
+    p.Add("--logs-specs: torchrun's Python log-layout plug-ins cannot load into trun; drop the "
+          "flag (trun writes torchrun's default layout)");
+  }
+  if (given("numa_binding")) {
+    c.numa_binding = value("numa_binding");
+    p.Add("--numa-binding is not supported yet; drop the flag or bind with numactl in the script");
+  }
+  std::string signals = given("signals_to_handle") ? value("signals_to_handle")
+                                                    : "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  for (auto& name : Split(signals, ',')) {
+    auto sig = proc::ParseSignal(name);
+    if (!sig || *sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
+      p.Add(fmt::format("--signals-to-handle: '{}' is not a signal trun can handle (e.g. SIGTERM)", name));
+    } else {
+      c.signals_to_handle.push_back(*sig);
+    }
+  }
+
+  // Rendezvous: the backends exist to join nodes, and one node needs none.
+  static const std::set<std::string> kBackends = {"static", "c10d", "etcd", "etcd-v2"};
+  if (!kBackends.count(c.rdzv_backend)) {
+    p.Add(fmt::format("--rdzv-backend: expected static, c10d, etcd or etcd-v2, got '{}'",
+                      c.rdzv_backend));
+  }
+  if (c.standalone) {
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = RandomUuid4();
+    c.min_nodes = c.max_nodes = 1;
+  }
+  if (c.max_nodes > 1) {
+    p.Add(fmt::format("--nnodes {}: multi-node runs are not supported yet; run one node with "
+                      "--standalone or --nnodes 1",
+                      c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
+                                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes)));
+  } else if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
+    p.Add(fmt::format("--rdzv-backend {} is not supported yet; one node needs no rendezvous: use "
+                      "--standalone",
+                      c.rdzv_backend));
+  }
+  if (c.node_rank != 0 && c.max_nodes == 1) {
+    p.Add(fmt::format("--node-rank {}: a one-node job has only node rank 0", c.node_rank));
+  }
+  if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
+    c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
+  }
+  if (!c.rdzv_configs.count("timeout")) c.rdzv_configs["timeout"] = "900";
+  if (c.rdzv_backend == "static") c.rdzv_configs["rank"] = std::to_string(c.node_rank);
+
+  std::string shutdown = Env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (!shutdown.empty()) {
+    auto d = ParseDouble(shutdown);
+    if (!d || *d < 0) {
+      p.Add(fmt::format("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected seconds >= 0, got '{}'", shutdown));
+    } else {
+      c.shutdown_timeout_s = *d;
+    }
+  }
+  c.log_line_prefix_template = Env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  c.set_omp_num_threads = std::getenv("OMP_NUM_THREADS") == nullptr && c.nproc_per_node > 1;
+
+  if (!c.training_script.empty()) BuildEntrypoint(c, p);
+  if (!p.empty()) return p.ToStatus();
+  return ParsedLaunch{LaunchAction::kRun, "", std::move(c)};
+}
+
+}  // namespace trun::launch

@@ -1,0 +1,39 @@
+// torchrun's command line (and PET_* environment) -> LaunchConfig.
+//
+// Every torchrun flag is accepted in its dash and underscore spellings
+// (--nproc-per-node, --nproc_per_node), with PET_<DEST> as the fallback, as
+// torch does. Options end at the training script; everything after it is the
+// script's. Errors are collected: one message that names each problem and its
+// fix, and the caller exits 2.
+//
+// Thread-safety: reads the process environment; call before starting threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "launch/config.h"
+
+namespace trun::launch {
+
+// What the command line asked for besides a launch.
+enum class LaunchAction { kRun, kHelp };
+
+struct ParsedLaunch {
+  LaunchAction action = LaunchAction::kRun;
+  std::string help_text;
+  LaunchConfig config;
+};
+
+// `args` excludes argv[0].
+Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args);
+
+// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v".
+Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value);
+
+// Number of GPUs this process may use (NVIDIA driver's view, narrowed by
+// CUDA_VISIBLE_DEVICES).
+int CountGpus();
+
+}  // namespace trun::launch

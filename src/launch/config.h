@@ -1,0 +1,91 @@
+// LaunchConfig: everything `trun [torchrun flags] script args` asked for,
+// validated, with torchrun's defaults. Produced by ParseLaunchArgs (args.h),
+// consumed by the agent.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace trun::launch {
+
+// Which of a worker's streams go to files (redirect) or to files and the
+// console (tee): torchrun's Std, 0..3.
+enum class Std { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+inline bool HasOut(Std s) { return s == Std::kOut || s == Std::kAll; }
+inline bool HasErr(Std s) { return s == Std::kErr || s == Std::kAll; }
+
+// One value for every local rank ("3") or one per listed rank ("0:3,1:1";
+// ranks not listed get kNone).
+struct StdSpec {
+  Std all = Std::kNone;
+  std::map<int, Std> per_rank;
+  bool is_map = false;
+
+  Std ForRank(int local_rank) const {
+    if (!is_map) return all;
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? Std::kNone : it->second;
+  }
+};
+
+enum class EntrypointKind { kScript, kModule, kBinary, kRunPath };
+
+struct LaunchConfig {
+  // --nnodes MIN:MAX
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_configs;
+  bool standalone = false;
+
+  int max_restarts = 0;
+  double monitor_interval = 0.1;  // accepted; failure detection never waits for it
+  std::string start_method = "spawn";
+  std::string event_log_handler = "null";
+  std::string role = "default";
+
+  EntrypointKind entrypoint_kind = EntrypointKind::kScript;
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+  // The worker's full command line, derived from the entrypoint.
+  std::vector<std::string> worker_argv;
+  // What the failure table calls the job: the script, module or binary name.
+  std::string entrypoint_name;
+
+  // Unset: a fresh directory under $TMPDIR, like torchrun. "/dev/null": no
+  // files at all.
+  std::optional<std::string> log_dir;
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;
+  // From TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty means "[${role_name}${local_rank}]:".
+  std::string log_line_prefix_template;
+
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;  // by flag or PET_MASTER_PORT
+  std::optional<std::string> local_addr;
+  std::optional<std::string> logs_specs;
+  std::optional<std::string> numa_binding;
+
+  // Forwarded to the workers, then trun exits 128+signal.
+  std::vector<int> signals_to_handle;
+  // TORCH_ELASTIC_SHUTDOWN_TIMEOUT: grace between the stop signal and SIGKILL.
+  double shutdown_timeout_s = 30;
+
+  // Whether trun set OMP_NUM_THREADS=1 for the workers (and warned).
+  bool set_omp_num_threads = false;
+};
+
+}  // namespace trun::launch

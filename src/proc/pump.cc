@@ -1,0 +1,64 @@
+#include "proc/pump.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace trun::proc {
+
+Status WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write", errno);
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::OK();
+}
+
+void LinePump::Feed(std::string_view bytes) {
+  if (bytes.empty()) return;
+  if (file_fd_ >= 0 && !WriteAll(file_fd_, bytes).ok()) file_fd_ = -1;
+  if (console_fd_ < 0) return;
+  // Copy line by line, adding the prefix at each line start; whatever is
+  // complete (ends in \n or \r) is written, the tail of a partial line stays.
+  size_t flushable = console_buf_.size();
+  while (!bytes.empty()) {
+    if (at_line_start_) console_buf_ += prefix_;
+    size_t end = bytes.find_first_of("\n\r");
+    if (end == std::string_view::npos) {
+      console_buf_.append(bytes);
+      at_line_start_ = false;
+      break;
+    }
+    // "\r\n" ends one line, not two.
+    size_t len = end + 1;
+    if (bytes[end] == '\r' && len < bytes.size() && bytes[len] == '\n') ++len;
+    console_buf_.append(bytes.substr(0, len));
+    // After a bare \r the line is redrawn from column 0: prefix it again.
+    at_line_start_ = true;
+    bytes.remove_prefix(len);
+    flushable = console_buf_.size();
+  }
+  // A very long line is written in pieces rather than held without bound.
+  constexpr size_t kMaxHeld = 64 * 1024;
+  if (console_buf_.size() > kMaxHeld) flushable = console_buf_.size();
+  if (flushable == 0) return;
+  if (!WriteAll(console_fd_, std::string_view(console_buf_).substr(0, flushable)).ok()) {
+    console_fd_ = -1;
+  }
+  console_buf_.erase(0, flushable);
+}
+
+void LinePump::FlushConsole() {
+  if (console_fd_ >= 0 && !console_buf_.empty() && !WriteAll(console_fd_, console_buf_).ok()) {
+    console_fd_ = -1;
+  }
+  console_buf_.clear();
+}
+
+void LinePump::Finish() { FlushConsole(); }
+
+}  // namespace trun::proc

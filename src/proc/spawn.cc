@@ -1,0 +1,156 @@
+#include "proc/spawn.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/strings.h"
+
+namespace trun::proc {
+namespace {
+
+// Everything the child needs, prepared by the parent: between clone and
+// execve the child may only make system calls (no allocation, no locks).
+struct ChildArgs {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  int fds[3];
+  bool new_process_group;
+  int parent_death_signal;
+  pid_t parent_pid;
+  sigset_t child_mask;
+  int error;     // errno of the failed step, written by the child
+  int step;      // which step failed, for the message
+};
+
+constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
+
+int ChildMain(void* raw) {
+  auto* a = static_cast<ChildArgs*>(raw);
+  // Undo the parent's signal handlers before unblocking anything: a handler
+  // running here would run on the parent's memory.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN) {
+      signal(sig, SIG_DFL);
+    }
+  }
+  if (a->new_process_group && setpgid(0, 0) != 0) {
+    a->error = errno;
+    a->step = 1;
+    _exit(127);
+  }
+  if (a->parent_death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, a->parent_death_signal) != 0) {
+      a->error = errno;
+      a->step = 2;
+      _exit(127);
+    }
+    // The parent may have died before prctl took effect.
+    if (getppid() != a->parent_pid) _exit(127);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (a->fds[i] < 0 || a->fds[i] == i) continue;
+    if (dup2(a->fds[i], i) < 0) {
+      a->error = errno;
+      a->step = 3;
+      _exit(127);
+    }
+  }
+  sigprocmask(SIG_SETMASK, &a->child_mask, nullptr);
+  execve(a->path, a->argv, a->envp);
+  a->error = errno;
+  a->step = 4;
+  _exit(127);
+}
+
+bool IsExecutableFile(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+Result<std::string> ResolveExecutable(const std::string& name, const std::string& path) {
+  if (name.empty()) return Status::InvalidArgument("empty program name");
+  if (name.find('/') != std::string::npos) {
+    if (IsExecutableFile(name)) return name;
+    return Status::NotFound(name + " is not an executable file");
+  }
+  for (const auto& dir : Split(path.empty() ? "/usr/local/bin:/usr/bin:/bin" : path, ':')) {
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (IsExecutableFile(candidate)) return candidate;
+  }
+  return Status::NotFound(name + " was not found on PATH");
+}
+
+Result<pid_t> Spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return Status::InvalidArgument("spawn: empty argv");
+  std::string path_env;
+  for (const auto& kv : options.env) {
+    if (kv.rfind("PATH=", 0) == 0) path_env = kv.substr(5);
+  }
+  if (path_env.empty() && std::getenv("PATH")) path_env = std::getenv("PATH");
+  Result<std::string> path = ResolveExecutable(options.argv[0], path_env);
+  if (!path.ok()) return path.status();
+
+  std::vector<char*> argv;
+  argv.reserve(options.argv.size() + 1);
+  for (const auto& s : options.argv) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  envp.reserve(options.env.size() + 1);
+  for (const auto& s : options.env) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+
+  ChildArgs args{};
+  args.path = path->c_str();
+  args.argv = argv.data();
+  args.envp = envp.data();
+  args.fds[0] = options.stdin_fd;
+  args.fds[1] = options.stdout_fd;
+  args.fds[2] = options.stderr_fd;
+  args.new_process_group = options.new_process_group;
+  args.parent_death_signal = options.parent_death_signal;
+  args.parent_pid = ::getpid();
+  sigemptyset(&args.child_mask);
+
+  // The child runs on its own small stack; CLONE_VFORK keeps us suspended
+  // until it has exec'd, so one stack serves every spawn.
+  static constexpr size_t kStackSize = 64 * 1024;
+  static void* stack = [] {
+    void* p = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }();
+  if (stack == nullptr) return Status::Internal("spawn: cannot map a stack for clone");
+
+  // Block every signal across the clone so no handler of ours runs in the
+  // child before it has reset them.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kStackSize,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return Status::FromErrno("spawn " + options.argv[0] + ": clone", clone_errno);
+  if (args.step != 0) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return Status::IOError("cannot start " + options.argv[0] + ": " + kSteps[args.step] + ": " +
+                           std::strerror(args.error));
+  }
+  return pid;
+}
+
+}  // namespace trun::proc
