@@ -7,6 +7,7 @@
 
 #include "agent/agent.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "launch/args.h"
 
 namespace trun::cli {
@@ -17,7 +18,7 @@ using Args = std::vector<std::string>;
 int Launch(const Args& args) {
   auto parsed = launch::ParseLaunchArgs(args);
   if (!parsed.ok()) {
-    log::Error("{}", parsed.status().message());
+    for (const auto& line : Split(parsed.status().message(), '\n')) log::Error("{}", line);
     return agent::kExitUsage;
   }
   if (parsed->action == launch::LaunchAction::kHelp) {

@@ -174,9 +174,10 @@ std::string RandomUuid4() {
                      b[12], b[13], b[14], b[15]);
 }
 
+// A script may be any readable non-directory: a file, /dev/fd/N, a FIFO.
 bool IsFile(const std::string& p) {
   struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(p.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 void BuildEntrypoint(LaunchConfig& c, Problems& p) {

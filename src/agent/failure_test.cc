@@ -1,0 +1,95 @@
+#include "agent/failure.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace trun::agent {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + name + std::to_string(::getpid());
+}
+
+TEST(FailureTest, ReadsTorchRecordFiles) {
+  std::string path = TempPath("error.json");
+  std::ofstream(path) << R"({"message": {"message": "ValueError: boom", "extraInfo": )"
+                      << R"({"py_callstack": "Traceback\nValueError: boom", "timestamp": "100"}}})";
+  auto f = DescribeFailure(1, 5, 42, 1, path, 999);
+  EXPECT_EQ(f.timestamp, 100);
+  EXPECT_EQ(f.message, "Traceback\n  ValueError: boom");
+  EXPECT_EQ(f.error_file, path);
+  std::remove(path.c_str());
+}
+
+TEST(FailureTest, ReadsTheOlderStringForm) {
+  std::string path = TempPath("old.json");
+  std::ofstream(path) << R"({"message": "plain text", "timestamp": 7})";
+  auto f = DescribeFailure(0, 0, 1, 1, path, 999);
+  EXPECT_EQ(f.message, "plain text");
+  EXPECT_EQ(f.timestamp, 7);
+  std::remove(path.c_str());
+}
+
+TEST(FailureTest, SignalsAndMissingFiles) {
+  auto f = DescribeFailure(0, 0, 77, -9, "/nonexistent/error.json", 5);
+  EXPECT_EQ(f.message, "Signal 9 (SIGKILL) received by PID 77");
+  EXPECT_EQ(f.error_file, "<N/A>");
+  EXPECT_EQ(f.timestamp, 5);
+  auto g = DescribeFailure(0, 0, 77, 3, "", 5);
+  EXPECT_NE(g.message.find("pytorch.org/docs/stable/elastic/errors.html"), std::string::npos);
+}
+
+TEST(FailureTest, TornFileIsReportedNotFatal) {
+  std::string path = TempPath("torn.json");
+  std::ofstream(path) << R"({"message": {"mess)";
+  auto f = DescribeFailure(0, 0, 1, 1, path, 3);
+  EXPECT_NE(f.message.find("unreadable error file"), std::string::npos);
+  EXPECT_EQ(f.timestamp, 3);
+  std::remove(path.c_str());
+}
+
+TEST(FailureTest, RootCauseIsEarliestThenLowestRank) {
+  std::vector<WorkerFailure> fs(3);
+  fs[0].global_rank = 2, fs[0].timestamp = 10;
+  fs[1].global_rank = 1, fs[1].timestamp = 10;
+  fs[2].global_rank = 0, fs[2].timestamp = 11;
+  EXPECT_EQ(RootCause(fs), 1u);
+}
+
+TEST(FailureTest, TableMatchesTorchrunsLayout) {
+  auto f = DescribeFailure(1, 1, 123, 3, "", 0);
+  std::string t = FormatFailureTable("train.py", {f}, "host1");
+  EXPECT_EQ(t.rfind("\n====", 0), 0u);
+  EXPECT_NE(t.find("\ntrain.py FAILED\n----"), std::string::npos);
+  EXPECT_NE(t.find("Failures:\n  <NO_OTHER_FAILURES>\n"), std::string::npos);
+  EXPECT_NE(t.find("Root Cause (first observed failure):\n[0]:\n  time      : "), std::string::npos);
+  EXPECT_NE(t.find("  host      : host1\n  rank      : 1 (local_rank: 1)\n"
+                   "  exitcode  : 3 (pid: 123)\n  error_file: <N/A>\n  traceback : To enable"),
+            std::string::npos);
+  // Border width is the widest line, capped at 60.
+  EXPECT_NE(t.find("\n" + std::string(60, '=') + "\n"), std::string::npos);
+}
+
+TEST(FailureTest, AgentErrorFileAddsErrorCode) {
+  std::string worker = TempPath("w.json"), agent = TempPath("a.json");
+  std::ofstream(worker) << R"({"message": {"message": "E", "extraInfo": {"timestamp": "1"}}})";
+  auto f = DescribeFailure(0, 0, 1, 3, worker, 0);
+  ASSERT_TRUE(WriteAgentErrorFile(agent, f).ok());
+  auto j = nlohmann::json::parse(std::ifstream(agent));
+  EXPECT_EQ(j["message"]["errorCode"], 3);
+  EXPECT_EQ(j["message"]["message"], "E");
+  auto sig = DescribeFailure(0, 0, 9, -9, "", 0);
+  ASSERT_TRUE(WriteAgentErrorFile(agent, sig).ok());
+  j = nlohmann::json::parse(std::ifstream(agent));
+  EXPECT_EQ(j["message"]["errorCode"], -9);
+  EXPECT_EQ(j["message"]["message"], "Signal 9 (SIGKILL) received by PID 9");
+  std::remove(worker.c_str());
+  std::remove(agent.c_str());
+}
+
+}  // namespace
+}  // namespace trun::agent

@@ -1,0 +1,147 @@
+#include "launch/args.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace trun::launch {
+namespace {
+
+// Runs the parser with PET_* variables cleared, so the host's environment
+// cannot leak into a case.
+Result<ParsedLaunch> Parse(std::vector<std::string> args) {
+  for (const char* v : {"PET_NPROC_PER_NODE", "PET_NNODES", "PET_MAX_RESTARTS", "PET_TEE",
+                        "PET_STANDALONE", "OMP_NUM_THREADS"}) {
+    unsetenv(v);
+  }
+  return ParseLaunchArgs(args);
+}
+
+TEST(ArgsTest, DefaultsMatchTorchrun) {
+  auto p = Parse({"--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const auto& c = p->config;
+  EXPECT_EQ(c.min_nodes, 1);
+  EXPECT_EQ(c.max_nodes, 1);
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.rdzv_backend, "static");
+  EXPECT_EQ(c.rdzv_id, "none");
+  EXPECT_EQ(c.rdzv_endpoint, "127.0.0.1:29500");
+  EXPECT_EQ(c.rdzv_configs.at("timeout"), "900");
+  EXPECT_EQ(c.rdzv_configs.at("rank"), "0");
+  EXPECT_EQ(c.role, "default");
+  EXPECT_EQ(c.max_restarts, 0);
+  EXPECT_EQ(c.signals_to_handle.size(), 4u);
+  EXPECT_EQ(c.worker_argv, std::vector<std::string>{"true"});
+}
+
+TEST(ArgsTest, DashAndUnderscoreSpellings) {
+  auto a = Parse({"--nproc-per-node", "3", "--max_restarts=2", "--no_python", "true"});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->config.nproc_per_node, 3);
+  EXPECT_EQ(a->config.max_restarts, 2);
+  auto b = Parse({"--nproc_per_node=4", "--max-restarts", "1", "--no-python", "true"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->config.nproc_per_node, 4);
+}
+
+TEST(ArgsTest, ScriptArgumentsAreNotParsed) {
+  auto p = Parse({"--no-python", "echo", "--nproc-per-node", "9", "-r", "x"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.nproc_per_node, 1);
+  EXPECT_EQ(p->config.worker_argv,
+            (std::vector<std::string>{"echo", "--nproc-per-node", "9", "-r", "x"}));
+}
+
+TEST(ArgsTest, PetEnvironmentIsTheDefaultAndFlagsWin) {
+  auto p = [] {
+    unsetenv("OMP_NUM_THREADS");
+    setenv("PET_NPROC_PER_NODE", "3", 1);
+    auto r = ParseLaunchArgs({"--no-python", "true"});
+    unsetenv("PET_NPROC_PER_NODE");
+    return r;
+  }();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config.nproc_per_node, 3);
+  EXPECT_TRUE(p->config.set_omp_num_threads);
+  setenv("PET_NPROC_PER_NODE", "3", 1);
+  auto q = ParseLaunchArgs({"--nproc-per-node", "2", "--no-python", "true"});
+  unsetenv("PET_NPROC_PER_NODE");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->config.nproc_per_node, 2);
+}
+
+TEST(ArgsTest, EntrypointCommands) {
+  setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  auto m = Parse({"-m", "pkg.mod", "--lr", "1"});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->config.worker_argv,
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod", "--lr", "1"}));
+  EXPECT_EQ(m->config.entrypoint_name, "pkg.mod");
+  auto s = Parse({"/dev/null"});  // any existing file will do as a script
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->config.worker_argv, (std::vector<std::string>{"/usr/bin/python3", "-u", "/dev/null"}));
+  unsetenv("PYTHON_EXEC");
+}
+
+TEST(ArgsTest, StandaloneIsOneNodeC10dWithAUuid) {
+  auto p = Parse({"--standalone", "--rdzv-id", "mine", "--no-python", "true"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config.rdzv_backend, "c10d");
+  EXPECT_EQ(p->config.rdzv_id.size(), 36u);
+  EXPECT_EQ(p->config.rdzv_id[14], '4');
+}
+
+TEST(ArgsTest, StdSpecs) {
+  auto all = ParseStdSpec("--tee", "3");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->ForRank(7), Std::kAll);
+  auto map = ParseStdSpec("--tee", "0:1,12:2");
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->ForRank(0), Std::kOut);
+  EXPECT_EQ(map->ForRank(12), Std::kErr);  // torch's regex allows one digit only
+  EXPECT_EQ(map->ForRank(1), Std::kNone);
+  for (const char* bad : {"4", "x", "0:9", "0:", ":1", "0:1,", "-1:1"}) {
+    EXPECT_FALSE(ParseStdSpec("-r", bad).ok()) << bad;
+  }
+}
+
+TEST(ArgsTest, BadInputIsCollectedAndNamed) {
+  auto p = Parse({"--nproc-per-node", "0", "--nnodes", "3:2", "-t", "x", "--no-python", "true"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = p.status().message();
+  EXPECT_NE(m.find("--nproc-per-node"), std::string::npos) << m;
+  EXPECT_NE(m.find("--nnodes"), std::string::npos) << m;
+  EXPECT_NE(m.find("--tee"), std::string::npos) << m;
+}
+
+TEST(ArgsTest, UnknownFlagGetsASuggestion) {
+  auto p = Parse({"--nproc-per-nod", "2", "x.py"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("did you mean '--nproc-per-node'"), std::string::npos)
+      << p.status().message();
+}
+
+TEST(ArgsTest, MultiNodeIsNotSupportedYet) {
+  auto p = Parse({"--nnodes", "2", "--no-python", "true"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("not supported yet"), std::string::npos);
+}
+
+TEST(ArgsTest, ConflictingEntrypoints) {
+  EXPECT_FALSE(Parse({"--no-python", "-m", "x"}).ok());
+  EXPECT_FALSE(Parse({"--run-path", "-m", "x"}).ok());
+  EXPECT_FALSE(Parse({"missing_script.py"}).ok());
+  EXPECT_FALSE(Parse({}).ok());
+}
+
+TEST(ArgsTest, RdzvConf) {
+  auto p = Parse({"--rdzv-conf", "join_timeout=5, is_host=1", "--no-python", "true"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config.rdzv_configs.at("join_timeout"), "5");
+  EXPECT_EQ(p->config.rdzv_configs.at("is_host"), "1");
+  EXPECT_FALSE(Parse({"--rdzv-conf", "novalue", "--no-python", "true"}).ok());
+}
+
+}  // namespace
+}  // namespace trun::launch

@@ -1,0 +1,57 @@
+#include "proc/spawn.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace trun::proc {
+namespace {
+
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+TEST(SpawnTest, RunsWithExactEnvironmentAndOwnProcessGroup) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  SpawnOptions o;
+  o.argv = {"sh", "-c", "echo \"$FOO $(ps -o pgid= -p $$ | tr -d ' ') $$\""};
+  o.env = {"FOO=bar", "PATH=/usr/bin:/bin"};
+  o.stdout_fd = p[1];
+  auto pid = Spawn(o);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  close(p[1]);
+  std::string out = ReadAll(p[0]);
+  close(p[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(out, "bar " + std::to_string(*pid) + " " + std::to_string(*pid) + "\n");
+}
+
+TEST(SpawnTest, MissingProgramIsAnErrorNotAChild) {
+  SpawnOptions o;
+  o.argv = {"/nonexistent/program"};
+  auto pid = Spawn(o);
+  EXPECT_FALSE(pid.ok());
+  o.argv = {"surely-not-a-program-on-path"};
+  o.env = {"PATH=/usr/bin"};
+  EXPECT_FALSE(Spawn(o).ok());
+}
+
+TEST(SpawnTest, ResolveFollowsPath) {
+  auto sh = ResolveExecutable("sh", "/nonexistent:/bin:/usr/bin");
+  ASSERT_TRUE(sh.ok());
+  EXPECT_EQ(*sh, "/bin/sh");
+  EXPECT_FALSE(ResolveExecutable("sh", "/nonexistent").ok());
+}
+
+}  // namespace
+}  // namespace trun::proc
