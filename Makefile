@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test integration-test demo bench fuzz format clean
+.PHONY: all deps build test unit-test sanitize-test integration-test demo bench format clean
 
 all: build
 
@@ -25,7 +25,13 @@ unit-test: build
 integration-test: build
 	@PYTHON_EXEC=$(PYTHON) TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
-test: unit-test integration-test
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+sanitize-test: deps
+	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON >/dev/null
+	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
+	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
+
+test: unit-test sanitize-test integration-test
 
 demo: build
 	@PYTHON_EXEC=$(PYTHON) ./examples/demo.sh $(BUILD)/trun

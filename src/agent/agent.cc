@@ -425,6 +425,9 @@ class LocalAgent::Impl {
     Drain(*w.out);
     Drain(*w.err);
     if (state_ == State::kRunning && w.exitcode != 0) {
+      // Said at once, in torch's words, before the siblings are stopped.
+      log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
+                 w.local_rank, w.pid, config_.worker_argv[0]);
       failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                           w.error_file, w.exited_at));
     }

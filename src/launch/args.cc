@@ -12,6 +12,7 @@
 
 #include "common/strings.h"
 #include "proc/signals.h"
+#include "proc/spawn.h"
 
 namespace trun::launch {
 namespace {
@@ -186,6 +187,10 @@ void BuildEntrypoint(LaunchConfig& c, Problems& p) {
   if (python.empty()) python = "python3";
   switch (c.entrypoint_kind) {
     case EntrypointKind::kBinary:
+      if (auto found = proc::ResolveExecutable(script, Env("PATH")); !found.ok()) {
+        p.Add(fmt::format("--no-python: {}; give a path or a program on PATH",
+                          found.status().message()));
+      }
       c.worker_argv = {script};
       c.entrypoint_name = script;
       break;
