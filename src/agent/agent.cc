@@ -60,8 +60,9 @@ Result<std::string> MakeUniqueDir(const std::string& parent, const std::string& 
 
 // torch's string.Template.safe_substitute over the three names it offers.
 std::string SubstitutePrefix(std::string tmpl, const std::string& role, int local_rank, int rank) {
-  const std::pair<std::string, std::string> vars[] = {
-      {"role_name", role}, {"local_rank", std::to_string(local_rank)}, {"rank", std::to_string(rank)}};
+  const std::pair<std::string, std::string> vars[] = {{"role_name", role},
+                                                      {"local_rank", std::to_string(local_rank)},
+                                                      {"rank", std::to_string(rank)}};
   for (const auto& [name, value] : vars) {
     for (const std::string& form : {"${" + name + "}", "$" + name}) {
       size_t pos = 0;
@@ -148,9 +149,8 @@ class LocalAgent::Impl {
     auto port = PortReservation::Reserve(config_.master_port_given ? config_.master_port : 0);
     if (!port.ok()) return Status::InvalidArgument(port.status().message());
     port_.emplace(std::move(*port));
-    master_addr_ = config_.rdzv_backend == "static"
-                       ? config_.master_addr
-                       : config_.local_addr.value_or(hostname_);
+    master_addr_ = config_.rdzv_backend == "static" ? config_.master_addr
+                                                    : config_.local_addr.value_or(hostname_);
 
     if (config_.log_dir != "/dev/null") {
       std::string base;
@@ -159,8 +159,9 @@ class LocalAgent::Impl {
         std::error_code ec;
         fs::create_directories(base, ec);
         if (ec) {
-          return Status::InvalidArgument(fmt::format(
-              "--log-dir {}: cannot create it: {}; choose a writable directory", base, ec.message()));
+          return Status::InvalidArgument(
+              fmt::format("--log-dir {}: cannot create it: {}; choose a writable directory", base,
+                          ec.message()));
         }
       } else {
         const char* tmp = std::getenv("TMPDIR");
@@ -170,8 +171,8 @@ class LocalAgent::Impl {
       }
       auto run_dir = MakeUniqueDir(base, config_.rdzv_id + "_");
       if (!run_dir.ok()) {
-        return Status::InvalidArgument(fmt::format(
-            "--log-dir {}: {}; choose a writable directory", base, run_dir.status().message()));
+        return Status::InvalidArgument(fmt::format("--log-dir {}: {}; choose a writable directory",
+                                                   base, run_dir.status().message()));
       }
       run_log_dir_ = *run_dir;
     }
@@ -196,13 +197,25 @@ class LocalAgent::Impl {
 
   // The agent's environment minus what each worker gets of its own.
   void BuildBaseEnv() {
-    static const std::set<std::string> kOwn = {
-        "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
-        "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_USE_AGENT_STORE", "NCCL_ASYNC_ERROR_HANDLING",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE",
-        "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+    static const std::set<std::string> kOwn = {"LOCAL_RANK",
+                                               "RANK",
+                                               "GROUP_RANK",
+                                               "ROLE_RANK",
+                                               "ROLE_NAME",
+                                               "LOCAL_WORLD_SIZE",
+                                               "WORLD_SIZE",
+                                               "GROUP_WORLD_SIZE",
+                                               "ROLE_WORLD_SIZE",
+                                               "MASTER_ADDR",
+                                               "MASTER_PORT",
+                                               "TORCHELASTIC_RESTART_COUNT",
+                                               "TORCHELASTIC_MAX_RESTARTS",
+                                               "TORCHELASTIC_RUN_ID",
+                                               "TORCHELASTIC_USE_AGENT_STORE",
+                                               "NCCL_ASYNC_ERROR_HANDLING",
+                                               "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                               "TORCHELASTIC_ERROR_FILE",
+                                               "TORCHELASTIC_SIGNALS_TO_HANDLE"};
     std::string nccl_async = "1", torch_nccl_async = "1";
     for (char** e = environ; *e; ++e) {
       std::string_view kv(*e);
@@ -249,7 +262,8 @@ class LocalAgent::Impl {
       std::error_code ec;
       fs::remove_all(attempt_dir, ec);
       fs::create_directories(attempt_dir, ec);
-      if (ec) return Status::IOError(fmt::format("cannot create {}: {}", attempt_dir, ec.message()));
+      if (ec)
+        return Status::IOError(fmt::format("cannot create {}: {}", attempt_dir, ec.message()));
     }
     const int n = config_.nproc_per_node;
     workers_.resize(static_cast<size_t>(n));
@@ -459,8 +473,9 @@ class LocalAgent::Impl {
     const auto& root = failures_[RootCause(failures_)];
     if (restart_count_ < config_.max_restarts) {
       ++restart_count_;
-      log::Warning("worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
-                   root.local_rank, root.exitcode, restart_count_, config_.max_restarts);
+      log::Warning(
+          "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
+          root.local_rank, root.exitcode, restart_count_, config_.max_restarts);
       Status s = StartAttempt();
       if (!s.ok()) {
         log::Error("{}", s.message());
@@ -470,9 +485,9 @@ class LocalAgent::Impl {
     }
     std::string table = FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
     log::Error("worker group failed{}:{}",
-               config_.max_restarts > 0
-                   ? fmt::format(" after {} restart{}", restart_count_, restart_count_ == 1 ? "" : "s")
-                   : "",
+               config_.max_restarts > 0 ? fmt::format(" after {} restart{}", restart_count_,
+                                                      restart_count_ == 1 ? "" : "s")
+                                        : "",
                table);
     if (!own_error_file_.empty()) {
       Status s = WriteAgentErrorFile(own_error_file_, root);

@@ -60,8 +60,9 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
         }
       } else {
         const auto& extra = msg.value("extraInfo", nlohmann::json::object());
-        f.message = extra.contains("py_callstack") ? extra["py_callstack"].get<std::string>()
-                                                   : msg.value("message", std::string(kNotAvailable));
+        f.message = extra.contains("py_callstack")
+                        ? extra["py_callstack"].get<std::string>()
+                        : msg.value("message", std::string(kNotAvailable));
         f.message = ReplaceAll(f.message, "\n", "\n  ");
         if (extra.contains("timestamp")) {
           const auto& ts = extra["timestamp"];
@@ -77,10 +78,11 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
     }
   }
   if (f.message.empty()) {
-    f.message = exitcode < 0
-                    ? fmt::format("Signal {} ({}) received by PID {}", -exitcode,
-                                  proc::SignalName(-exitcode), pid)
-                    : "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+    f.message =
+        exitcode < 0
+            ? fmt::format("Signal {} ({}) received by PID {}", -exitcode,
+                          proc::SignalName(-exitcode), pid)
+            : "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
   }
   return f;
 }
@@ -90,7 +92,8 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   for (size_t i = 1; i < failures.size(); ++i) {
     const auto& a = failures[i];
     const auto& b = failures[best];
-    if (a.timestamp < b.timestamp || (a.timestamp == b.timestamp && a.global_rank < b.global_rank)) {
+    if (a.timestamp < b.timestamp ||
+        (a.timestamp == b.timestamp && a.global_rank < b.global_rank)) {
       best = i;
     }
   }
@@ -129,8 +132,9 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
   for (size_t i = 0; i < others.size(); ++i) other_fmt += (i ? "\n" : "") + others[i];
   if (others.empty()) other_fmt = "  <NO_OTHER_FAILURES>";
   std::string border(width, '='), section(width, '-');
-  return fmt::format("\n{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}",
-                     border, title, section, other_fmt, section, root_fmt, border);
+  return fmt::format(
+      "\n{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}", border,
+      title, section, other_fmt, section, root_fmt, border);
 }
 
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {

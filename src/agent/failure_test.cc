@@ -66,7 +66,8 @@ TEST(FailureTest, TableMatchesTorchrunsLayout) {
   EXPECT_EQ(t.rfind("\n====", 0), 0u);
   EXPECT_NE(t.find("\ntrain.py FAILED\n----"), std::string::npos);
   EXPECT_NE(t.find("Failures:\n  <NO_OTHER_FAILURES>\n"), std::string::npos);
-  EXPECT_NE(t.find("Root Cause (first observed failure):\n[0]:\n  time      : "), std::string::npos);
+  EXPECT_NE(t.find("Root Cause (first observed failure):\n[0]:\n  time      : "),
+            std::string::npos);
   EXPECT_NE(t.find("  host      : host1\n  rank      : 1 (local_rank: 1)\n"
                    "  exitcode  : 3 (pid: 123)\n  error_file: <N/A>\n  traceback : To enable"),
             std::string::npos);

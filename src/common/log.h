@@ -19,7 +19,8 @@ void Write(Level level, std::string_view msg);
 
 template <typename... Args>
 void Debug(fmt::format_string<Args...> f, Args&&... args) {
-  if (Threshold() <= Level::kDebug) Write(Level::kDebug, fmt::format(f, std::forward<Args>(args)...));
+  if (Threshold() <= Level::kDebug)
+    Write(Level::kDebug, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void Info(fmt::format_string<Args...> f, Args&&... args) {

@@ -58,7 +58,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok());
   }
@@ -83,8 +83,8 @@ class [[nodiscard]] Result {
 }  // namespace trun
 
 // Early return on error, for functions that return Status or Result<U>.
-#define TRUN_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::trun::Status trun_status_ = (expr);    \
+#define TRUN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::trun::Status trun_status_ = (expr);        \
     if (!trun_status_.ok()) return trun_status_; \
   } while (0)

@@ -1,13 +1,13 @@
 #include "launch/args.h"
 
 #include <dirent.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
-#include <fmt/format.h>
 #include <thread>
 
 #include "common/strings.h"
@@ -35,26 +35,32 @@ constexpr OptionRow kOptions[] = {
     {"--rdzv-id,--rdzv_id", "rdzv_id", "User-defined job id (default none)."},
     {"--rdzv-conf,--rdzv_conf", "rdzv_conf", "Rendezvous configuration k1=v1,k2=v2."},
     {"--standalone", "standalone", "One node: c10d rendezvous on a free local port.", true},
-    {"--max-restarts,--max_restarts", "max_restarts", "Restarts of the worker group before failing (default 0)."},
+    {"--max-restarts,--max_restarts", "max_restarts",
+     "Restarts of the worker group before failing (default 0)."},
     {"--monitor-interval,--monitor_interval", "monitor_interval",
      "Accepted for compatibility; trun sees worker exits as they happen."},
-    {"--start-method,--start_method", "start_method", "spawn, fork or forkserver (function entrypoints only)."},
+    {"--start-method,--start_method", "start_method",
+     "spawn, fork or forkserver (function entrypoints only)."},
     {"--event-log-handler,--event_log_handler", "event_log_handler", "null (default) or console."},
     {"--role", "role", "User-defined role of the workers (default default)."},
     {"-m,--module", "module", "Run the script as a Python module (python -m).", true},
     {"--no-python,--no_python", "no_python", "Run the script as a program, without python.", true},
-    {"--run-path,--run_path", "run_path", "Run the script with runpy.run_path in the worker.", true},
+    {"--run-path,--run_path", "run_path", "Run the script with runpy.run_path in the worker.",
+     true},
     {"--log-dir,--log_dir", "log_dir", "Base directory for log files (default a new temp dir)."},
     {"-r,--redirects", "redirects", "Redirect streams to log files: 0-3 or a map like 0:1,1:2."},
     {"-t,--tee", "tee", "Tee streams to log files and the console: 0-3 or a map."},
     {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter",
      "Show only these local ranks on the console, e.g. 0,1."},
     {"--node-rank,--node_rank", "node_rank", "Rank of this node (static rendezvous)."},
-    {"--master-addr,--master_addr", "master_addr", "Address of the master node (static; default 127.0.0.1)."},
-    {"--master-port,--master_port", "master_port", "Port on the master node (static; default: free port)."},
+    {"--master-addr,--master_addr", "master_addr",
+     "Address of the master node (static; default 127.0.0.1)."},
+    {"--master-port,--master_port", "master_port",
+     "Port on the master node (static; default: free port)."},
     {"--local-addr,--local_addr", "local_addr", "Address of this node."},
     {"--logs-specs,--logs_specs", "logs_specs", "torchrun's log-layout plug-in (not supported)."},
-    {"--numa-binding,--numa_binding", "numa_binding", "NUMA binding: node, socket, exclusive, core-complex."},
+    {"--numa-binding,--numa_binding", "numa_binding",
+     "NUMA binding: node, socket, exclusive, core-complex."},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle",
      "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)."},
 };
@@ -170,9 +176,11 @@ std::string RandomUuid4() {
   for (size_t i = got; i < sizeof b; ++i) b[i] = static_cast<unsigned char>(std::rand());
   b[6] = (b[6] & 0x0f) | 0x40;
   b[8] = (b[8] & 0x3f) | 0x80;
-  return fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                     b[12], b[13], b[14], b[15]);
+  return fmt::format(
+      "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:"
+      "02x}{:02x}",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+      b[15]);
 }
 
 // A script may be any readable non-directory: a file, /dev/fd/N, a FIFO.
@@ -200,9 +208,10 @@ void BuildEntrypoint(LaunchConfig& c, Problems& p) {
       break;
     case EntrypointKind::kScript:
       if (!IsFile(script)) {
-        p.Add(fmt::format("training script '{}' not found (or not a file); check the path, or use "
-                          "-m for a module and --no-python for a program",
-                          script));
+        p.Add(
+            fmt::format("training script '{}' not found (or not a file); check the path, or use "
+                        "-m for a module and --no-python for a program",
+                        script));
       }
       c.worker_argv = {python, "-u", script};
       c.entrypoint_name = script;
@@ -328,7 +337,9 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     c.training_script_args.assign(rest.begin() + 1, rest.end());
   }
 
-  auto given = [&](const char* dest) { return opts[dest]->count() > 0 || !Env(("PET_" + Upper(dest)).c_str()).empty(); };
+  auto given = [&](const char* dest) {
+    return opts[dest]->count() > 0 || !Env(("PET_" + Upper(dest)).c_str()).empty();
+  };
   auto value = [&](const char* dest) -> const std::string& { return values[dest]; };
 
   if (given("nnodes")) ParseNnodes(value("nnodes"), c, p);
@@ -344,7 +355,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("monitor_interval")) {
     auto d = ParseDouble(value("monitor_interval"));
     if (!d || *d < 0) {
-      p.Add(fmt::format("--monitor-interval: expected seconds >= 0, got '{}'", value("monitor_interval")));
+      p.Add(fmt::format("--monitor-interval: expected seconds >= 0, got '{}'",
+                        value("monitor_interval")));
     } else {
       c.monitor_interval = *d;
     }
@@ -352,7 +364,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("start_method")) {
     c.start_method = value("start_method");
     if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
-      p.Add(fmt::format("--start-method: expected spawn, fork or forkserver, got '{}'", c.start_method));
+      p.Add(fmt::format("--start-method: expected spawn, fork or forkserver, got '{}'",
+                        c.start_method));
     }
   }
   if (given("event_log_handler")) {
@@ -378,22 +391,32 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("log_dir")) c.log_dir = value("log_dir");
   if (given("redirects")) {
     auto s = ParseStdSpec("--redirects", value("redirects"));
-    if (s.ok()) c.redirects = *s; else p.Add(s.status().message());
+    if (s.ok())
+      c.redirects = *s;
+    else
+      p.Add(s.status().message());
   }
   if (given("tee")) {
     auto s = ParseStdSpec("--tee", value("tee"));
-    if (s.ok()) c.tee = *s; else p.Add(s.status().message());
+    if (s.ok())
+      c.tee = *s;
+    else
+      p.Add(s.status().message());
   }
   if (given("local_ranks_filter")) {
     std::set<int> ranks;
     bool bad = false;
     for (auto& r : Split(value("local_ranks_filter"), ',')) {
       auto n = ParseInt(r);
-      if (!n || *n < 0) bad = true; else ranks.insert(static_cast<int>(*n));
+      if (!n || *n < 0)
+        bad = true;
+      else
+        ranks.insert(static_cast<int>(*n));
     }
     if (bad || ranks.empty()) {
-      p.Add(fmt::format("--local-ranks-filter: expected comma-separated local ranks like 0,1, got '{}'",
-                        value("local_ranks_filter")));
+      p.Add(fmt::format(
+          "--local-ranks-filter: expected comma-separated local ranks like 0,1, got '{}'",
+          value("local_ranks_filter")));
     } else {
       c.local_ranks_filter = std::move(ranks);
     }
@@ -413,19 +436,21 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
   if (given("local_addr")) c.local_addr = value("local_addr");
   if (given("logs_specs")) {
-    p.Add("--logs-specs: torchrun's Python log-layout plug-ins cannot load into trun; drop the "
-          "flag (trun writes torchrun's default layout)");
+    p.Add(
+        "--logs-specs: torchrun's Python log-layout plug-ins cannot load into trun; drop the "
+        "flag (trun writes torchrun's default layout)");
   }
   if (given("numa_binding")) {
     c.numa_binding = value("numa_binding");
     p.Add("--numa-binding is not supported yet; drop the flag or bind with numactl in the script");
   }
-  std::string signals = given("signals_to_handle") ? value("signals_to_handle")
-                                                    : "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string signals =
+      given("signals_to_handle") ? value("signals_to_handle") : "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   for (auto& name : Split(signals, ',')) {
     auto sig = proc::ParseSignal(name);
     if (!sig || *sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
-      p.Add(fmt::format("--signals-to-handle: '{}' is not a signal trun can handle (e.g. SIGTERM)", name));
+      p.Add(fmt::format("--signals-to-handle: '{}' is not a signal trun can handle (e.g. SIGTERM)",
+                        name));
     } else {
       c.signals_to_handle.push_back(*sig);
     }
@@ -444,14 +469,16 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     c.min_nodes = c.max_nodes = 1;
   }
   if (c.max_nodes > 1) {
-    p.Add(fmt::format("--nnodes {}: multi-node runs are not supported yet; run one node with "
-                      "--standalone or --nnodes 1",
-                      c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
-                                                 : fmt::format("{}:{}", c.min_nodes, c.max_nodes)));
+    p.Add(
+        fmt::format("--nnodes {}: multi-node runs are not supported yet; run one node with "
+                    "--standalone or --nnodes 1",
+                    c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
+                                               : fmt::format("{}:{}", c.min_nodes, c.max_nodes)));
   } else if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    p.Add(fmt::format("--rdzv-backend {} is not supported yet; one node needs no rendezvous: use "
-                      "--standalone",
-                      c.rdzv_backend));
+    p.Add(
+        fmt::format("--rdzv-backend {} is not supported yet; one node needs no rendezvous: use "
+                    "--standalone",
+                    c.rdzv_backend));
   }
   if (c.node_rank != 0 && c.max_nodes == 1) {
     p.Add(fmt::format("--node-rank {}: a one-node job has only node rank 0", c.node_rank));
@@ -466,7 +493,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (!shutdown.empty()) {
     auto d = ParseDouble(shutdown);
     if (!d || *d < 0) {
-      p.Add(fmt::format("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected seconds >= 0, got '{}'", shutdown));
+      p.Add(
+          fmt::format("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected seconds >= 0, got '{}'", shutdown));
     } else {
       c.shutdown_timeout_s = *d;
     }

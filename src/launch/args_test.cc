@@ -79,7 +79,8 @@ TEST(ArgsTest, EntrypointCommands) {
   EXPECT_EQ(m->config.entrypoint_name, "pkg.mod");
   auto s = Parse({"/dev/null"});  // any existing file will do as a script
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(s->config.worker_argv, (std::vector<std::string>{"/usr/bin/python3", "-u", "/dev/null"}));
+  EXPECT_EQ(s->config.worker_argv,
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "/dev/null"}));
   unsetenv("PYTHON_EXEC");
 }
 

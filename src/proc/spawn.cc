@@ -28,8 +28,8 @@ struct ChildArgs {
   int parent_death_signal;
   pid_t parent_pid;
   sigset_t child_mask;
-  int error;     // errno of the failed step, written by the child
-  int step;      // which step failed, for the message
+  int error;  // errno of the failed step, written by the child
+  int step;   // which step failed, for the message
 };
 
 constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
