@@ -1,0 +1,52 @@
+"""A small, real DDP training over gloo: the job `make demo` runs through trun.
+
+Fits a linear model to a fixed synthetic regression problem, each rank
+training on its own shard, gradients averaged by DistributedDataParallel.
+Deterministic: the same world size gives the same final loss, under trun or
+torchrun, so the two can be compared line for line.
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+@record
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--fail-rank", type=int, default=-1,
+                        help="raise ValueError('boom') on this rank at step 1")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    true_w = torch.arange(1.0, 9.0)
+    x = torch.randn(256, 8)
+    y = x @ true_w + 0.5
+    shard = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+    model = DDP(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(args.steps):
+        if step == 1 and rank == args.fail_rank:
+            raise ValueError("boom")
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[shard]).squeeze(1), y[shard])
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        if rank == 0 and (step % 5 == 4 or step == args.steps - 1):
+            print(f"step {step + 1:3d}  mean loss {total.item() / world:.6f}", flush=True)
+    print(f"rank {rank}/{world} local_rank {os.environ['LOCAL_RANK']} done", flush=True)
+    if rank == 0:
+        print(f"RESULT world={world} loss={total.item() / world:.6f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
