@@ -20,6 +20,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--fail-rank", type=int, default=-1,
                         help="raise ValueError('boom') on this rank at step 1")
+    parser.add_argument("--fail-attempt", type=int, default=-1,
+                        help="fail only on this restart attempt (default: every attempt)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -32,7 +34,8 @@ def main() -> None:
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(args.steps):
-        if step == 1 and rank == args.fail_rank:
+        attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        if step == 1 and rank == args.fail_rank and args.fail_attempt in (-1, attempt):
             raise ValueError("boom")
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x[shard]).squeeze(1), y[shard])
