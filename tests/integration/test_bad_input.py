@@ -1,0 +1,43 @@
+"""Every bad input: a message that names the problem, exit 2, nothing started."""
+import pytest
+
+from conftest import trun, worker
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--nproc-per-nod", 2, "x.py"], "did you mean '--nproc-per-node'"),
+    (["no_such_script.py"], "no_such_script.py' not found"),
+    (["--nproc-per-node", 0, *worker()], "--nproc-per-node"),
+    (["--nproc-per-node", "lots", *worker()], "--nproc-per-node"),
+    (["--nproc-per-node", "gpu", *worker()], "no GPU"),
+    (["-r", "0:9", *worker()], "--redirects"),
+    (["-t", "x", *worker()], "--tee"),
+    (["--nnodes", 0, *worker()], "--nnodes"),
+    (["--nnodes", "3:2", *worker()], "--nnodes"),
+    (["--nnodes", 2, *worker()], "not supported yet"),
+    (["--rdzv-backend", "etcd", *worker()], "not supported yet"),
+    (["--rdzv-backend", "zookeeper", *worker()], "--rdzv-backend"),
+    (["--no-python", "-m", "x"], "cannot be used together"),
+    (["--no-python", "no-such-program-anywhere"], "not found on PATH"),
+    (["--max-restarts", -1, *worker()], "--max-restarts"),
+    (["--local-ranks-filter", "a", *worker()], "--local-ranks-filter"),
+    (["--signals-to-handle", "SIGNOPE", *worker()], "--signals-to-handle"),
+    (["--master-port", 70000, *worker()], "--master-port"),
+    (["--log-dir", "/etc/passwd/logs", *worker()], "--log-dir"),
+    ([], "missing training_script"),
+])
+def test_bad_input_exits_2_with_a_named_problem(args, needle):
+    r = trun(*args)
+    assert r.returncode == 2, (r.returncode, r.err)
+    assert needle in r.err, r.err
+
+
+def test_all_problems_are_reported_at_once():
+    r = trun("--nproc-per-node", 0, "-t", "9", "--nnodes", "x", *worker())
+    assert r.returncode == 2
+    assert "--nproc-per-node" in r.err and "--tee" in r.err and "--nnodes" in r.err
+
+
+def test_help_exits_0():
+    r = trun("--help")
+    assert r.returncode == 0 and "--nproc-per-node" in r.out

@@ -1,0 +1,73 @@
+"""Worker failures: siblings stopped at once, torchrun's table, error files, restarts."""
+import json
+import re
+import time
+
+from conftest import EXAMPLES, base_env, trun, worker
+
+
+def test_first_failure_stops_siblings_and_prints_the_table():
+    t0 = time.monotonic()
+    r = trun("--nproc-per-node", 3, *worker("exit:3@1", "sleep:60"), timeout=60)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.err
+    assert elapsed < 20, elapsed  # the siblings' 60 s sleep was cut short
+    assert re.search(r"^=+$", r.err, re.M)
+    assert re.search(r"worker\.py FAILED$", r.err, re.M)
+    assert "Root Cause (first observed failure):" in r.err
+    assert "  rank      : 1 (local_rank: 1)" in r.err
+    assert re.search(r"  exitcode  : 3 \(pid: \d+\)", r.err)
+    assert "  <NO_OTHER_FAILURES>" in r.err
+    assert "error_file: <N/A>" in r.err
+
+
+def test_record_traceback_reaches_the_table_and_agent_error_file(tmp):
+    agent_file = tmp / "agent_error.json"
+    r = trun("--nproc-per-node", 2, "--log-dir", tmp / "logs", EXAMPLES / "ddp_train.py",
+             "--steps", 3, "--fail-rank", 1, env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
+    assert r.returncode == 1
+    table = r.err[r.err.index("Root Cause"):]
+    assert "ValueError: boom" in table and "Traceback (most recent call last)" in table
+    error_file = re.search(r"error_file: (\S+)", table).group(1)
+    assert error_file.endswith("attempt_0/1/error.json")
+    worker_record = json.loads(open(error_file).read())
+    assert worker_record["message"]["message"] == "ValueError: boom"
+    ours = json.loads(agent_file.read_text())
+    assert ours["message"]["errorCode"] == 1
+    assert ours["message"]["message"] == "ValueError: boom"
+    assert "py_callstack" in ours["message"]["extraInfo"]
+
+
+def test_signal_death_is_named(tmp):
+    agent_file = tmp / "agent_error.json"
+    r = trun(*worker("kill:KILL"), env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
+    assert r.returncode == 1
+    assert re.search(r"exitcode  : -9 \(pid: (\d+)\)", r.err)
+    pid = re.search(r"exitcode  : -9 \(pid: (\d+)\)", r.err).group(1)
+    assert f"Signal 9 (SIGKILL) received by PID {pid}" in r.err
+    ours = json.loads(agent_file.read_text())
+    assert ours["message"]["errorCode"] == -9
+
+
+def test_restart_succeeds_on_a_later_attempt(tmp):
+    r = trun("--nproc-per-node", 2, "--max-restarts", 2, "--log-dir", tmp, "--tee", 1,
+             *worker("print:attempt", "exit:5@0#0"))
+    assert r.returncode == 0, r.err
+    (run_dir,) = list(tmp.iterdir())
+    assert sorted(p.name for p in run_dir.iterdir()) == ["attempt_0", "attempt_1"]
+    assert "restarting, attempt 1 of 2" in r.err
+
+
+def test_restart_count_counts_up(tmp):
+    r = trun("--max-restarts", 2, "--no-python", "sh", "-c",
+             f"echo $TORCHELASTIC_RESTART_COUNT >> {tmp}/count; "
+             "[ $TORCHELASTIC_RESTART_COUNT = 2 ]")
+    assert r.returncode == 0, r.err
+    assert (tmp / "count").read_text().split() == ["0", "1", "2"]
+
+
+def test_restarts_run_out():
+    r = trun("--max-restarts", 1, *worker("exit:2"))
+    assert r.returncode == 1
+    assert r.err.count("failed (exitcode: 2)") == 2
+    assert "worker group failed after 1 restart" in r.err

@@ -1,0 +1,81 @@
+"""Signals reach the workers; nothing outlives trun, not even after kill -9."""
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from conftest import TRUN, base_env, live_processes_with, worker
+
+
+def start(args, env=None):
+    return subprocess.Popen([TRUN, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env or base_env())
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                      (signal.SIGHUP, 129)])
+def test_signal_is_forwarded_and_trun_exits_128_plus(tmp, sig, code):
+    p = start(["--nproc-per-node", 2, *worker(f"marker:{tmp}", "print:ready", "sleep:60")])
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        assert p.stdout.readline() == b"ready\n"
+        p.send_signal(sig)
+        assert p.wait(timeout=30) == code
+    finally:
+        p.kill()
+    name = signal.Signals(sig).name
+    assert sorted(f.name for f in tmp.iterdir()) == [f"0.{name}", f"1.{name}"]
+
+
+def test_stubborn_workers_are_killed_after_the_grace_period():
+    p = start(["--no-python", "sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"],
+              env=base_env(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="0.5"))
+    assert p.stdout.readline() == b"ready\n"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143
+    assert time.monotonic() - t0 < 10
+
+
+def test_signals_to_handle_narrows_the_set(tmp):
+    p = start(["--signals-to-handle", "SIGUSR1", *worker(f"marker:{tmp}", "print:ready",
+                                                         "sleep:60")])
+    assert p.stdout.readline() == b"ready\n"
+    p.send_signal(signal.SIGUSR1)
+    assert p.wait(timeout=30) == 128 + signal.SIGUSR1
+
+
+def test_kill_9_of_trun_leaves_no_worker_and_no_grandchild():
+    token = f"TRUN_ORPHAN_TEST={uuid.uuid4()}"
+    env = base_env(TRUN_ORPHAN_TOKEN=token)
+    p = start(["--nproc-per-node", 2, *worker("grandchild", "print:ready", "sleep:300")], env=env)
+    assert p.stdout.readline() == b"ready\n"
+    assert p.stdout.readline() == b"ready\n"
+    # trun, its sentinel, 2 workers, 2 grandchildren.
+    assert wait_for(lambda: len(live_processes_with(token)) >= 6), live_processes_with(token)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    assert wait_for(lambda: live_processes_with(token) == [], timeout=5), \
+        live_processes_with(token)
+
+
+def test_clean_exit_leaves_no_grandchild():
+    token = f"TRUN_ORPHAN_TEST={uuid.uuid4()}"
+    env = base_env(TRUN_ORPHAN_TOKEN=token)
+    r = subprocess.run([TRUN, "--no-python", "sh", "-c", "(setsid sleep 300 &); echo done"],
+                       capture_output=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout == b"done\n"
+    assert wait_for(lambda: live_processes_with(token) == [], timeout=5), \
+        live_processes_with(token)
