@@ -38,7 +38,7 @@ demo: build
 
 bench: build
 	@./scripts/install-deps.sh --bench
-	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun
+	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --write
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h' '*.c')
