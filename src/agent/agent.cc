@@ -26,6 +26,7 @@
 #include "proc/sentinel.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
+#include "store/server.h"
 
 extern char** environ;
 
@@ -145,10 +146,21 @@ class LocalAgent::Impl {
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
 
-    // The port workers rendezvous on stays ours for the whole job.
-    auto port = PortReservation::Reserve(config_.master_port_given ? config_.master_port : 0);
-    if (!port.ok()) return Status::InvalidArgument(port.status().message());
-    port_.emplace(std::move(*port));
+    // The agent hosts the store the workers rendezvous on (torch's
+    // TORCHELASTIC_USE_AGENT_STORE), on one port for the whole job: a dead
+    // rank 0 takes nothing down and restarts never meet EADDRINUSE.
+    store::RaiseOpenFileLimit();
+    store::ServerOptions store_options;
+    store_options.port = config_.master_port_given ? config_.master_port : 0;
+    auto store = store::StoreServer::Start(io_, store_options);
+    if (!store.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("{}{}", store.status().message(),
+                      config_.master_port_given
+                          ? "; pick another --master-port, or leave it out to get a free one"
+                          : ""));
+    }
+    store_ = std::move(*store);
     master_addr_ = config_.rdzv_backend == "static" ? config_.master_addr
                                                     : config_.local_addr.value_or(hostname_);
 
@@ -238,12 +250,12 @@ class LocalAgent::Impl {
         "GROUP_WORLD_SIZE=" + std::to_string(config_.max_nodes),
         "ROLE_WORLD_SIZE=" + std::to_string(n * config_.max_nodes),
         "MASTER_ADDR=" + master_addr_,
-        "MASTER_PORT=" + std::to_string(port_->port()),
+        "MASTER_PORT=" + std::to_string(store_->port()),
         "TORCHELASTIC_MAX_RESTARTS=" + std::to_string(config_.max_restarts),
         "TORCHELASTIC_RUN_ID=" + config_.rdzv_id,
-        // The store moves into the agent with the store issue; until then
-        // rank 0 hosts it on MASTER_PORT.
-        "TORCHELASTIC_USE_AGENT_STORE=False",
+        // Every rank, rank 0 too, is a client of the agent's store, under
+        // the prefix /worker/attempt_<restart count>.
+        "TORCHELASTIC_USE_AGENT_STORE=True",
         "NCCL_ASYNC_ERROR_HANDLING=" + nccl_async,
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=" + torch_nccl_async,
         "TORCHELASTIC_SIGNALS_TO_HANDLE=" + signals,
@@ -598,7 +610,7 @@ class LocalAgent::Impl {
   asio::steady_timer grace_timer_;
 
   std::optional<proc::Sentinel> sentinel_;
-  std::optional<PortReservation> port_;
+  std::unique_ptr<store::StoreServer> store_;
   std::string hostname_;
   std::string master_addr_;
   std::string own_error_file_;

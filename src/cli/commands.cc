@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "cli/store_command.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "launch/args.h"
@@ -42,6 +43,7 @@ struct Command {
 
 // The one table of subcommands. The launcher is the default, not a row.
 constexpr Command kCommands[] = {
+    {"store", "run a standalone TCPStore-compatible key-value server", RunStoreCommand},
     {"version", "print trun's version", Version},
 };
 

@@ -34,31 +34,4 @@ std::string FqdnHostname() {
   return best;
 }
 
-Result<PortReservation> PortReservation::Reserve(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::FromErrno("socket", errno);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    int err = errno;
-    ::close(fd);
-    return Status::IOError("cannot reserve port " + std::to_string(port) + ": " +
-                           std::strerror(err) +
-                           (err == EADDRINUSE ? " (another process holds it; pick another "
-                                                "--master-port or leave it out to get a free one)"
-                                              : ""));
-  }
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return PortReservation(fd, ntohs(addr.sin_port));
-}
-
-PortReservation::~PortReservation() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 }  // namespace trun

@@ -15,6 +15,15 @@ def start(args, env=None):
                             stderr=subprocess.PIPE, env=env or base_env())
 
 
+def wait_ready(p, n):
+    """Reads n "ready" lines from trun's stdout; on anything else, shows trun's stderr."""
+    for _ in range(n):
+        line = p.stdout.readline()
+        if line != b"ready\n":
+            p.kill()
+            raise AssertionError(f"got {line!r}; trun's stderr: {p.stderr.read().decode()}")
+
+
 def wait_for(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -29,8 +38,7 @@ def wait_for(predicate, timeout=10.0):
 def test_signal_is_forwarded_and_trun_exits_128_plus(tmp, sig, code):
     p = start(["--nproc-per-node", 2, *worker(f"marker:{tmp}", "print:ready", "sleep:60")])
     try:
-        assert p.stdout.readline() == b"ready\n"
-        assert p.stdout.readline() == b"ready\n"
+        wait_ready(p, 2)
         p.send_signal(sig)
         assert p.wait(timeout=30) == code
     finally:
@@ -42,7 +50,7 @@ def test_signal_is_forwarded_and_trun_exits_128_plus(tmp, sig, code):
 def test_stubborn_workers_are_killed_after_the_grace_period():
     p = start(["--no-python", "sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"],
               env=base_env(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="0.5"))
-    assert p.stdout.readline() == b"ready\n"
+    wait_ready(p, 1)
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 143
@@ -52,7 +60,7 @@ def test_stubborn_workers_are_killed_after_the_grace_period():
 def test_signals_to_handle_narrows_the_set(tmp):
     p = start(["--signals-to-handle", "SIGUSR1", *worker(f"marker:{tmp}", "print:ready",
                                                          "sleep:60")])
-    assert p.stdout.readline() == b"ready\n"
+    wait_ready(p, 1)
     p.send_signal(signal.SIGUSR1)
     assert p.wait(timeout=30) == 128 + signal.SIGUSR1
 
@@ -61,8 +69,7 @@ def test_kill_9_of_trun_leaves_no_worker_and_no_grandchild():
     token = f"TRUN_ORPHAN_TEST={uuid.uuid4()}"
     env = base_env(TRUN_ORPHAN_TOKEN=token)
     p = start(["--nproc-per-node", 2, *worker("grandchild", "print:ready", "sleep:300")], env=env)
-    assert p.stdout.readline() == b"ready\n"
-    assert p.stdout.readline() == b"ready\n"
+    wait_ready(p, 2)
     # trun, its sentinel, 2 workers, 2 grandchildren.
     assert wait_for(lambda: len(live_processes_with(token)) >= 6), live_processes_with(token)
     os.kill(p.pid, signal.SIGKILL)

@@ -1,0 +1,219 @@
+#include "store/parser.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace trun::store {
+namespace {
+
+// Opcode byte -> operation, per generation; nullopt-like kValidate sentinel
+// is never produced for v1.
+bool DecodeOp(Generation g, uint8_t byte, Op& op) {
+  static constexpr Op kV1[] = {Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
+                               Op::kCheck,     Op::kWait,       Op::kGetNumKeys, Op::kWatchKey,
+                               Op::kDeleteKey, Op::kAppend,     Op::kMultiGet,   Op::kMultiSet,
+                               Op::kCancelWait};
+  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,    Op::kCompareSet, Op::kGet,
+                               Op::kAdd,        Op::kCheck,  Op::kWait,       Op::kGetNumKeys,
+                               Op::kDeleteKey,  Op::kAppend, Op::kMultiGet,   Op::kMultiSet,
+                               Op::kCancelWait, Op::kPing,   Op::kQueuePush,  Op::kQueuePop,
+                               Op::kQueueLen};
+  if (g == Generation::kV1 && byte < std::size(kV1)) {
+    op = kV1[byte];
+    return true;
+  }
+  if (g == Generation::kV2 && byte < std::size(kV2)) {
+    op = kV2[byte];
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* OpName(Op op) {
+  static constexpr const char* kNames[] = {
+      "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",       "CHECK",
+      "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",    "MULTI_GET",
+      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN"};
+  return kNames[static_cast<int>(op)];
+}
+
+bool RequestParser::Append(const char* data, size_t n) {
+  if (buffered() + n > limits_.max_buffered_bytes) {
+    error_ = fmt::format("more than {} bytes buffered", limits_.max_buffered_bytes);
+    return false;
+  }
+  // Drop what is parsed before growing, so the buffer holds one partial
+  // message at most plus what just arrived. Offsets into the message being
+  // parsed are relative to pos_, so they survive this.
+  if (pos_ > 0) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+  buf_.append(data, n);
+  return true;
+}
+
+RequestParser::Result RequestParser::Fail(std::string msg) {
+  error_ = std::move(msg);
+  return Result::kError;
+}
+
+bool RequestParser::ReadU32(size_t& at, uint32_t& v) {
+  if (buf_.size() - at < 4) return false;
+  std::memcpy(&v, buf_.data() + at, 4);
+  at += 4;
+  return true;
+}
+
+bool RequestParser::ReadU64(size_t& at, uint64_t& v) {
+  if (buf_.size() - at < 8) return false;
+  std::memcpy(&v, buf_.data() + at, 8);
+  at += 8;
+  return true;
+}
+
+bool RequestParser::ReadBytes(size_t& at, size_t max, const char* what, std::string& out) {
+  size_t start = at;
+  uint64_t len;
+  if (!ReadU64(at, len)) return false;
+  if (len > max) {
+    error_ = fmt::format("{} of {} bytes is over the limit of {}", what, len, max);
+    return false;
+  }
+  if (buf_.size() - at < len) {
+    at = start;
+    return false;
+  }
+  out.assign(buf_, at, len);
+  at += len;
+  return true;
+}
+
+namespace {
+
+enum class Field { kWord, kNumber, kCount, kKey, kValue };
+
+// The i-th field of a request (after the opcode). Requests with a count
+// are the count followed by keys, or by key/value pairs for MULTI_SET.
+Field FieldOf(Op op, uint64_t i) {
+  switch (op) {
+    case Op::kValidate:
+    case Op::kPing:
+      return Field::kWord;
+    case Op::kAdd:
+      return i == 0 ? Field::kKey : Field::kNumber;
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      return i == 0 ? Field::kCount : Field::kKey;
+    case Op::kMultiSet:
+      return i == 0 ? Field::kCount : (i % 2 == 1 ? Field::kKey : Field::kValue);
+    default:
+      return i == 0 ? Field::kKey : Field::kValue;
+  }
+}
+
+// Fields of a request before its count (if any) is known.
+uint64_t FixedFields(Op op) {
+  switch (op) {
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+      return 0;
+    case Op::kValidate:
+    case Op::kPing:
+    case Op::kGet:
+    case Op::kWatchKey:
+    case Op::kDeleteKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kMultiSet:
+      return 1;
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+    case Op::kAdd:
+      return 2;
+    case Op::kCompareSet:
+      return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+RequestParser::Result RequestParser::Next(Request* out) {
+  if (!in_message_) {
+    if (buf_.size() - pos_ < 1) return Result::kNeedMore;
+    if (generation_ == Generation::kUnknown) {
+      if (buf_[pos_] != 0) {
+        generation_ = Generation::kV1;
+      } else {
+        if (buf_.size() - pos_ < 5) return Result::kNeedMore;
+        uint32_t magic;
+        std::memcpy(&magic, buf_.data() + pos_ + 1, 4);
+        generation_ = magic == kValidationMagic ? Generation::kV2 : Generation::kV1;
+      }
+    }
+    uint8_t byte = static_cast<uint8_t>(buf_[pos_]);
+    cur_ = Request{};
+    if (!DecodeOp(generation_, byte, cur_.op)) {
+      return Fail(
+          fmt::format("unknown {} opcode {}", generation_ == Generation::kV1 ? "v1" : "v2", byte));
+    }
+    in_message_ = true;
+    cur_off_ = 1;
+    fields_done_ = 0;
+    fields_total_ = FixedFields(cur_.op);
+  }
+  while (fields_done_ < fields_total_) {
+    size_t at = pos_ + cur_off_;
+    bool ok = false;
+    switch (FieldOf(cur_.op, fields_done_)) {
+      case Field::kWord:
+        ok = ReadU32(at, cur_.word);
+        break;
+      case Field::kNumber: {
+        uint64_t v = 0;
+        ok = ReadU64(at, v);
+        cur_.number = static_cast<int64_t>(v);
+        break;
+      }
+      case Field::kCount: {
+        uint64_t n = 0;
+        ok = ReadU64(at, n);
+        // MULTI_SET's count is an i64 on the wire; a negative one reads huge.
+        if (ok && n > limits_.max_keys_per_request) {
+          return Fail(fmt::format("{} of {} keys is over the limit of {}", OpName(cur_.op),
+                                  static_cast<int64_t>(n), limits_.max_keys_per_request));
+        }
+        if (ok) fields_total_ = 1 + n * (cur_.op == Op::kMultiSet ? 2 : 1);
+        break;
+      }
+      case Field::kKey:
+      case Field::kValue: {
+        bool key = FieldOf(cur_.op, fields_done_) == Field::kKey;
+        std::string s;
+        ok = ReadBytes(at, key ? limits_.max_key_bytes : limits_.max_value_bytes,
+                       key ? "key" : "value", s);
+        if (ok) cur_.args.push_back(std::move(s));
+        break;
+      }
+    }
+    if (!error_.empty()) return Result::kError;
+    if (!ok) return Result::kNeedMore;
+    cur_off_ = at - pos_;
+    ++fields_done_;
+  }
+  pos_ += cur_off_;
+  in_message_ = false;
+  *out = std::move(cur_);
+  return Result::kRequest;
+}
+
+}  // namespace trun::store

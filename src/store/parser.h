@@ -1,0 +1,101 @@
+// RequestParser: turns one connection's byte stream into requests, for
+// either protocol generation, incrementally and within fixed limits.
+//
+// Bytes are appended as they arrive; a message may be split anywhere and
+// several may come in one read. Every length is checked against the limits
+// before the parser waits for the bytes it announces, so a hostile length
+// (an nmap probe, 2^60) costs nothing: it is a protocol error at once.
+//
+// Thread-safety: one parser per connection, used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "store/wire_format.h"
+
+namespace trun::store {
+
+// Operations, independent of how a generation numbers them.
+enum class Op {
+  kValidate,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kGetNumKeys,
+  kWatchKey,
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+};
+
+const char* OpName(Op op);
+
+enum class Generation { kUnknown, kV1, kV2 };
+
+struct Limits {
+  size_t max_key_bytes = kDefaultMaxKeyBytes;
+  size_t max_value_bytes = kDefaultMaxValueBytes;
+  size_t max_keys_per_request = kDefaultMaxKeysPerRequest;
+  size_t max_buffered_bytes = kDefaultMaxBufferedBytes;
+};
+
+struct Request {
+  Op op = Op::kSet;
+  // Keys and values in wire order: SET key,value; COMPARE_SET key,expected,
+  // desired; MULTI_SET k1,v1,k2,v2,...; CHECK/WAIT/MULTI_GET the keys.
+  std::vector<std::string> args;
+  int64_t number = 0;  // ADD's increment
+  uint32_t word = 0;   // VALIDATE's magic, PING's nonce
+};
+
+class RequestParser {
+ public:
+  enum class Result { kRequest, kNeedMore, kError };
+
+  explicit RequestParser(Limits limits = {}) : limits_(limits) {}
+
+  // Appends bytes. Returns false (and sets error()) when the connection has
+  // buffered more than the limit allows.
+  bool Append(const char* data, size_t n);
+  // The next complete request, if there is one.
+  Result Next(Request* out);
+
+  Generation generation() const { return generation_; }
+  const std::string& error() const { return error_; }
+  size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  // Each returns false when the bytes are not all there yet; a violation
+  // sets error_.
+  bool ReadU32(size_t& at, uint32_t& v);
+  bool ReadU64(size_t& at, uint64_t& v);
+  bool ReadBytes(size_t& at, size_t max, const char* what, std::string& out);
+  Result Fail(std::string msg);
+
+  Limits limits_;
+  Generation generation_ = Generation::kUnknown;
+  std::string buf_;
+  size_t pos_ = 0;  // start of the message being parsed
+  std::string error_;
+  // The message being parsed survives between calls, field by field, so a
+  // large request arriving in small pieces is parsed once, not re-parsed on
+  // every piece.
+  bool in_message_ = false;
+  Request cur_;
+  size_t cur_off_ = 0;  // bytes of it consumed, from pos_
+  uint64_t fields_done_ = 0;
+  uint64_t fields_total_ = 0;
+};
+
+}  // namespace trun::store
