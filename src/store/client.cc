@@ -1,0 +1,282 @@
+#include "store/client.h"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "store/wire_format.h"
+
+namespace trun::store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void PutU8(std::string& o, uint8_t v) { o.push_back(static_cast<char>(v)); }
+void PutU32(std::string& o, uint32_t v) { o.append(reinterpret_cast<char*>(&v), 4); }
+void PutI64(std::string& o, int64_t v) { o.append(reinterpret_cast<char*>(&v), 8); }
+void PutBytes(std::string& o, const std::string& b) {
+  PutI64(o, static_cast<int64_t>(b.size()));
+  o += b;
+}
+void PutKeys(std::string& o, const std::vector<std::string>& keys) {
+  PutI64(o, static_cast<int64_t>(keys.size()));
+  for (const auto& k : keys) PutBytes(o, k);
+}
+
+int TryConnect(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd >= 0) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
+                                         Duration connect_timeout, Duration timeout) {
+  auto deadline = Clock::now() + connect_timeout;
+  std::mt19937 rng(std::random_device{}());
+  Duration backoff(100);
+  while (true) {
+    int fd = TryConnect(host, port);
+    if (fd >= 0) {
+      StoreClient c(fd, timeout);
+      std::string hello;
+      PutU8(hello, v2::kValidate);
+      PutU32(hello, kValidationMagic);
+      TRUN_RETURN_IF_ERROR(c.SendAll(hello));
+      TRUN_RETURN_IF_ERROR(c.Ping());
+      return c;
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Timeout(fmt::format("store: cannot connect to {}:{} within {} ms", host, port,
+                                         connect_timeout.count()));
+    }
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    auto sleep = std::chrono::duration_cast<Duration>(backoff * jitter(rng));
+    std::this_thread::sleep_for(
+        std::min<Duration>(sleep, std::chrono::duration_cast<Duration>(deadline - Clock::now())));
+    backoff = std::min<Duration>(backoff * 2, Duration(2000));
+  }
+}
+
+StoreClient::~StoreClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status StoreClient::SendAll(const std::string& bytes) {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t n = ::send(fd_, p, left, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::FromErrno("store: send", errno);
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status StoreClient::RecvAll(void* buf, size_t n, Duration timeout) {
+  auto deadline = Clock::now() + timeout;
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now()).count();
+    if (left <= 0) return Status::Timeout("store: no reply");
+    pollfd pfd{fd_, POLLIN, 0};
+    int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return Status::Timeout("store: no reply");
+    ssize_t got = ::recv(fd_, p, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got == 0) return Status::IOError("store: connection closed by the server");
+    if (got < 0) return Status::FromErrno("store: recv", errno);
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::OK();
+}
+
+Result<uint8_t> StoreClient::RecvU8(Duration timeout) {
+  uint8_t v;
+  TRUN_RETURN_IF_ERROR(RecvAll(&v, 1, timeout));
+  return v;
+}
+
+Result<int64_t> StoreClient::RecvI64() {
+  int64_t v;
+  TRUN_RETURN_IF_ERROR(RecvAll(&v, 8, timeout_));
+  return v;
+}
+
+Result<std::string> StoreClient::RecvBytes() {
+  auto len = RecvI64();
+  if (!len.ok()) return len.status();
+  if (*len < 0 || static_cast<uint64_t>(*len) > kDefaultMaxValueBytes * 16) {
+    return Status::IOError("store: reply length out of range");
+  }
+  std::string s(static_cast<size_t>(*len), '\0');
+  TRUN_RETURN_IF_ERROR(RecvAll(s.data(), s.size(), timeout_));
+  return s;
+}
+
+Status StoreClient::Set(const std::string& key, const std::string& value) {
+  std::string o;
+  PutU8(o, v2::kSet);
+  PutBytes(o, key);
+  PutBytes(o, value);
+  return SendAll(o);
+}
+
+Result<std::string> StoreClient::Get(const std::string& key) {
+  TRUN_RETURN_IF_ERROR(Wait({key}));
+  std::string o;
+  PutU8(o, v2::kGet);
+  PutBytes(o, key);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return RecvBytes();
+}
+
+Result<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
+  std::string o;
+  PutU8(o, v2::kAdd);
+  PutBytes(o, key);
+  PutI64(o, delta);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return RecvI64();
+}
+
+Result<std::string> StoreClient::CompareSet(const std::string& key, const std::string& expected,
+                                            const std::string& desired) {
+  std::string o;
+  PutU8(o, v2::kCompareSet);
+  PutBytes(o, key);
+  PutBytes(o, expected);
+  PutBytes(o, desired);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return RecvBytes();
+}
+
+Result<bool> StoreClient::Check(const std::vector<std::string>& keys) {
+  std::string o;
+  PutU8(o, v2::kCheck);
+  PutKeys(o, keys);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  auto r = RecvU8(timeout_);
+  if (!r.ok()) return r.status();
+  return *r == kCheckReady;
+}
+
+Status StoreClient::Wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
+  std::string o;
+  PutU8(o, v2::kWait);
+  PutKeys(o, keys);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  auto r = RecvU8(timeout.value_or(timeout_));
+  if (r.ok()) return Status::OK();
+  if (r.status().code() != StatusCode::kTimeout) return r.status();
+  // Cancel, then read to the cancel's reply: a STOP_WAITING may come first.
+  std::string cancel;
+  PutU8(cancel, v2::kCancelWait);
+  TRUN_RETURN_IF_ERROR(SendAll(cancel));
+  while (true) {
+    auto b = RecvU8(timeout_);
+    if (!b.ok()) return b.status();
+    if (*b == kWaitCanceled) break;
+  }
+  return Status::Timeout("store: wait for " + std::to_string(keys.size()) + " key(s) timed out");
+}
+
+Result<bool> StoreClient::DeleteKey(const std::string& key) {
+  std::string o;
+  PutU8(o, v2::kDeleteKey);
+  PutBytes(o, key);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  auto r = RecvI64();
+  if (!r.ok()) return r.status();
+  return *r == 1;
+}
+
+Result<int64_t> StoreClient::NumKeys() {
+  std::string o;
+  PutU8(o, v2::kGetNumKeys);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return RecvI64();
+}
+
+Status StoreClient::Append(const std::string& key, const std::string& value) {
+  std::string o;
+  PutU8(o, v2::kAppend);
+  PutBytes(o, key);
+  PutBytes(o, value);
+  return SendAll(o);
+}
+
+Result<std::vector<std::string>> StoreClient::MultiGet(const std::vector<std::string>& keys) {
+  std::string o;
+  PutU8(o, v2::kMultiGet);
+  PutKeys(o, keys);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto v = RecvBytes();
+    if (!v.ok()) return v.status();
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+Status StoreClient::MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  std::string o;
+  PutU8(o, v2::kMultiSet);
+  PutI64(o, static_cast<int64_t>(kvs.size()));
+  for (const auto& [k, v] : kvs) {
+    PutBytes(o, k);
+    PutBytes(o, v);
+  }
+  return SendAll(o);
+}
+
+Status StoreClient::Ping() {
+  uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5A5A5A5Au;
+  std::string o;
+  PutU8(o, v2::kPing);
+  PutU32(o, nonce);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  uint32_t echo = 0;
+  TRUN_RETURN_IF_ERROR(RecvAll(&echo, 4, timeout_));
+  if (echo != nonce) return Status::IOError("store: PING answered with the wrong nonce");
+  return Status::OK();
+}
+
+Status PrefixStore::Wait(const std::vector<std::string>& keys,
+                         std::optional<StoreClient::Duration> timeout) {
+  std::vector<std::string> full;
+  for (const auto& k : keys) full.push_back(Key(k));
+  return client_.Wait(full, timeout);
+}
+
+}  // namespace trun::store

@@ -1,0 +1,84 @@
+// StoreClient: a small blocking client of the TCPStore protocol (v2), for
+// trun's own use (rendezvous, tests, the load generator); PrefixStore puts a
+// prefix before every key, as torch's PrefixStore does.
+//
+// Connecting retries with exponential backoff (100 ms doubling to 2 s,
+// jittered) until the deadline, so agents may start before the store.
+// Every call waits at most the client's timeout; a failed call leaves the
+// connection unusable (the stream may be mid-message), and the caller
+// reconnects.
+//
+// Thread-safety: one client per thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trun::store {
+
+class StoreClient {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // Connects to host:port, retrying until `connect_timeout` has passed.
+  static Result<StoreClient> Connect(const std::string& host, int port, Duration connect_timeout,
+                                     Duration timeout = std::chrono::seconds(300));
+  StoreClient(StoreClient&& o) noexcept : fd_(o.fd_), timeout_(o.timeout_) { o.fd_ = -1; }
+  StoreClient& operator=(StoreClient&&) = delete;
+  ~StoreClient();
+
+  Status Set(const std::string& key, const std::string& value);
+  Result<std::string> Get(const std::string& key);  // waits for the key first, as torch
+  Result<int64_t> Add(const std::string& key, int64_t delta);
+  Result<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired);
+  Result<bool> Check(const std::vector<std::string>& keys);
+  // Waits until every key exists; a Timeout status after `timeout` (the
+  // wait is then cancelled on the server).
+  Status Wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {});
+  Result<bool> DeleteKey(const std::string& key);
+  Result<int64_t> NumKeys();
+  Status Append(const std::string& key, const std::string& value);
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys);
+  Status MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs);
+  Status Ping();
+
+ private:
+  StoreClient(int fd, Duration timeout) : fd_(fd), timeout_(timeout) {}
+  Status SendAll(const std::string& bytes);
+  Status RecvAll(void* buf, size_t n, Duration timeout);
+  Result<std::string> RecvBytes();
+  Result<int64_t> RecvI64();
+  Result<uint8_t> RecvU8(Duration timeout);
+
+  int fd_;
+  Duration timeout_;
+};
+
+// Every key is stored as `prefix + "/" + key`.
+class PrefixStore {
+ public:
+  PrefixStore(StoreClient& client, std::string prefix)
+      : client_(client), prefix_(std::move(prefix)) {}
+  std::string Key(const std::string& key) const { return prefix_ + "/" + key; }
+  Status Set(const std::string& key, const std::string& value) {
+    return client_.Set(Key(key), value);
+  }
+  Result<std::string> Get(const std::string& key) { return client_.Get(Key(key)); }
+  Result<int64_t> Add(const std::string& key, int64_t delta) {
+    return client_.Add(Key(key), delta);
+  }
+  Status Wait(const std::vector<std::string>& keys,
+              std::optional<StoreClient::Duration> timeout = {});
+
+ private:
+  StoreClient& client_;
+  std::string prefix_;
+};
+
+}  // namespace trun::store
