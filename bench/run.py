@@ -159,8 +159,42 @@ def bench_logs(a, tmp):
     ]
 
 
+def bench_store(a, tmp):
+    """trun's store vs torch 1.13's own server, both driven by torch's client."""
+    clients = [PYTHON, str(ROOT / "bench" / "store_clients.py")]
+    ours = subprocess.Popen([a.trun, "store", "--host", "127.0.0.1", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    our_port = int(ours.stdout.readline().decode().rsplit(":", 1)[1])
+    theirs = subprocess.Popen([*clients, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    their_port = int(theirs.stdout.readline())
+
+    def measure(*args):
+        out = subprocess.run([*clients, *map(str, args)], capture_output=True, timeout=600,
+                             check=True).stdout
+        return float(out)
+
+    rows = []
+    seconds = 1 if a.quick else 3
+    try:
+        for n in (1, 64):
+            t, r = measure("ops", our_port, n, seconds), measure("ops", their_port, n, seconds)
+            rows.append((f"store: set+get ops/s, {n} client(s): trun / torch",
+                         f"{t:,.0f} / {r:,.0f} = {t / r:.2f}x", ">= 1.0x"))
+        for n in (200, 500, 1000) if a.quick else (200, 500, 1000, 2000):
+            t, r = measure("barrier", our_port, n), measure("barrier", their_port, n)
+            rows.append((f"store: barrier (ADD then WAIT), {n} clients: trun / torch",
+                         f"{t * 1e3:.0f} ms / {r * 1e3:.0f} ms = {r / t:.1f}x faster",
+                         ">= 2x at 1000"))
+    finally:
+        ours.terminate()
+        theirs.stdin.close()
+        ours.wait(timeout=30)
+        theirs.wait(timeout=30)
+    return rows
+
+
 BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
-           "logs": bench_logs}
+           "logs": bench_logs, "store": bench_store}
 
 
 def main():
