@@ -193,6 +193,24 @@ def bench_store(a, tmp):
     return rows
 
 
+NOTES = """
+## How to read these
+
+- launch: medians of hyperfine runs (`-N`, 3 warm-ups); torchrun's median of 5.
+- restart: median gap between a worker's last timestamp before `_exit(1)` and
+  its replacement's first, over 30 restarts; the floor is the same gap for a
+  bare fork+exec. trun can beat the floor: it spawns with `clone(CLONE_VFORK)`.
+- rss: the launcher's own VmHWM, polled from /proc (wait4's ru_maxrss would
+  include the reaped workers).
+- logs: the console copy goes to /dev/null; on 2 cores the worker and trun's
+  pump run in parallel, and the disk's speed varies run to run.
+- store: both servers are driven by torch 1.13's Python client, threads in one
+  process. The barrier rows are bound by that client (a thread per client,
+  two connections each, the GIL), so they swing by 2-5x between runs and do
+  not yet measure the servers; a C++ load generator is the open work.
+"""
+
+
 BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
            "logs": bench_logs, "store": bench_store}
 
@@ -221,7 +239,7 @@ def main():
             "# Benchmark results\n\n"
             f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores, {cpu}.\n"
             f"Peer: torch 1.13.1's torchrun (tools/torchrun113), `--monitor_interval 0.1`.\n\n"
-            f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n")
+            f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n" + NOTES)
 
 
 if __name__ == "__main__":
