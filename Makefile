@@ -1,5 +1,6 @@
 # The two commands a new user runs: `make demo` and `make test`.
 # Everything they need is installed by scripts/install-deps.sh.
+SHELL := /bin/bash
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
@@ -8,7 +9,7 @@ CMAKE_FLAGS ?=
 PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test sanitize-test integration-test demo bench format clean
+.PHONY: all deps build test unit-test sanitize-test fuzz integration-test demo bench format clean
 
 all: build
 
@@ -31,7 +32,18 @@ sanitize-test: deps
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
 
-test: unit-test sanitize-test integration-test
+# The store's parser under libFuzzer (clang), for a bounded time; new inputs
+# go to a scratch directory, the kept corpus is only read.
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@mkdir -p $(BUILD)
+	@clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
+		fuzz/store_parser_fuzz.cc src/store/parser.cc -lfmt -o $(BUILD)/store_parser_fuzz
+	@scratch=$$(mktemp -d) && $(BUILD)/store_parser_fuzz -max_total_time=$(FUZZ_SECONDS) \
+		-print_final_stats=1 $$scratch fuzz/corpus/store_parser 2>&1 | tail -4; \
+		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; exit $$rc
+
+test: unit-test sanitize-test fuzz integration-test
 
 demo: build
 	@PYTHON_EXEC=$(PYTHON) ./examples/demo.sh $(BUILD)/trun
