@@ -7,11 +7,19 @@ torchrun, so the two can be compared line for line.
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def say(line: str) -> None:
+    # One write per line: print() writes the text and the newline separately,
+    # and lines of several workers sharing a console would interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 @record
@@ -44,10 +52,10 @@ def main() -> None:
         total = loss.detach().clone()
         dist.all_reduce(total)
         if rank == 0 and (step % 5 == 4 or step == args.steps - 1):
-            print(f"step {step + 1:3d}  mean loss {total.item() / world:.6f}", flush=True)
-    print(f"rank {rank}/{world} local_rank {os.environ['LOCAL_RANK']} done", flush=True)
+            say(f"step {step + 1:3d}  mean loss {total.item() / world:.6f}")
+    say(f"rank {rank}/{world} local_rank {os.environ['LOCAL_RANK']} done")
     if rank == 0:
-        print(f"RESULT world={world} loss={total.item() / world:.6f}", flush=True)
+        say(f"RESULT world={world} loss={total.item() / world:.6f}")
     dist.destroy_process_group()
 
 
