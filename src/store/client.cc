@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "store/encode.h"
 #include "store/wire_format.h"
 
 namespace trun::store {
@@ -20,13 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void PutU8(std::string& o, uint8_t v) { o.push_back(static_cast<char>(v)); }
-void PutU32(std::string& o, uint32_t v) { o.append(reinterpret_cast<char*>(&v), 4); }
-void PutI64(std::string& o, int64_t v) { o.append(reinterpret_cast<char*>(&v), 8); }
-void PutBytes(std::string& o, const std::string& b) {
-  PutI64(o, static_cast<int64_t>(b.size()));
-  o += b;
-}
 void PutKeys(std::string& o, const std::vector<std::string>& keys) {
   PutI64(o, static_cast<int64_t>(keys.size()));
   for (const auto& k : keys) PutBytes(o, k);

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "store/encode.h"
 
 namespace trun::store {
 
@@ -190,15 +191,6 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
     c->Close();
     connections_.erase(c);
-  }
-
-  // ---- replies --------------------------------------------------------------
-  static void PutU8(std::string& o, uint8_t v) { o.push_back(static_cast<char>(v)); }
-  static void PutU32(std::string& o, uint32_t v) { o.append(reinterpret_cast<char*>(&v), 4); }
-  static void PutI64(std::string& o, int64_t v) { o.append(reinterpret_cast<char*>(&v), 8); }
-  static void PutBytes(std::string& o, std::string_view b) {
-    PutI64(o, static_cast<int64_t>(b.size()));
-    o.append(b);
   }
 
   bool Exists(const std::string& key) const {
