@@ -1,5 +1,6 @@
 #include "store/client.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -26,16 +27,35 @@ void PutKeys(std::string& o, const std::vector<std::string>& keys) {
   for (const auto& k : keys) PutBytes(o, k);
 }
 
-int TryConnect(const std::string& host, int port) {
+// One connection attempt to any of host's addresses, each bounded by the
+// time left; -1 if none answered.
+int TryConnect(const std::string& host, int port, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
   int fd = -1;
   for (addrinfo* a = res; a; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    // Non-blocking, so that an unreachable host costs the time left, not
+    // the kernel's two minutes of SYN retries.
+    bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!ok && errno == EINPROGRESS) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd pfd{fd, POLLOUT, 0};
+      int r;
+      do {
+        r = ::poll(&pfd, 1, static_cast<int>(std::max<long long>(left.count(), 1)));
+      } while (r < 0 && errno == EINTR);
+      int err = 0;
+      socklen_t len = sizeof err;
+      ok = r == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    if (ok) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      break;
+    }
     ::close(fd);
     fd = -1;
   }
@@ -54,20 +74,29 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
   auto deadline = Clock::now() + connect_timeout;
   std::mt19937 rng(std::random_device{}());
   Duration backoff(100);
+  Status last = Status::Timeout("no answer");
   while (true) {
-    int fd = TryConnect(host, port);
+    int fd = TryConnect(host, port, deadline);
     if (fd >= 0) {
       StoreClient c(fd, timeout);
+      // A send that cannot progress (a server that stopped reading) fails
+      // after the timeout instead of blocking forever.
+      timeval tv{static_cast<time_t>(timeout.count() / 1000),
+                 static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
       std::string hello;
       PutU8(hello, v2::kValidate);
       PutU32(hello, kValidationMagic);
-      TRUN_RETURN_IF_ERROR(c.SendAll(hello));
-      TRUN_RETURN_IF_ERROR(c.Ping());
-      return c;
+      last = c.SendAll(hello);
+      if (last.ok()) last = c.Ping();
+      if (last.ok()) return c;
+      // A server that accepted and went away (a restart): try again.
+    } else {
+      last = Status::IOError("connection refused or unreachable");
     }
     if (Clock::now() >= deadline) {
-      return Status::Timeout(fmt::format("store: cannot connect to {}:{} within {} ms", host, port,
-                                         connect_timeout.count()));
+      return Status::Timeout(fmt::format("store: cannot connect to {}:{} within {} ms: {}", host,
+                                         port, connect_timeout.count(), last.message()));
     }
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
     auto sleep = std::chrono::duration_cast<Duration>(backoff * jitter(rng));
@@ -87,6 +116,9 @@ Status StoreClient::SendAll(const std::string& bytes) {
   while (left > 0) {
     ssize_t n = ::send(fd_, p, left, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Status::Timeout("store: the server is not reading");
+    }
     if (n <= 0) return Status::FromErrno("store: send", errno);
     p += n;
     left -= static_cast<size_t>(n);
@@ -266,11 +298,18 @@ Status StoreClient::Ping() {
   return Status::OK();
 }
 
-Status PrefixStore::Wait(const std::vector<std::string>& keys,
-                         std::optional<StoreClient::Duration> timeout) {
+std::vector<std::string> PrefixStore::Keys(const std::vector<std::string>& keys) const {
   std::vector<std::string> full;
+  full.reserve(keys.size());
   for (const auto& k : keys) full.push_back(Key(k));
-  return client_.Wait(full, timeout);
+  return full;
+}
+
+Status PrefixStore::MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  std::vector<std::pair<std::string, std::string>> full;
+  full.reserve(kvs.size());
+  for (const auto& [k, v] : kvs) full.emplace_back(Key(k), v);
+  return client_.MultiSet(full);
 }
 
 }  // namespace trun::store

@@ -3,10 +3,11 @@
 // prefix before every key, as torch's PrefixStore does.
 //
 // Connecting retries with exponential backoff (100 ms doubling to 2 s,
-// jittered) until the deadline, so agents may start before the store.
-// Every call waits at most the client's timeout; a failed call leaves the
-// connection unusable (the stream may be mid-message), and the caller
-// reconnects.
+// jittered +-50%) until the deadline, so agents may start before the store;
+// each attempt is a non-blocking connect bounded by the time left, then the
+// v2 handshake (VALIDATE, PING). Every call waits at most the client's
+// timeout, sends included (SO_SNDTIMEO); a failed call leaves the connection
+// unusable (the stream may be mid-message), and the caller reconnects.
 //
 // Thread-safety: one client per thread.
 #pragma once
@@ -60,12 +61,15 @@ class StoreClient {
   Duration timeout_;
 };
 
-// Every key is stored as `prefix + "/" + key`.
+// Every key is stored as `prefix + "/" + key`, as torch's PrefixStore; for
+// example torchelastic's workers use the prefix "/worker/attempt_<N>".
+// Thread-safety: as the client it wraps.
 class PrefixStore {
  public:
   PrefixStore(StoreClient& client, std::string prefix)
       : client_(client), prefix_(std::move(prefix)) {}
   std::string Key(const std::string& key) const { return prefix_ + "/" + key; }
+
   Status Set(const std::string& key, const std::string& value) {
     return client_.Set(Key(key), value);
   }
@@ -73,10 +77,29 @@ class PrefixStore {
   Result<int64_t> Add(const std::string& key, int64_t delta) {
     return client_.Add(Key(key), delta);
   }
+  Result<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired) {
+    return client_.CompareSet(Key(key), expected, desired);
+  }
+  Result<bool> Check(const std::vector<std::string>& keys) { return client_.Check(Keys(keys)); }
   Status Wait(const std::vector<std::string>& keys,
-              std::optional<StoreClient::Duration> timeout = {});
+              std::optional<StoreClient::Duration> timeout = {}) {
+    return client_.Wait(Keys(keys), timeout);
+  }
+  Result<bool> DeleteKey(const std::string& key) { return client_.DeleteKey(Key(key)); }
+  Status Append(const std::string& key, const std::string& value) {
+    return client_.Append(Key(key), value);
+  }
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys) {
+    return client_.MultiGet(Keys(keys));
+  }
+  Status MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs);
+  // Counts every key in the store, as torch's PrefixStore does.
+  Result<int64_t> NumKeys() { return client_.NumKeys(); }
 
  private:
+  std::vector<std::string> Keys(const std::vector<std::string>& keys) const;
+
   StoreClient& client_;
   std::string prefix_;
 };

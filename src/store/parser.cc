@@ -7,8 +7,8 @@
 namespace trun::store {
 namespace {
 
-// Opcode byte -> operation, per generation; nullopt-like kValidate sentinel
-// is never produced for v1.
+// Opcode byte -> operation, per generation; false for a byte the generation
+// does not define. v1 never yields VALIDATE: its byte 0 is SET.
 bool DecodeOp(Generation g, uint8_t byte, Op& op) {
   static constexpr Op kV1[] = {Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
                                Op::kCheck,     Op::kWait,       Op::kGetNumKeys, Op::kWatchKey,
@@ -41,16 +41,19 @@ const char* OpName(Op op) {
 }
 
 bool RequestParser::Append(const char* data, size_t n) {
-  if (buffered() + n > limits_.max_buffered_bytes) {
+  if (held() + n > limits_.max_buffered_bytes) {
     error_ = fmt::format("more than {} bytes buffered", limits_.max_buffered_bytes);
     return false;
   }
-  // Drop what is parsed before growing, so the buffer holds one partial
-  // message at most plus what just arrived. Offsets into the message being
-  // parsed are relative to pos_, so they survive this.
-  if (pos_ > 0) {
-    buf_.erase(0, pos_);
+  // Drop what is parsed before growing: whole messages before pos_, and the
+  // fields of the message in progress, which already live in cur_. The
+  // buffer then holds one partial field at most plus what just arrived, and
+  // every byte is moved at most once.
+  size_t consumed = pos_ + (in_message_ ? cur_off_ : 0);
+  if (consumed > 0) {
+    buf_.erase(0, consumed);
     pos_ = 0;
+    cur_off_ = 0;
   }
   buf_.append(data, n);
   return true;
@@ -168,6 +171,7 @@ RequestParser::Result RequestParser::Next(Request* out) {
     }
     in_message_ = true;
     cur_off_ = 1;
+    cur_arg_bytes_ = 0;
     fields_done_ = 0;
     fields_total_ = FixedFields(cur_.op);
   }
@@ -201,7 +205,10 @@ RequestParser::Result RequestParser::Next(Request* out) {
         std::string s;
         ok = ReadBytes(at, key ? limits_.max_key_bytes : limits_.max_value_bytes,
                        key ? "key" : "value", s);
-        if (ok) cur_.args.push_back(std::move(s));
+        if (ok) {
+          cur_arg_bytes_ += s.size();
+          cur_.args.push_back(std::move(s));
+        }
         break;
       }
     }
@@ -211,6 +218,8 @@ RequestParser::Result RequestParser::Next(Request* out) {
     ++fields_done_;
   }
   pos_ += cur_off_;
+  cur_off_ = 0;
+  cur_arg_bytes_ = 0;
   in_message_ = false;
   *out = std::move(cur_);
   return Result::kRequest;

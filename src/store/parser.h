@@ -65,15 +65,21 @@ class RequestParser {
 
   explicit RequestParser(Limits limits = {}) : limits_(limits) {}
 
-  // Appends bytes. Returns false (and sets error()) when the connection has
-  // buffered more than the limit allows.
+  // Appends bytes. Returns false (and sets error()) when the connection
+  // would hold more than limits.max_buffered_bytes: unparsed bytes plus the
+  // decoded fields of the message in progress. That bounds one message as a
+  // whole (a MULTI_SET of many large values), not only each field.
   bool Append(const char* data, size_t n);
   // The next complete request, if there is one.
   Result Next(Request* out);
 
   Generation generation() const { return generation_; }
   const std::string& error() const { return error_; }
-  size_t buffered() const { return buf_.size() - pos_; }
+  // Bytes received and not yet parsed.
+  size_t buffered() const { return buf_.size() - pos_ - (in_message_ ? cur_off_ : 0); }
+  // What this parser holds for the connection: buffered() plus the decoded
+  // fields of the message in progress.
+  size_t held() const { return buffered() + cur_arg_bytes_; }
 
  private:
   // Each returns false when the bytes are not all there yet; a violation
@@ -93,7 +99,8 @@ class RequestParser {
   // every piece.
   bool in_message_ = false;
   Request cur_;
-  size_t cur_off_ = 0;  // bytes of it consumed, from pos_
+  size_t cur_off_ = 0;        // bytes of it consumed, from pos_
+  size_t cur_arg_bytes_ = 0;  // bytes of keys and values decoded into cur_
   uint64_t fields_done_ = 0;
   uint64_t fields_total_ = 0;
 };

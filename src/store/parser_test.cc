@@ -64,16 +64,19 @@ TEST(ParserTest, V1MessagesAtEverySplit) {
 }
 
 TEST(ParserTest, V2MessagesAtEverySplit) {
-  std::string bytes = kValidate + Op1(v2::kPing) + U32(77) + Op1(v2::kSet) + Str("k") + Str("v") +
-                      Op1(v2::kMultiSet) + U64(2) + Str("a") + Str("1") + Str("b") + Str("2") +
-                      Op1(v2::kMultiGet) + U64(2) + Str("a") + Str("b") + Op1(v2::kAppend) +
-                      Str("k") + Str("w") + Op1(v2::kCancelWait) + Op1(v2::kQueuePush) + Str("q") +
-                      Str("item") + Op1(v2::kQueuePop) + Str("q") + Op1(v2::kQueueLen) + Str("q") +
-                      Op1(v2::kDeleteKey) + Str("k") + Op1(v2::kGetNumKeys);
+  std::string bytes =
+      kValidate + Op1(v2::kPing) + U32(77) + Op1(v2::kSet) + Str("k") + Str("v") +
+      Op1(v2::kMultiSet) + U64(2) + Str("a") + Str("1") + Str("b") + Str("2") + Op1(v2::kMultiGet) +
+      U64(2) + Str("a") + Str("b") + Op1(v2::kAppend) + Str("k") + Str("w") + Op1(v2::kCancelWait) +
+      Op1(v2::kQueuePush) + Str("q") + Str("item") + Op1(v2::kQueuePop) + Str("q") +
+      Op1(v2::kQueueLen) + Str("q") + Op1(v2::kDeleteKey) + Str("k") + Op1(v2::kGetNumKeys) +
+      Op1(v2::kCompareSet) + Str("c") + Str("old") + Str("new") + Op1(v2::kGet) + Str("c") +
+      Op1(v2::kAdd) + Str("n") + U64(uint64_t(-3)) + Op1(v2::kCheck) + U64(1) + Str("n") +
+      Op1(v2::kWait) + U64(0) + Op1(v2::kValidate) + U32(kValidationMagic);
   for (size_t chunk = 1; chunk <= bytes.size(); ++chunk) {
     RequestParser p;
     auto reqs = ParseAll(bytes, chunk, p);
-    ASSERT_EQ(reqs.size(), 12u) << "chunk " << chunk;
+    ASSERT_EQ(reqs.size(), 18u) << "chunk " << chunk;
     EXPECT_EQ(p.generation(), Generation::kV2);
     EXPECT_EQ(reqs[0].op, Op::kValidate);
     EXPECT_EQ(reqs[0].word, kValidationMagic);
@@ -89,7 +92,80 @@ TEST(ParserTest, V2MessagesAtEverySplit) {
     EXPECT_EQ(reqs[9].op, Op::kQueueLen);
     EXPECT_EQ(reqs[10].op, Op::kDeleteKey);
     EXPECT_EQ(reqs[11].op, Op::kGetNumKeys);
+    EXPECT_EQ(reqs[12].op, Op::kCompareSet);
+    EXPECT_EQ(reqs[12].args, (std::vector<std::string>{"c", "old", "new"}));
+    EXPECT_EQ(reqs[13].op, Op::kGet);
+    EXPECT_EQ(reqs[14].op, Op::kAdd);
+    EXPECT_EQ(reqs[14].number, -3);
+    EXPECT_EQ(reqs[15].op, Op::kCheck);
+    EXPECT_EQ(reqs[16].op, Op::kWait);
+    EXPECT_TRUE(reqs[16].args.empty());
+    // Byte 0 later on a v2 connection is VALIDATE again, never SET.
+    EXPECT_EQ(reqs[17].op, Op::kValidate);
   }
+}
+
+TEST(ParserTest, V1TorchTwoZeroOpcodesAtEverySplit) {
+  // torch 2.0/2.1 added APPEND, MULTI_GET, MULTI_SET, CANCEL_WAIT to v1.
+  std::string bytes = Op1(v1::kAppend) + Str("/k") + Str("more") + Op1(v1::kMultiGet) + U64(2) +
+                      Str("/a") + Str("/b") + Op1(v1::kMultiSet) + U64(1) + Str("/a") + Str("1") +
+                      Op1(v1::kCancelWait);
+  for (size_t chunk = 1; chunk <= bytes.size(); ++chunk) {
+    RequestParser p;
+    auto reqs = ParseAll(bytes, chunk, p);
+    ASSERT_EQ(reqs.size(), 4u) << "chunk " << chunk;
+    EXPECT_EQ(p.generation(), Generation::kV1);
+    EXPECT_EQ(reqs[0].op, Op::kAppend);
+    EXPECT_EQ(reqs[0].args, (std::vector<std::string>{"/k", "more"}));
+    EXPECT_EQ(reqs[1].op, Op::kMultiGet);
+    EXPECT_EQ(reqs[1].args, (std::vector<std::string>{"/a", "/b"}));
+    EXPECT_EQ(reqs[2].op, Op::kMultiSet);
+    EXPECT_EQ(reqs[2].args, (std::vector<std::string>{"/a", "1"}));
+    EXPECT_EQ(reqs[3].op, Op::kCancelWait);
+  }
+}
+
+// Bytes written out by hand, not by the helpers above, so that a mistake in
+// both the helpers and the parser cannot cancel out.
+TEST(ParserTest, LiteralGoldenBytes) {
+  // torch 1.13 `store.set("a", "hi")`: opcode 0, u64 2, "/a", u64 2, "hi".
+  const unsigned char v1_set[] = {0x00, 0x02, 0, 0, 0, 0, 0, 0, 0,   '/', 'a',
+                                  0x02, 0,    0, 0, 0, 0, 0, 0, 'h', 'i'};
+  RequestParser p1;
+  auto r1 = ParseAll(std::string(reinterpret_cast<const char*>(v1_set), sizeof v1_set), 1, p1);
+  ASSERT_EQ(r1.size(), 1u);
+  EXPECT_EQ(p1.generation(), Generation::kV1);
+  EXPECT_EQ(r1[0].op, Op::kSet);
+  EXPECT_EQ(r1[0].args, (std::vector<std::string>{"/a", "hi"}));
+
+  // A torch 2.x client's greeting: VALIDATE 0x3C85F7CE, then PING 7, then
+  // ADD("/n", 1) with v2's opcode 4.
+  const unsigned char v2_hello[] = {0x00, 0xCE, 0xF7, 0x85, 0x3C, 0x0D, 0x07, 0, 0, 0,
+                                    0x04, 0x02, 0,    0,    0,    0,    0,    0, 0, '/',
+                                    'n',  0x01, 0,    0,    0,    0,    0,    0, 0};
+  RequestParser p2;
+  auto r2 = ParseAll(std::string(reinterpret_cast<const char*>(v2_hello), sizeof v2_hello), 3, p2);
+  ASSERT_EQ(r2.size(), 3u);
+  EXPECT_EQ(p2.generation(), Generation::kV2);
+  EXPECT_EQ(r2[0].op, Op::kValidate);
+  EXPECT_EQ(r2[1].op, Op::kPing);
+  EXPECT_EQ(r2[1].word, 7u);
+  EXPECT_EQ(r2[2].op, Op::kAdd);
+  EXPECT_EQ(r2[2].args, (std::vector<std::string>{"/n"}));
+  EXPECT_EQ(r2[2].number, 1);
+}
+
+TEST(ParserTest, GenerationWaitsForTheMagic) {
+  RequestParser p;
+  std::string start = Op1(0) + U32(kValidationMagic).substr(0, 3);
+  ASSERT_TRUE(p.Append(start.data(), start.size()));
+  Request r;
+  EXPECT_EQ(p.Next(&r), RequestParser::Result::kNeedMore);
+  EXPECT_EQ(p.generation(), Generation::kUnknown);
+  std::string last = U32(kValidationMagic).substr(3);
+  ASSERT_TRUE(p.Append(last.data(), last.size()));
+  EXPECT_EQ(p.Next(&r), RequestParser::Result::kRequest);
+  EXPECT_EQ(p.generation(), Generation::kV2);
 }
 
 TEST(ParserTest, V1SetStartingWithZeroIsNotV2) {
@@ -99,21 +175,66 @@ TEST(ParserTest, V1SetStartingWithZeroIsNotV2) {
   EXPECT_EQ(p.generation(), Generation::kV1);
 }
 
-TEST(ParserTest, HostileLengthsFailAtOnceWithoutWaiting) {
-  for (const std::string& bytes : {
-           Op1(v1::kSet) + U64(uint64_t{1} << 60),              // absurd key length
-           Op1(v1::kSet) + Str("k") + U64(uint64_t{1} << 40),   // absurd value length
-           Op1(v1::kWait) + U64(uint64_t{1} << 62),             // absurd key count
-           kValidate + Op1(v2::kMultiSet) + U64(uint64_t(-1)),  // negative i64 count
-           Op1(200),                                            // unknown opcode
-           kValidate + Op1(v2::kQueueLen + 1),                  // unknown v2 opcode
-       }) {
-    RequestParser p;
-    bool error = false;
-    ParseAll(bytes, bytes.size(), p, &error);
-    EXPECT_TRUE(error);
-    EXPECT_FALSE(p.error().empty());
+TEST(ParserTest, EachErrorAtOnceWithoutWaitingAtEverySplit) {
+  const std::string over_key = U64(kDefaultMaxKeyBytes + 1);
+  const std::string over_value = U64(kDefaultMaxValueBytes + 1);
+  const std::string over_count = U64(kDefaultMaxKeysPerRequest + 1);
+  struct Case {
+    std::string bytes;
+    const char* error;
+  } cases[] = {
+      {Op1(v1::kSet) + U64(uint64_t{1} << 60), "key of"},  // 2^60-byte key
+      {Op1(v1::kGet) + over_key, "key of"},
+      {Op1(v1::kSet) + Str("k") + U64(uint64_t{1} << 40), "value of"},
+      {Op1(v1::kSet) + Str("k") + over_value, "value of"},
+      {kValidate + Op1(v2::kCompareSet) + Str("k") + Str("") + over_value, "value of"},
+      {Op1(v1::kWait) + U64(uint64_t{1} << 62), "keys is over"},
+      {Op1(v1::kCheck) + over_count, "keys is over"},
+      {kValidate + Op1(v2::kMultiGet) + over_count, "keys is over"},
+      {kValidate + Op1(v2::kMultiSet) + over_count, "keys is over"},
+      {kValidate + Op1(v2::kMultiSet) + U64(uint64_t(-1)), "keys is over"},  // i64 -1
+      {Op1(v1::kCancelWait + 1), "unknown v1 opcode 13"},
+      {Op1(200), "unknown v1 opcode 200"},
+      {kValidate + Op1(v2::kQueueLen + 1), "unknown v2 opcode 17"},
+  };
+  for (const auto& c : cases) {
+    for (size_t chunk = 1; chunk <= c.bytes.size(); ++chunk) {
+      RequestParser p;
+      bool error = false;
+      ParseAll(c.bytes, chunk, p, &error);
+      EXPECT_TRUE(error) << c.error << " chunk " << chunk;
+      EXPECT_NE(p.error().find(c.error), std::string::npos) << p.error();
+    }
   }
+}
+
+TEST(ParserTest, LimitsAtTheBoundaryAreAccepted) {
+  std::string key(kDefaultMaxKeyBytes, 'k');
+  RequestParser p;
+  auto reqs = ParseAll(Op1(v1::kGet) + Str(key), 4096, p);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].args[0], key);
+}
+
+TEST(ParserTest, OneMessageAsAWholeIsBounded) {
+  // Each value is within its limit, but the message is not: it must fail
+  // even though every piece is parsed as it arrives.
+  Limits limits;
+  limits.max_buffered_bytes = 64 * 1024;
+  RequestParser p(limits);
+  std::string bytes = Op1(v1::kMultiSet) + U64(100);
+  for (int i = 0; i < 100; ++i) bytes += Str("k" + std::to_string(i)) + Str(std::string(4096, 'v'));
+  bool error = false;
+  for (size_t i = 0; i < bytes.size() && !error; i += 1000) {
+    if (!p.Append(bytes.data() + i, std::min<size_t>(1000, bytes.size() - i))) {
+      error = true;
+      break;
+    }
+    Request r;
+    EXPECT_EQ(p.Next(&r), RequestParser::Result::kNeedMore);
+  }
+  EXPECT_TRUE(error);
+  EXPECT_LE(p.held(), limits.max_buffered_bytes);
 }
 
 TEST(ParserTest, LimitsAreConfigurable) {

@@ -2,9 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
-#include <list>
+#include <future>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,7 +20,7 @@ using asio::ip::tcp;
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
  public:
   Impl(asio::io_context& io, ServerOptions options)
-      : io_(io), options_(std::move(options)), acceptor_(io) {}
+      : options_(std::move(options)), acceptor_(io), accept_retry_(io) {}
 
   Status Listen() {
     std::error_code ec;
@@ -38,6 +39,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     const auto port = static_cast<uint16_t>(options_.port);
     bool ok;
     if (options_.host.empty() || options_.host == "::") {
+      // As torch's libuv server: every address over IPv6 and IPv4 at once,
+      // or IPv4 alone where the kernel has IPv6 off.
       ok = try_bind(tcp::endpoint(asio::ip::address_v6::any(), port), true) ||
            try_bind(tcp::endpoint(asio::ip::address_v4::any(), port), false);
     } else {
@@ -61,21 +64,42 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Close() {
     std::error_code ec;
     acceptor_.close(ec);
+    accept_retry_.cancel();
     for (auto& c : connections_) c->Close();
     connections_.clear();
+    waiters_.clear();
+    watchers_.clear();
   }
 
   int port() const { return port_; }
   size_t num_keys() const { return data_.size(); }
   size_t num_connections() const { return connections_.size(); }
+  size_t num_waits() const { return live_waits_; }
+  size_t num_wait_index_entries() const {
+    size_t n = 0;
+    for (const auto& [key, list] : waiters_) n += list.waiters.size();
+    return n;
+  }
 
  private:
   struct Connection;
-  // A WAIT still missing some keys.
+
+  // One WAIT still missing some of its keys. It sits in the index under each
+  // key it misses, and in its connection's list, until it is answered,
+  // cancelled or its connection goes.
   struct Waiter {
     std::weak_ptr<Connection> conn;
+    std::vector<std::string> keys;  // the keys it missed on arrival
     size_t missing = 0;
     bool done = false;
+  };
+  // The waiters of one key. Cancelled waiters are not searched for and
+  // erased one by one (a WAIT of 100K ranks on one key, all cancelled, would
+  // be quadratic); they are counted, and the list is compacted when half of
+  // it is dead, which keeps both time and memory linear.
+  struct WaitList {
+    std::vector<std::shared_ptr<Waiter>> waiters;
+    size_t dead = 0;
   };
 
   struct Connection : std::enable_shared_from_this<Connection> {
@@ -91,7 +115,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       socket.async_read_some(
           asio::buffer(buf, sizeof buf), [self = shared_from_this()](std::error_code ec, size_t n) {
             if (ec) {
-              self->server.Drop(self, ec == asio::error::eof ? "" : ec.message());
+              bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
+                           ec == asio::error::connection_reset;
+              self->server.Drop(self, quiet ? "" : ec.message());
               return;
             }
             self->OnBytes(n);
@@ -114,13 +140,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       Read();
     }
 
-    // Queues reply bytes; one write is in flight at a time.
+    // Queues reply bytes; one write is in flight at a time, and everything
+    // queued meanwhile goes out in the next one.
     void Send(std::string_view bytes) {
       if (closed) return;
-      out.append(bytes);
-      if (out.size() > server.options_.max_pending_reply_bytes) {
+      if (out.size() + sending.size() + bytes.size() > server.options_.max_pending_reply_bytes) {
         return server.Drop(shared_from_this(), "too many unread replies");
       }
+      out.append(bytes);
       if (!writing) Flush();
     }
 
@@ -129,13 +156,17 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       writing = true;
       sending.swap(out);
       out.clear();
-      asio::async_write(socket, asio::buffer(sending),
-                        [self = shared_from_this()](std::error_code ec, size_t) {
-                          self->writing = false;
-                          self->sending.clear();
-                          if (ec) return self->server.Drop(self, ec.message());
-                          self->Flush();
-                        });
+      asio::async_write(
+          socket, asio::buffer(sending), [self = shared_from_this()](std::error_code ec, size_t) {
+            self->writing = false;
+            self->sending.clear();
+            if (ec) {
+              bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
+                           ec == asio::error::connection_reset;
+              return self->server.Drop(self, quiet ? "" : ec.message());
+            }
+            self->Flush();
+          });
     }
 
     void Close() {
@@ -161,17 +192,32 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   void Accept() {
     acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
-      if (ec == asio::error::operation_aborted) return;
+      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
       if (!ec) {
+        self->out_of_descriptors_ = false;
         std::error_code ignored;
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
         self->connections_.insert(c);
         c->Start();
-      } else if (ec == asio::error::no_descriptors) {
-        log::Warning("store: out of file descriptors; raise the open-file limit");
+        return self->Accept();
       }
-      if (self->acceptor_.is_open()) self->Accept();
+      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+          ec == asio::error::no_memory) {
+        // The pending connection stays in the backlog; accepting again at
+        // once would spin. Wait for a client to leave, log once per episode.
+        if (!self->out_of_descriptors_) {
+          log::Warning("store: cannot accept a client: {}; raise the open-file limit (ulimit -n)",
+                       ec.message());
+          self->out_of_descriptors_ = true;
+        }
+        self->accept_retry_.expires_after(std::chrono::milliseconds(100));
+        self->accept_retry_.async_wait([self](std::error_code e) {
+          if (!e && self->acceptor_.is_open()) self->Accept();
+        });
+        return;
+      }
+      self->Accept();  // e.g. a client that reset before we accepted it
     });
   }
 
@@ -184,11 +230,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
           "store: dropped client {}: {}",
           ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port()), why);
     }
-    for (auto& w : c->waits) w->done = true;
+    RetireWaits(*c);
     for (auto& key : c->watched) {
       auto it = watchers_.find(key);
-      if (it != watchers_.end()) it->second.erase(c.get());
+      if (it == watchers_.end()) continue;
+      it->second.erase(c.get());
+      if (it->second.empty()) watchers_.erase(it);
     }
+    c->watched.clear();
     c->Close();
     connections_.erase(c);
   }
@@ -199,22 +248,70 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return q != queues_.end() && !q->second.empty();
   }
 
-  // A key appeared or changed: finish the WAITs that were missing it.
+  // A waiter whose keys all exist: answer it.
+  void Complete(const std::shared_ptr<Waiter>& w) {
+    w->done = true;
+    --live_waits_;
+    if (auto c = w->conn.lock()) {
+      std::erase(c->waits, w);
+      std::string o;
+      PutU8(o, kWaitStopWaiting);
+      c->Send(o);
+    }
+  }
+
+  // CANCEL_WAIT or a closed connection: its waiters will never be answered.
+  void RetireWaits(Connection& c) {
+    for (auto& w : c.waits) {
+      if (w->done) continue;
+      w->done = true;
+      --live_waits_;
+      for (const auto& key : w->keys) {
+        auto it = waiters_.find(key);
+        if (it == waiters_.end()) continue;
+        WaitList& list = it->second;
+        if (++list.dead * 2 < list.waiters.size()) continue;
+        std::erase_if(list.waiters, [](const auto& x) { return x->done; });
+        list.dead = 0;
+        if (list.waiters.empty()) waiters_.erase(it);
+      }
+    }
+    c.waits.clear();
+  }
+
+  // A key appeared or changed: every WAIT that was missing it has one key
+  // fewer to wait for.
   void WakeWaiters(const std::string& key) {
     auto it = waiters_.find(key);
     if (it == waiters_.end()) return;
-    auto list = std::move(it->second);
+    auto list = std::move(it->second.waiters);
     waiters_.erase(it);
+    // Sending may drop a connection, which retires its waiters: they are
+    // then marked done here and skipped; the list is ours, not the index's.
     for (auto& w : list) {
       if (w->done || --w->missing > 0) continue;
-      w->done = true;
-      if (auto c = w->conn.lock()) {
-        std::erase(c->waits, w);
-        std::string o;
-        PutU8(o, kWaitStopWaiting);
-        c->Send(o);
-      }
+      Complete(w);
     }
+  }
+
+  // QUEUE_PUSH: one item can satisfy one blocking pop, so, as torch, wake
+  // the first waiter this completes and leave the rest waiting.
+  void WakeOneWaiter(const std::string& key) {
+    auto it = waiters_.find(key);
+    if (it == waiters_.end()) return;
+    auto& list = it->second.waiters;
+    std::shared_ptr<Waiter> woken;
+    size_t i = 0;
+    while (i < list.size() && !woken) {
+      auto& w = list[i++];
+      if (w->done) continue;
+      if (--w->missing == 0) woken = w;
+    }
+    list.erase(list.begin(), list.begin() + static_cast<ptrdiff_t>(i));
+    it->second.dead = std::min(it->second.dead, list.size());
+    if (list.empty()) waiters_.erase(it);
+    // The index is settled before the reply, which may drop a connection.
+    if (woken) Complete(woken);
   }
 
   void NotifyWatchers(const std::string& key, uint8_t event, std::string_view old_value,
@@ -226,15 +323,18 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     PutBytes(o, key);
     PutBytes(o, old_value);
     PutBytes(o, new_value);
-    for (Connection* c : it->second) c->Send(o);
+    // A send may drop its connection and so change the set: copy it first.
+    std::vector<std::shared_ptr<Connection>> targets;
+    for (Connection* c : it->second) targets.push_back(c->shared_from_this());
+    for (auto& c : targets) c->Send(o);
   }
 
   void SetValue(const std::string& key, std::string value) {
     auto it = data_.find(key);
     bool created = it == data_.end();
-    std::string old = created ? std::string() : std::move(it->second);
     if (!watchers_.empty()) {
-      NotifyWatchers(key, created ? kWatchKeyCreated : kWatchKeyUpdated, old, value);
+      NotifyWatchers(key, created ? kWatchKeyCreated : kWatchKeyUpdated,
+                     created ? std::string_view() : std::string_view(it->second), value);
     }
     data_[key] = std::move(value);
     WakeWaiters(key);
@@ -297,11 +397,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         for (auto& k : a) {
           if (!Exists(k)) {
             ++w->missing;
-            waiters_[k].push_back(w);
+            waiters_[k].waiters.push_back(w);
+            w->keys.push_back(std::move(k));
           }
         }
         if (w->missing > 0) {
-          c->waits.push_back(w);
+          c->waits.push_back(std::move(w));
+          ++live_waits_;
           return;  // answered by WakeWaiters
         }
         PutU8(o, kWaitStopWaiting);
@@ -319,8 +421,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         auto it = data_.find(a[0]);
         bool found = it != data_.end();
         if (found) {
-          if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyDeleted, it->second, "");
+          std::string old = std::move(it->second);
           data_.erase(it);
+          if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyDeleted, old, "");
         }
         PutI64(o, found ? 1 : 0);
         break;
@@ -348,21 +451,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         for (size_t i = 0; i + 1 < a.size(); i += 2) SetValue(a[i], std::move(a[i + 1]));
         return;
       case Op::kCancelWait:
-        for (auto& w : c->waits) w->done = true;
-        c->waits.clear();
+        RetireWaits(*c);
         PutU8(o, kWaitCanceled);
         break;
       case Op::kQueuePush:
         queues_[a[0]].push_back(std::move(a[1]));
-        WakeWaiters(a[0]);
+        WakeOneWaiter(a[0]);
         return;
       case Op::kQueuePop: {
+        // i64 items in the queue before the pop; then the item, if any.
         auto it = queues_.find(a[0]);
-        if (it == queues_.end() || it->second.empty()) {
-          PutI64(o, -1);
-        } else {
+        int64_t n = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+        PutI64(o, n);
+        if (n > 0) {
           PutBytes(o, it->second.front());
           it->second.pop_front();
+          if (it->second.empty()) queues_.erase(it);
         }
         break;
       }
@@ -375,19 +479,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     c->Send(o);
   }
 
-  asio::io_context& io_;
   ServerOptions options_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  bool out_of_descriptors_ = false;
   int port_ = 0;
+  size_t live_waits_ = 0;
   std::unordered_set<std::shared_ptr<Connection>> connections_;
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters_;
+  std::unordered_map<std::string, WaitList> waiters_;
   std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
                                                         ServerOptions options) {
+  if (options.raise_open_file_limit) RaiseOpenFileLimit();
   auto impl = std::make_shared<Impl>(io, std::move(options));
   TRUN_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
@@ -397,13 +504,44 @@ StoreServer::~StoreServer() { impl_->Close(); }
 int StoreServer::port() const { return impl_->port(); }
 size_t StoreServer::num_keys() const { return impl_->num_keys(); }
 size_t StoreServer::num_connections() const { return impl_->num_connections(); }
+size_t StoreServer::num_waits() const { return impl_->num_waits(); }
+size_t StoreServer::num_wait_index_entries() const { return impl_->num_wait_index_entries(); }
+
+Result<std::unique_ptr<StoreServerThread>> StoreServerThread::Start(ServerOptions options) {
+  std::unique_ptr<StoreServerThread> t(new StoreServerThread());
+  auto server = StoreServer::Start(t->io_, std::move(options));
+  if (!server.ok()) return server.status();
+  t->server_ = std::move(*server);
+  t->port_ = t->server_->port();
+  t->work_.emplace(t->io_.get_executor());
+  t->thread_ = std::thread([io = &t->io_] { io->run(); });
+  return t;
+}
+
+StoreServerThread::~StoreServerThread() {
+  if (!thread_.joinable()) return;  // Start failed
+  // The server is destroyed on its own thread, where its handlers run; the
+  // loop then finishes what the closed sockets left queued and returns.
+  asio::post(io_, [this] { server_.reset(); });
+  work_.reset();
+  thread_.join();
+}
+
+void StoreServerThread::RunOnLoop(const std::function<void(StoreServer&)>& fn) {
+  std::promise<void> done;
+  asio::post(io_, [&] {
+    fn(*server_);
+    done.set_value();
+  });
+  done.get_future().wait();
+}
 
 size_t RaiseOpenFileLimit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
   if (rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
   }
   return rl.rlim_cur;
 }

@@ -11,12 +11,15 @@
 // dropped with one log line and nobody else notices.
 //
 // Thread-safety: every method, and every handler, runs on the io_context's
-// one thread.
+// one thread (StoreServerThread below gives it a thread of its own).
 #pragma once
 
 #include <asio.hpp>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "store/parser.h"
@@ -32,6 +35,10 @@ struct ServerOptions {
   // Bytes of replies one connection may have queued before it is dropped
   // (a client that never reads).
   size_t max_pending_reply_bytes = kDefaultMaxBufferedBytes;
+  // Raise the process's soft open-file limit to the hard one at start, so
+  // that thousands of clients can connect (torch's server does not, and
+  // meets EMFILE at about 1000 ranks under the common default of 1024).
+  bool raise_open_file_limit = true;
 };
 
 class StoreServer {
@@ -46,11 +53,42 @@ class StoreServer {
   int port() const;
   size_t num_keys() const;
   size_t num_connections() const;
+  // WAITs not yet answered, cancelled or dropped; and the entries of the
+  // key -> waiters index (which a cancel may leave behind for a while, but
+  // never unboundedly). For tests.
+  size_t num_waits() const;
+  size_t num_wait_index_entries() const;
 
  private:
   class Impl;
   explicit StoreServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
+};
+
+// A StoreServer on an io_context and thread of its own, for `trun store`,
+// tests and tools; the agent hosts the server on its own loop instead.
+// Destroying it stops the loop and joins the thread.
+//
+// Thread-safety: port() is fixed at start; RunOnLoop posts to the server's
+// thread and waits, so it may be called from any thread but that one.
+class StoreServerThread {
+ public:
+  static Result<std::unique_ptr<StoreServerThread>> Start(ServerOptions options);
+  ~StoreServerThread();
+  StoreServerThread(const StoreServerThread&) = delete;
+  StoreServerThread& operator=(const StoreServerThread&) = delete;
+
+  int port() const { return port_; }
+  // Runs fn on the server's thread and waits for it.
+  void RunOnLoop(const std::function<void(StoreServer&)>& fn);
+
+ private:
+  StoreServerThread() = default;
+  asio::io_context io_{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::unique_ptr<StoreServer> server_;
+  std::thread thread_;
+  int port_ = 0;
 };
 
 // Raises the soft open-file limit to the hard one, so that thousands of

@@ -1,46 +1,135 @@
 #include "store/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <thread>
 
 #include "store/client.h"
+#include "store/encode.h"
 
 namespace trun::store {
 namespace {
 
 using std::chrono::milliseconds;
 
+std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
+std::string U32(uint32_t v) { return std::string(reinterpret_cast<char*>(&v), 4); }
+std::string Str(const std::string& s) { return U64(s.size()) + s; }
+std::string Op1(uint8_t op) { return std::string(1, static_cast<char>(op)); }
+
+// A socket that speaks raw bytes, for golden replies and hostile clients.
+class Raw {
+ public:
+  explicit Raw(int port, bool v6 = false) {
+    if (v6) {
+      fd_ = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(static_cast<uint16_t>(port));
+      a.sin6_addr = in6addr_loopback;
+      connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    } else {
+      fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+  }
+  ~Raw() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  bool Send(const std::string& b) {
+    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+  }
+  // Exactly n bytes, or what came before EOF or the timeout.
+  std::string Recv(size_t n, int timeout_ms = 5000) {
+    std::string out;
+    while (out.size() < n) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) != 1) break;
+      char buf[4096];
+      ssize_t got = ::recv(fd_, buf, std::min(n - out.size(), sizeof buf), 0);
+      if (got <= 0) break;
+      out.append(buf, static_cast<size_t>(got));
+    }
+    return out;
+  }
+  // True when the server closed the connection (EOF or reset) within the
+  // timeout, reading and discarding anything before it.
+  bool Closed(int timeout_ms = 5000) {
+    while (true) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) != 1) return false;
+      char buf[4096];
+      if (::recv(fd_, buf, sizeof buf, 0) <= 0) return true;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+ServerOptions Options(std::string host, int port) {
+  ServerOptions o;
+  o.host = std::move(host);
+  o.port = port;
+  return o;
+}
+
 // A server on its own thread, as `trun store` runs it.
 class ServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto s = StoreServer::Start(io_, ServerOptions{"127.0.0.1", 0, {}, 1 << 20});
+  void SetUp() override { Start({}); }
+  void Start(Limits limits, size_t max_pending_reply_bytes = 1 << 20, std::string host = "") {
+    server_.reset();
+    ServerOptions options;
+    options.host = host.empty() ? "127.0.0.1" : host;
+    options.limits = limits;
+    options.max_pending_reply_bytes = max_pending_reply_bytes;
+    auto s = StoreServerThread::Start(options);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
-    work_.emplace(io_.get_executor());
-    thread_ = std::thread([this] { io_.run(); });
   }
-  void TearDown() override {
-    asio::post(io_, [this] { server_.reset(); });
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
+  int port() const { return server_->port(); }
   StoreClient Connect() {
-    auto c =
-        StoreClient::Connect("127.0.0.1", server_->port(), milliseconds(5000), milliseconds(5000));
+    auto c = StoreClient::Connect("127.0.0.1", port(), milliseconds(5000), milliseconds(5000));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return std::move(*c);
   }
+  size_t Waits() {
+    size_t n = 0;
+    server_->RunOnLoop([&](StoreServer& s) { n = s.num_waits(); });
+    return n;
+  }
+  size_t WaitIndexEntries() {
+    size_t n = 0;
+    server_->RunOnLoop([&](StoreServer& s) { n = s.num_wait_index_entries(); });
+    return n;
+  }
+  size_t Connections() {
+    size_t n = 0;
+    server_->RunOnLoop([&](StoreServer& s) { n = s.num_connections(); });
+    return n;
+  }
+  // Polls until the server has seen what the clients did.
+  template <typename F>
+  bool Eventually(F f) {
+    for (int i = 0; i < 500; ++i) {
+      if (f()) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
 
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::unique_ptr<StoreServer> server_;
-  std::thread thread_;
+  std::unique_ptr<StoreServerThread> server_;
 };
 
 TEST_F(ServerTest, EveryOperation) {
@@ -49,77 +138,335 @@ TEST_F(ServerTest, EveryOperation) {
   EXPECT_EQ(*c.Get("a"), "1");
   EXPECT_EQ(*c.Add("n", 5), 5);
   EXPECT_EQ(*c.Add("n", -7), -2);
+  EXPECT_EQ(*c.Get("n"), "-2");
   EXPECT_EQ(*c.CompareSet("c", "", "x"), "x");
   EXPECT_EQ(*c.CompareSet("c", "x", "y"), "y");
   EXPECT_EQ(*c.CompareSet("c", "q", "z"), "y");
   EXPECT_EQ(*c.CompareSet("missing", "e", "d"), "e");
+  EXPECT_FALSE(*c.Check({"missing"}));
   EXPECT_TRUE(*c.Check({"a", "n"}));
   EXPECT_FALSE(*c.Check({"a", "nope"}));
+  EXPECT_TRUE(*c.Check({}));
   EXPECT_EQ(*c.NumKeys(), 3);
   ASSERT_TRUE(c.Append("a", "23").ok());
   EXPECT_EQ(*c.Get("a"), "123");
+  ASSERT_TRUE(c.Append("fresh", "x").ok());  // APPEND creates
+  EXPECT_EQ(*c.Get("fresh"), "x");
   ASSERT_TRUE(c.MultiSet({{"m1", "x"}, {"m2", "y"}}).ok());
-  EXPECT_EQ(*c.MultiGet({"m1", "m2"}), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(*c.MultiGet({"m1", "m2", "absent"}), (std::vector<std::string>{"x", "y", ""}));
   EXPECT_TRUE(*c.DeleteKey("m1"));
   EXPECT_FALSE(*c.DeleteKey("m1"));
+  EXPECT_TRUE(c.Ping().ok());
+  ASSERT_TRUE(c.Set("bin", std::string("\0\xff\n", 3)).ok());
+  EXPECT_EQ(*c.Get("bin"), std::string("\0\xff\n", 3));
+}
+
+TEST_F(ServerTest, PrefixStoreJoinsWithASlash) {
+  StoreClient c = Connect();
   PrefixStore p(c, "/worker/attempt_0");
   ASSERT_TRUE(p.Set("k", "v").ok());
   EXPECT_EQ(*c.Get("/worker/attempt_0/k"), "v");
+  EXPECT_EQ(*p.Get("k"), "v");
+  EXPECT_EQ(*p.Add("n", 2), 2);
+  EXPECT_EQ(*p.CompareSet("k", "v", "w"), "w");
+  EXPECT_TRUE(*p.Check({"k", "n"}));
+  EXPECT_TRUE(p.Wait({"k"}, milliseconds(1000)).ok());
+  ASSERT_TRUE(p.MultiSet({{"a", "1"}}).ok());
+  EXPECT_EQ(*p.MultiGet({"a"}), std::vector<std::string>{"1"});
+  ASSERT_TRUE(p.Append("a", "2").ok());
+  EXPECT_EQ(*c.Get("/worker/attempt_0/a"), "12");
+  EXPECT_TRUE(*p.DeleteKey("a"));
+  EXPECT_EQ(*p.NumKeys(), 2);
 }
 
-TEST_F(ServerTest, WaitCompletesOnAnotherClientsSet) {
+TEST_F(ServerTest, WaitCompletesOnAnotherClientsSetAndAdd) {
   StoreClient waiter = Connect();
   std::thread setter([this] {
     std::this_thread::sleep_for(milliseconds(100));
     StoreClient c = Connect();
     ASSERT_TRUE(c.Set("x", "1").ok());
+    std::this_thread::sleep_for(milliseconds(50));
     ASSERT_TRUE(c.Add("y", 1).ok());
   });
-  EXPECT_TRUE(waiter.Wait({"x", "y"}, milliseconds(5000)).ok());
+  // Keys already present count as there; "x" twice counts once per mention.
+  StoreClient other = Connect();
+  ASSERT_TRUE(other.Set("present", "1").ok());
+  EXPECT_TRUE(waiter.Wait({"present", "x", "y", "x"}, milliseconds(5000)).ok());
   setter.join();
+  EXPECT_EQ(Waits(), 0u);
+  EXPECT_EQ(WaitIndexEntries(), 0u);
+}
+
+TEST_F(ServerTest, ManyWaitersOnOneKeyWakeTogether) {
+  constexpr int kWaiters = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> woken{0};
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&] {
+      StoreClient c = Connect();
+      if (c.Wait({"go"}, milliseconds(10000)).ok()) ++woken;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return Waits() == kWaiters; }));
+  StoreClient c = Connect();
+  ASSERT_TRUE(c.Set("go", "1").ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(woken, kWaiters);
 }
 
 TEST_F(ServerTest, WaitTimesOutAndIsCancelled) {
   StoreClient c = Connect();
   Status s = c.Wait({"never"}, milliseconds(100));
   EXPECT_EQ(s.code(), StatusCode::kTimeout);
+  EXPECT_EQ(Waits(), 0u);
   // The connection is still in step after the cancel.
   ASSERT_TRUE(c.Set("after", "ok").ok());
   EXPECT_EQ(*c.Get("after"), "ok");
 }
 
+TEST_F(ServerTest, CancelWaitGoldenBytesAndNoStaleReply) {
+  Raw r(port());
+  ASSERT_TRUE(r.Send(Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kWait) + U64(1) +
+                     Str("k") + Op1(v2::kCancelWait)));
+  EXPECT_EQ(r.Recv(1), std::string(1, kWaitCanceled));
+  // The cancelled wait must not answer when its key appears: the next byte
+  // on the stream is the PING's echo.
+  StoreClient other = Connect();
+  ASSERT_TRUE(other.Set("k", "v").ok());
+  ASSERT_TRUE(r.Send(Op1(v2::kPing) + U32(0xABCD1234)));
+  EXPECT_EQ(r.Recv(4), U32(0xABCD1234));
+  // CANCEL_WAIT with nothing to cancel still answers.
+  ASSERT_TRUE(r.Send(Op1(v2::kCancelWait)));
+  EXPECT_EQ(r.Recv(1), std::string(1, kWaitCanceled));
+}
+
+TEST_F(ServerTest, CancelledWaitsDoNotPileUpInTheIndex) {
+  StoreClient c = Connect();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(c.Wait({"never", "nor-this"}, milliseconds(0)).code(), StatusCode::kTimeout);
+  }
+  EXPECT_EQ(Waits(), 0u);
+  EXPECT_LE(WaitIndexEntries(), 4u);
+}
+
+TEST_F(ServerTest, ADisconnectedWaiterIsForgotten) {
+  {
+    Raw r(port());
+    ASSERT_TRUE(r.Send(Op1(v1::kWait) + U64(1) + Str("/gone")));
+    ASSERT_TRUE(Eventually([&] { return Waits() == 1; }));
+  }
+  ASSERT_TRUE(Eventually([&] { return Waits() == 0; }));
+  EXPECT_EQ(WaitIndexEntries(), 0u);
+  StoreClient c = Connect();
+  ASSERT_TRUE(c.Set("/gone", "1").ok());  // must not write to a closed socket
+  EXPECT_TRUE(c.Ping().ok());
+}
+
+// The bytes torch 1.13's client sends and expects, v1 numbering.
+TEST_F(ServerTest, V1SessionGoldenReplies) {
+  Raw r(port());
+  ASSERT_TRUE(r.connected());
+  // The opcode alone first, as torch 1.13 sends it.
+  ASSERT_TRUE(r.Send(Op1(v1::kAdd)));
+  ASSERT_TRUE(r.Send(Str("init/") + U64(1)));
+  EXPECT_EQ(r.Recv(8), U64(1));
+  ASSERT_TRUE(r.Send(Op1(v1::kSet) + Str("/a") + Str("hi")));
+  ASSERT_TRUE(r.Send(Op1(v1::kWait) + U64(1) + Str("/a") + Op1(v1::kGet) + Str("/a")));
+  EXPECT_EQ(r.Recv(1 + 8 + 2), Op1(kWaitStopWaiting) + Str("hi"));
+  ASSERT_TRUE(r.Send(Op1(v1::kGet) + Str("/missing")));
+  EXPECT_EQ(r.Recv(8), U64(0));  // empty, as the libuv server
+  ASSERT_TRUE(r.Send(Op1(v1::kCompareSet) + Str("/c") + Str("") + Str("x")));
+  EXPECT_EQ(r.Recv(9), Str("x"));
+  ASSERT_TRUE(r.Send(Op1(v1::kCheck) + U64(2) + Str("/a") + Str("/zz")));
+  EXPECT_EQ(r.Recv(1), Op1(kCheckNotReady));
+  ASSERT_TRUE(r.Send(Op1(v1::kGetNumKeys)));
+  EXPECT_EQ(r.Recv(8), U64(3));  // init/, /a, /c
+  ASSERT_TRUE(r.Send(Op1(v1::kDeleteKey) + Str("/c") + Op1(v1::kDeleteKey) + Str("/c")));
+  EXPECT_EQ(r.Recv(16), U64(1) + U64(0));
+}
+
+// torch 1.13 opens a second connection per client for watchKey callbacks.
+TEST_F(ServerTest, V1WatchKeyEvents) {
+  Raw watch(port());
+  ASSERT_TRUE(watch.Send(Op1(v1::kWatchKey) + Str("/w")));
+  EXPECT_EQ(watch.Recv(1), Op1(kWatchCallbackRegistered));
+  Raw main(port());
+  ASSERT_TRUE(main.Send(Op1(v1::kSet) + Str("/w") + Str("1")));
+  EXPECT_EQ(watch.Recv(1 + 10 + 8 + 9), Op1(kWatchKeyCreated) + Str("/w") + Str("") + Str("1"));
+  ASSERT_TRUE(main.Send(Op1(v1::kAdd) + Str("/w") + U64(1)));
+  EXPECT_EQ(watch.Recv(1 + 10 + 9 + 9), Op1(kWatchKeyUpdated) + Str("/w") + Str("1") + Str("2"));
+  ASSERT_TRUE(main.Send(Op1(v1::kAppend) + Str("/w") + Str("x")));
+  EXPECT_EQ(watch.Recv(1 + 10 + 9 + 10), Op1(kWatchKeyAppended) + Str("/w") + Str("2") + Str("2x"));
+  ASSERT_TRUE(main.Send(Op1(v1::kDeleteKey) + Str("/w")));
+  EXPECT_EQ(watch.Recv(1 + 10 + 10 + 8), Op1(kWatchKeyDeleted) + Str("/w") + Str("2x") + Str(""));
+  // Other keys are not reported.
+  ASSERT_TRUE(main.Send(Op1(v1::kSet) + Str("/other") + Str("1")));
+  EXPECT_EQ(main.Recv(8 + 8 + 1, 100).size(), 16u);  // ADD's and DELETE's replies only
+  EXPECT_EQ(watch.Recv(1, 200), "");
+}
+
+TEST_F(ServerTest, V2QueueGoldenReplies) {
+  Raw r(port());
+  ASSERT_TRUE(r.Send(Op1(v2::kValidate) + U32(kValidationMagic)));
+  ASSERT_TRUE(r.Send(Op1(v2::kQueuePop) + Str("q")));
+  EXPECT_EQ(r.Recv(8), U64(0));  // empty: i64 0 and nothing else
+  ASSERT_TRUE(r.Send(Op1(v2::kQueuePush) + Str("q") + Str("one") + Op1(v2::kQueuePush) + Str("q") +
+                     Str("two") + Op1(v2::kQueueLen) + Str("q")));
+  EXPECT_EQ(r.Recv(8), U64(2));
+  ASSERT_TRUE(r.Send(Op1(v2::kCheck) + U64(1) + Str("q")));
+  EXPECT_EQ(r.Recv(1), Op1(kCheckReady));  // a non-empty queue counts as a key
+  ASSERT_TRUE(r.Send(Op1(v2::kQueuePop) + Str("q")));
+  EXPECT_EQ(r.Recv(8 + 11), U64(2) + Str("one"));  // i64 length before the pop, then the item
+  ASSERT_TRUE(r.Send(Op1(v2::kQueuePop) + Str("q")));
+  EXPECT_EQ(r.Recv(8 + 11), U64(1) + Str("two"));
+  ASSERT_TRUE(r.Send(Op1(v2::kQueueLen) + Str("q") + Op1(v2::kGetNumKeys)));
+  EXPECT_EQ(r.Recv(16), U64(0) + U64(0));  // queues are not keys
+}
+
+TEST_F(ServerTest, QueuePushWakesOneBlockingPop) {
+  // A blocking pop is WAIT, then QUEUE_POP: one item must wake one waiter.
+  Raw a(port()), b(port());
+  for (Raw* r : {&a, &b}) {
+    ASSERT_TRUE(r->Send(Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kWait) + U64(1) +
+                        Str("jobs")));
+  }
+  ASSERT_TRUE(Eventually([&] { return Waits() == 2; }));
+  std::string push;
+  PutU8(push, v2::kQueuePush);
+  PutBytes(push, "jobs");
+  PutBytes(push, "j1");
+  Raw pusher(port());
+  ASSERT_TRUE(pusher.Send(Op1(v2::kValidate) + U32(kValidationMagic) + push));
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));  // the first to wait
+  EXPECT_EQ(b.Recv(1, 200), "");
+  EXPECT_EQ(Waits(), 1u);
+  ASSERT_TRUE(pusher.Send(push));
+  EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
+}
+
 TEST_F(ServerTest, GarbageDropsOnlyThatClient) {
   StoreClient good = Connect();
-  for (const std::string& junk :
-       {std::string(64, '\xff'), std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x10", 9),
-        std::string("GET / HTTP/1.0\r\n\r\n")}) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    ASSERT_EQ(::send(fd, junk.data(), junk.size(), 0), static_cast<ssize_t>(junk.size()));
-    ::close(fd);
+  for (const std::string& junk : {
+           std::string(64, '\xff'),                               // unknown opcode
+           Op1(v1::kSet) + U64(uint64_t{1} << 60),                // 2^60-byte key
+           Op1(v1::kSet) + Str("k") + U64(uint64_t{1} << 62),     // 2^62-byte value
+           Op1(v1::kWait) + U64(uint64_t{1} << 40),               // 2^40 keys
+           Op1(v2::kValidate) + U32(kValidationMagic) + Op1(99),  // unknown v2 opcode
+           std::string("GET / HTTP/1.0\r\n\r\n"),                 // a port scanner
+           Op1(v1::kSet) + Str("n") + Str("x") + Op1(v1::kAdd) + Str("n") + U64(1),  // ADD to text
+       }) {
+    Raw r(port());
+    ASSERT_TRUE(r.Send(junk));
+    EXPECT_TRUE(r.Closed()) << "junk of " << junk.size() << " bytes";
   }
   ASSERT_TRUE(good.Set("still", "here").ok());
   EXPECT_EQ(*good.Get("still"), "here");
+  // A client stopped mid-message and an idle one hold nothing up.
+  Raw half(port()), idle(port());
+  ASSERT_TRUE(half.Send(Op1(v1::kSet) + U64(5) + "ab"));
+  StoreClient another = Connect();
+  EXPECT_EQ(*another.Get("still"), "here");
 }
 
-TEST_F(ServerTest, ManyConnections) {
-  RaiseOpenFileLimit();
-  std::vector<StoreClient> clients;
-  for (int i = 0; i < 500; ++i) {
-    clients.push_back(Connect());
-    ASSERT_TRUE(clients.back().Add("count", 1).ok());
+TEST_F(ServerTest, AClientOverTheBufferCapIsDropped) {
+  Limits limits;
+  limits.max_buffered_bytes = 64 * 1024;
+  Start(limits);
+  Raw r(port());
+  // A value under the value limit, but more than this connection may hold.
+  std::string big = Op1(v1::kSet) + Str("k") + U64(1 << 20) + std::string(128 * 1024, 'v');
+  r.Send(big);
+  EXPECT_TRUE(r.Closed());
+  StoreClient c = Connect();
+  EXPECT_TRUE(c.Ping().ok());
+}
+
+TEST_F(ServerTest, AClientThatNeverReadsIsDropped) {
+  Start({}, /*max_pending_reply_bytes=*/64 * 1024);
+  Raw r(port());
+  // 1 MiB of GETNUMKEYS asks for 1M replies of 8 bytes; the client reads
+  // none. The kernel's buffers fill, then the server's queue, then it drops.
+  std::string flood(1 << 20, static_cast<char>(v1::kGetNumKeys));
+  for (int i = 0; i < 16; ++i) {
+    if (!r.Send(flood)) break;
   }
-  EXPECT_EQ(*clients.front().Add("count", 0), 500);
+  EXPECT_TRUE(Eventually([&] { return Connections() == 0; }));
+  StoreClient c = Connect();
+  EXPECT_TRUE(c.Ping().ok());
+}
+
+TEST_F(ServerTest, DualStackListensOnIpv4AndIpv6) {
+  Start({}, 1 << 20, "::");
+  Raw v4(port());
+  EXPECT_TRUE(v4.connected());
+  ASSERT_TRUE(v4.Send(Op1(v1::kGetNumKeys)));
+  EXPECT_EQ(v4.Recv(8), U64(0));
+  Raw v6(port(), /*v6=*/true);
+  if (!v6.connected()) GTEST_SKIP() << "no IPv6 loopback here";
+  ASSERT_TRUE(v6.Send(Op1(v1::kGetNumKeys)));
+  EXPECT_EQ(v6.Recv(8), U64(0));
+}
+
+TEST_F(ServerTest, ThousandsOfConnections) {
+  constexpr int kClients = 2000;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<StoreClient> clients;
+  clients.reserve(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(Connect());
+    ASSERT_TRUE(clients.back().Add("count", 1).ok()) << i;
+  }
+  EXPECT_EQ(*clients.front().Add("count", 0), kClients);
+  EXPECT_EQ(Connections(), static_cast<size_t>(kClients));
+  // Every connection is still live and served.
+  for (auto& c : clients) ASSERT_TRUE(c.Check({"count"}).ok());
+  auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  RecordProperty("ms", static_cast<int>(ms.count()));
+}
+
+TEST(ServerStartTest, BadHostAndBusyPort) {
+  ServerOptions bad;
+  bad.host = "not-an-ip";
+  auto s = StoreServerThread::Start(bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+
+  ServerOptions first;
+  first.host = "127.0.0.1";
+  auto a = StoreServerThread::Start(first);
+  ASSERT_TRUE(a.ok());
+  ServerOptions second = first;
+  second.port = (*a)->port();
+  auto b = StoreServerThread::Start(second);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kIOError);
 }
 
 TEST(ClientTest, ConnectGivesUpAtTheDeadline) {
   auto c = StoreClient::Connect("127.0.0.1", 1, milliseconds(300));
   EXPECT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kTimeout);
+}
+
+TEST(ClientTest, ConnectWaitsForALateServer) {
+  // Find a free port, then start the server on it after the client tries.
+  int port;
+  {
+    auto probe = StoreServerThread::Start(Options("127.0.0.1", 0));
+    ASSERT_TRUE(probe.ok());
+    port = (*probe)->port();
+  }
+  std::unique_ptr<StoreServerThread> late;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    auto s = StoreServerThread::Start(Options("127.0.0.1", port));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    late = std::move(*s);
+  });
+  auto c = StoreClient::Connect("127.0.0.1", port, milliseconds(10000), milliseconds(5000));
+  starter.join();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->Ping().ok());
 }
 
 }  // namespace

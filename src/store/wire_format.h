@@ -57,7 +57,8 @@ inline constexpr uint8_t kQueuePop = 15;
 inline constexpr uint8_t kQueueLen = 16;
 }  // namespace v2
 
-// Replies of one byte.
+// Replies of one byte. (QUEUE_POP's reply is an i64, the queue's length
+// before the pop, then the item as bytes when that length is not zero.)
 inline constexpr uint8_t kCheckReady = 0;
 inline constexpr uint8_t kCheckNotReady = 1;
 inline constexpr uint8_t kWaitStopWaiting = 0;
@@ -79,7 +80,9 @@ inline constexpr const char* kInitKey = "init/";
 inline constexpr size_t kDefaultMaxKeyBytes = 8 * 1024;
 inline constexpr size_t kDefaultMaxValueBytes = 8 * 1024 * 1024;
 inline constexpr size_t kDefaultMaxKeysPerRequest = 131072;
-// trun's own: bytes one connection may have buffered, unparsed or unsent.
+// trun's own, not torch's: what one connection may make the server hold,
+// counted separately for its input (unparsed bytes plus the decoded part of
+// the message in progress) and for its replies not yet sent.
 inline constexpr size_t kDefaultMaxBufferedBytes = 64 * 1024 * 1024;
 
 }  // namespace trun::store

@@ -13,16 +13,25 @@ import torch.distributed as dist
 from conftest import EXAMPLES, TRUN, base_env, trun
 
 
-@pytest.fixture
-def store():
-    p = subprocess.Popen([TRUN, "store", "--host", "127.0.0.1", "--port", "0"],
+def start_store(*host_args, shown="127.0.0.1"):
+    p = subprocess.Popen([TRUN, "store", *host_args, "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = p.stdout.readline().decode()
-    assert line.startswith("trun store listening on 127.0.0.1:"), line
+    assert line.startswith(f"trun store listening on {shown}:"), (line, p.stderr.read())
     p.port = int(line.rsplit(":", 1)[1])
-    yield p
+    return p
+
+
+def stop_store(p):
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=10) == 0
+
+
+@pytest.fixture
+def store():
+    p = start_store("--host", "127.0.0.1")
+    yield p
+    stop_store(p)
 
 
 def client(port, world_size=1, timeout=10):
@@ -50,8 +59,41 @@ def test_wait_completes_on_a_later_set_and_times_out(store):
     threading.Timer(0.3, lambda: other.set("late", "1")).start()
     s.wait(["late"], timedelta(seconds=10))
     assert s.get("late") == b"1"
+    # Without a timeout of its own (the store's, 10 s here), woken by an ADD.
+    threading.Timer(0.3, lambda: other.add("counter", 7)).start()
+    s.wait(["counter"])
+    assert s.get("counter") == b"7"
+    # get() waits for its key, as torch's client does.
+    threading.Timer(0.3, lambda: other.set("later", "2")).start()
+    assert s.get("later") == b"2"
     with pytest.raises(RuntimeError, match="(?i)timeout"):
         client(store.port).wait(["never"], timedelta(seconds=0.5))
+
+
+def test_prefix_store_and_binary_values(store):
+    s = client(store.port)
+    p = dist.PrefixStore("/worker/attempt_0", s)
+    p.set("k", b"\x00\xff\n")
+    assert s.get("/worker/attempt_0/k") == b"\x00\xff\n"
+    assert p.add("n", 2) == 2
+    p.wait(["k", "n"], timedelta(seconds=5))
+    big = os.urandom(4 << 20)  # 4 MiB, under the 8 MiB value limit
+    s.set("big", big)
+    assert client(store.port).get("big") == big
+
+
+def test_default_host_listens_on_every_address():
+    p = start_store(shown=r"*")
+    try:
+        s = client(p.port)
+        s.set("v4", "ok")
+        # Over IPv6 too, where the machine has an IPv6 loopback at all.
+        v6 = "/proc/net/if_inet6"
+        if os.path.exists(v6) and any(line.split()[-1] == "lo" for line in open(v6)):
+            s6 = dist.TCPStore("::1", p.port, 1, False, timedelta(seconds=10))
+            assert s6.get("v4") == b"ok"
+    finally:
+        stop_store(p)
 
 
 def test_many_clients_at_once(store):
