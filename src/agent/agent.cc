@@ -26,7 +26,7 @@
 #include "proc/sentinel.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
-#include "store/server.h"
+#include "rendezvous/rendezvous.h"
 
 extern char** environ;
 
@@ -118,17 +118,68 @@ class LocalAgent::Impl {
       return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
     }
     WatchSignals();
-    s = StartAttempt();
+    s = rdzv_->Start({[this](Result<rendezvous::Round> r) { OnRound(std::move(r)); },
+                      [this](const std::string& reason) { OnRoundEnded(reason); }});
     if (!s.ok()) {
       log::Error("{}", s.message());
-      StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
+      Finish(s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError);
+      return exit_code_;
     }
     io_.run();
     return exit_code_;
   }
 
  private:
-  enum class State { kRunning, kStopping, kDone };
+  // kWaiting: no workers, waiting for the rendezvous to give a round (at the
+  // start, after a restart, or in the exit barrier).
+  enum class State { kWaiting, kRunning, kStopping, kDone };
+
+  // ---- rounds ----------------------------------------------------------------
+
+  void OnRound(Result<rendezvous::Round> r) {
+    if (state_ != State::kWaiting) return;
+    if (!r.ok()) {
+      if (!failures_.empty()) {
+        ReportFinalFailure();
+      } else {
+        log::Error("{}", r.status().message());
+      }
+      Finish(kExitWorkersFailed);
+      return;
+    }
+    const bool restart = round_.has_value();
+    if (restart && !failures_.empty()) {
+      const auto& root = failures_[RootCause(failures_)];
+      log::Warning(
+          "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
+          root.local_rank, root.exitcode, r->failures, config_.max_restarts);
+    }
+    round_ = std::move(*r);
+    if (config_.max_nodes > 1 || config_.rdzv_backend != "static") {
+      log::Info("round {}: node {} of {}, ranks {}..{} of world size {}", round_->number,
+                round_->group_rank, round_->participants.size(), round_->rank_offset(),
+                round_->rank_offset() + config_.nproc_per_node - 1, round_->world_size());
+    }
+    Status s = StartAttempt();
+    if (!s.ok()) {
+      log::Error("{}", s.message());
+      StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
+    }
+  }
+
+  // Another node failed, or one joined or was lost: restart with the rest
+  // (a membership change spends none of the restart budget).
+  void OnRoundEnded(const std::string& reason) {
+    if (state_ != State::kRunning) return;
+    log::Warning("restarting the worker group: {}", reason);
+    StopWorkers(SIGTERM, [this] {
+      CloseAttempt();
+      if (pending_signal_ != 0) return Finish(128 + pending_signal_);
+      failures_.clear();
+      state_ = State::kWaiting;
+      rdzv_->Ready();
+    });
+  }
 
   // ---- set-up, once per run ------------------------------------------------
 
@@ -146,23 +197,12 @@ class LocalAgent::Impl {
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
 
-    // The agent hosts the store the workers rendezvous on (torch's
-    // TORCHELASTIC_USE_AGENT_STORE), on one port for the whole job: a dead
+    // The rendezvous hosts the workers' store (torch's
+    // TORCHELASTIC_USE_AGENT_STORE) on one port for the whole job: a dead
     // rank 0 takes nothing down and restarts never meet EADDRINUSE.
-    store::RaiseOpenFileLimit();
-    store::ServerOptions store_options;
-    store_options.port = config_.master_port_given ? config_.master_port : 0;
-    auto store = store::StoreServer::Start(io_, store_options);
-    if (!store.ok()) {
-      return Status::InvalidArgument(
-          fmt::format("{}{}", store.status().message(),
-                      config_.master_port_given
-                          ? "; pick another --master-port, or leave it out to get a free one"
-                          : ""));
-    }
-    store_ = std::move(*store);
-    master_addr_ = config_.rdzv_backend == "static" ? config_.master_addr
-                                                    : config_.local_addr.value_or(hostname_);
+    auto rdzv = rendezvous::Make(io_, config_);
+    if (!rdzv.ok()) return rdzv.status();
+    rdzv_ = std::move(*rdzv);
 
     if (config_.log_dir != "/dev/null") {
       std::string base;
@@ -242,15 +282,9 @@ class LocalAgent::Impl {
     for (int sig : config_.signals_to_handle) {
       signals += (signals.empty() ? "" : ",") + proc::SignalName(sig);
     }
-    const int n = config_.nproc_per_node;
     shared_env_ = {
         "ROLE_NAME=" + config_.role,
-        "LOCAL_WORLD_SIZE=" + std::to_string(n),
-        "WORLD_SIZE=" + std::to_string(n * config_.max_nodes),
-        "GROUP_WORLD_SIZE=" + std::to_string(config_.max_nodes),
-        "ROLE_WORLD_SIZE=" + std::to_string(n * config_.max_nodes),
-        "MASTER_ADDR=" + master_addr_,
-        "MASTER_PORT=" + std::to_string(store_->port()),
+        "LOCAL_WORLD_SIZE=" + std::to_string(config_.nproc_per_node),
         "TORCHELASTIC_MAX_RESTARTS=" + std::to_string(config_.max_restarts),
         "TORCHELASTIC_RUN_ID=" + config_.rdzv_id,
         // Every rank, rank 0 too, is a client of the agent's store, under
@@ -268,9 +302,21 @@ class LocalAgent::Impl {
     state_ = State::kRunning;
     failures_.clear();
     workers_.clear();
+    const rendezvous::Round& round = *round_;
+    const int world = round.world_size();
+    const int nodes = static_cast<int>(round.participants.size());
+    std::vector<std::string> round_env = {
+        "WORLD_SIZE=" + std::to_string(world),
+        "GROUP_WORLD_SIZE=" + std::to_string(nodes),
+        "ROLE_WORLD_SIZE=" + std::to_string(world),
+        "MASTER_ADDR=" + round.store_addr,
+        "MASTER_PORT=" + std::to_string(round.store_port),
+        "GROUP_RANK=" + std::to_string(round.group_rank),
+        "TORCHELASTIC_RESTART_COUNT=" + std::to_string(round.number),
+    };
     std::string attempt_dir;
     if (!run_log_dir_.empty()) {
-      attempt_dir = fmt::format("{}/attempt_{}", run_log_dir_, restart_count_);
+      attempt_dir = fmt::format("{}/attempt_{}", run_log_dir_, round.number);
       std::error_code ec;
       fs::remove_all(attempt_dir, ec);
       fs::create_directories(attempt_dir, ec);
@@ -282,7 +328,7 @@ class LocalAgent::Impl {
     for (int lr = 0; lr < n; ++lr) {
       Worker& w = workers_[static_cast<size_t>(lr)];
       w.local_rank = lr;
-      w.global_rank = config_.node_rank * n + lr;
+      w.global_rank = round.rank_offset() + lr;
       std::string rank_dir;
       if (!attempt_dir.empty()) {
         rank_dir = fmt::format("{}/{}", attempt_dir, lr);
@@ -292,9 +338,10 @@ class LocalAgent::Impl {
         w.error_file = rank_dir + "/error.json";
       }
       std::string prefix =
-          config_.log_line_prefix_template.empty()
-              ? fmt::format("[{}{}]:", config_.role, lr)
-              : SubstitutePrefix(config_.log_line_prefix_template, config_.role, lr, w.global_rank);
+          !config_.log_line_prefix_template.empty()
+              ? SubstitutePrefix(config_.log_line_prefix_template, config_.role, lr, w.global_rank)
+          : nodes > 1 ? fmt::format("[{}:{}{}]:", round.group_rank, config_.role, lr)
+                      : fmt::format("[{}{}]:", config_.role, lr);
       int child_out = -1, child_err = -1;
       TRUN_RETURN_IF_ERROR(SetUpStream(w, *w.out, rank_dir, "stdout.log", launch::HasOut,
                                        STDOUT_FILENO, prefix, child_out));
@@ -305,11 +352,10 @@ class LocalAgent::Impl {
       opts.argv = config_.worker_argv;
       opts.env = base_env_;
       opts.env.insert(opts.env.end(), shared_env_.begin(), shared_env_.end());
+      opts.env.insert(opts.env.end(), round_env.begin(), round_env.end());
       opts.env.push_back("LOCAL_RANK=" + std::to_string(lr));
       opts.env.push_back("RANK=" + std::to_string(w.global_rank));
-      opts.env.push_back("GROUP_RANK=" + std::to_string(config_.node_rank));
       opts.env.push_back("ROLE_RANK=" + std::to_string(w.global_rank));
-      opts.env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart_count_));
       opts.env.push_back("TORCHELASTIC_ERROR_FILE=" + w.error_file);
       opts.stdin_fd = stdin_fd_;
       opts.stdout_fd = child_out;
@@ -326,7 +372,7 @@ class LocalAgent::Impl {
       Watch(w.out);
       Watch(w.err);
     }
-    log::Debug("attempt {} started {} workers", restart_count_, n);
+    log::Debug("attempt {} started {} workers", round.number, n);
     return Status::OK();
   }
 
@@ -467,12 +513,17 @@ class LocalAgent::Impl {
 
   void Evaluate() {
     if (!failures_.empty()) {
+      const auto& root = failures_[RootCause(failures_)];
+      rdzv_->Failed(fmt::format("rank {} (local_rank {}, pid {}) exited with {}", root.global_rank,
+                                root.local_rank, root.pid, root.exitcode));
       StopWorkers(SIGTERM, [this] { AfterFailure(); });
       return;
     }
     if (LiveWorkers() == 0) {
       CloseAttempt();
-      Finish(kExitSuccess);
+      // The exit barrier: done once every node of the round is.
+      state_ = State::kWaiting;
+      rdzv_->Succeeded([this] { Finish(kExitSuccess); });
     }
   }
 
@@ -482,30 +533,25 @@ class LocalAgent::Impl {
       Finish(128 + pending_signal_);
       return;
     }
+    // The rendezvous counts the failed round against the job's budget and
+    // answers with the next round or with the news that it is spent.
+    state_ = State::kWaiting;
+    rdzv_->Ready();
+  }
+
+  void ReportFinalFailure() {
     const auto& root = failures_[RootCause(failures_)];
-    if (restart_count_ < config_.max_restarts) {
-      ++restart_count_;
-      log::Warning(
-          "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
-          root.local_rank, root.exitcode, restart_count_, config_.max_restarts);
-      Status s = StartAttempt();
-      if (!s.ok()) {
-        log::Error("{}", s.message());
-        StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
-      }
-      return;
-    }
+    const int64_t restarts = round_ ? round_->failures : 0;
     std::string table = FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
     log::Error("worker group failed{}:{}",
-               config_.max_restarts > 0 ? fmt::format(" after {} restart{}", restart_count_,
-                                                      restart_count_ == 1 ? "" : "s")
-                                        : "",
+               config_.max_restarts > 0
+                   ? fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s")
+                   : "",
                table);
     if (!own_error_file_.empty()) {
       Status s = WriteAgentErrorFile(own_error_file_, root);
       if (!s.ok()) log::Warning("{}", s.message());
     }
-    Finish(kExitWorkersFailed);
   }
 
   void OnSignal(int sig) {
@@ -520,6 +566,10 @@ class LocalAgent::Impl {
     log::Warning("received {}; stopping workers", proc::SignalName(sig));
     if (state_ == State::kStopping) {
       // Already stopping after a failure: AfterFailure sees pending_signal_.
+      return;
+    }
+    if (state_ == State::kWaiting) {
+      Finish(128 + sig);
       return;
     }
     StopWorkers(sig, [this, sig] {
@@ -577,6 +627,7 @@ class LocalAgent::Impl {
   void Finish(int code) {
     state_ = State::kDone;
     exit_code_ = code;
+    if (rdzv_) rdzv_->Shutdown();
     KillOrphans();
     signals_.cancel();
     grace_timer_.cancel();
@@ -610,9 +661,9 @@ class LocalAgent::Impl {
   asio::steady_timer grace_timer_;
 
   std::optional<proc::Sentinel> sentinel_;
-  std::unique_ptr<store::StoreServer> store_;
+  std::unique_ptr<rendezvous::Rendezvous> rdzv_;
+  std::optional<rendezvous::Round> round_;
   std::string hostname_;
-  std::string master_addr_;
   std::string own_error_file_;
   std::string run_log_dir_;
   int devnull_ = -1;
@@ -620,8 +671,7 @@ class LocalAgent::Impl {
   std::vector<std::string> base_env_;
   std::vector<std::string> shared_env_;
 
-  State state_ = State::kRunning;
-  int restart_count_ = 0;
+  State state_ = State::kWaiting;
   int pending_signal_ = 0;
   int exit_code_ = kExitLaunchError;
   std::vector<Worker> workers_;

@@ -34,4 +34,22 @@ std::string FqdnHostname() {
   return best;
 }
 
+bool IsLocalAddress(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  bool local = false;
+  for (addrinfo* a = res; a && !local; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    // Port 0 in the resolved address: binding succeeds only on an own address.
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return local;
+}
+
 }  // namespace trun

@@ -463,22 +463,32 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
                       c.rdzv_backend));
   }
   if (c.standalone) {
+    if (c.max_nodes > 1) {
+      p.Add(
+          fmt::format("--standalone runs one node, but --nnodes asks for up to {}; drop one of "
+                      "the two (several nodes rendezvous with --rdzv-backend c10d)",
+                      c.max_nodes));
+    }
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
     c.rdzv_id = RandomUuid4();
     c.min_nodes = c.max_nodes = 1;
   }
-  if (c.max_nodes > 1) {
+  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
     p.Add(
-        fmt::format("--nnodes {}: multi-node runs are not supported yet; run one node with "
-                    "--standalone or --nnodes 1",
-                    c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
-                                               : fmt::format("{}:{}", c.min_nodes, c.max_nodes)));
-  } else if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    p.Add(
-        fmt::format("--rdzv-backend {} is not supported yet; one node needs no rendezvous: use "
-                    "--standalone",
+        fmt::format("--rdzv-backend {} is not supported yet; use --rdzv-backend c10d with "
+                    "--rdzv-endpoint HOST:PORT of one of the nodes",
                     c.rdzv_backend));
+  }
+  if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
+    p.Add(
+        fmt::format("--nnodes {}:{}: the static backend needs a fixed node count; use "
+                    "--rdzv-backend c10d for an elastic job",
+                    c.min_nodes, c.max_nodes));
+  }
+  if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes && c.max_nodes > 1) {
+    p.Add(fmt::format("--node-rank {}: expected 0 to {} for --nnodes {}", c.node_rank,
+                      c.max_nodes - 1, c.max_nodes));
   }
   if (c.node_rank != 0 && c.max_nodes == 1) {
     p.Add(fmt::format("--node-rank {}: a one-node job has only node rank 0", c.node_rank));

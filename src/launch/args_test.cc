@@ -123,10 +123,20 @@ TEST(ArgsTest, UnknownFlagGetsASuggestion) {
       << p.status().message();
 }
 
-TEST(ArgsTest, MultiNodeIsNotSupportedYet) {
-  auto p = Parse({"--nnodes", "2", "--no-python", "true"});
+TEST(ArgsTest, StaticNeedsAFixedNodeCountAndARankInRange) {
+  EXPECT_TRUE(Parse({"--nnodes", "2", "--node-rank", "1", "--no-python", "true"}).ok());
+  auto elastic = Parse({"--nnodes", "1:2", "--no-python", "true"});
+  ASSERT_FALSE(elastic.ok());
+  EXPECT_NE(elastic.status().message().find("c10d"), std::string::npos);
+  auto rank = Parse({"--nnodes", "2", "--node-rank", "2", "--no-python", "true"});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_NE(rank.status().message().find("--node-rank 2"), std::string::npos);
+}
+
+TEST(ArgsTest, StandaloneIsOneNode) {
+  auto p = Parse({"--standalone", "--nnodes", "2", "--no-python", "true"});
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("not supported yet"), std::string::npos);
+  EXPECT_NE(p.status().message().find("--standalone"), std::string::npos);
 }
 
 TEST(ArgsTest, ConflictingEntrypoints) {

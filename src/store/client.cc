@@ -1,5 +1,6 @@
 #include "store/client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
@@ -108,6 +109,28 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
 
 StoreClient::~StoreClient() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+void StoreClient::Abort() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+std::string StoreClient::LocalAddress() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+      ::inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, sizeof buf);
+    } else {
+      ::inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof buf);
+    }
+  }
+  return buf;
 }
 
 Status StoreClient::SendAll(const std::string& bytes) {

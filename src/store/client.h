@@ -49,6 +49,14 @@ class StoreClient {
   Status MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs);
   Status Ping();
 
+  // Makes a call blocked in another thread return an error at once (the
+  // connection is shut down; the object stays valid until destroyed). The
+  // one method that may be called from another thread.
+  void Abort();
+  // The address this end of the connection has: the one the server sees
+  // this host by, which is how a node picks the address it advertises.
+  std::string LocalAddress() const;
+
  private:
   StoreClient(int fd, Duration timeout) : fd_(fd), timeout_(timeout) {}
   Status SendAll(const std::string& bytes);

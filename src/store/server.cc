@@ -67,6 +67,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     accept_retry_.cancel();
     for (auto& c : connections_) c->Close();
     connections_.clear();
+    observer_ = nullptr;
+    on_disconnect_ = nullptr;
     waiters_.clear();
     watchers_.clear();
   }
@@ -75,6 +77,29 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   size_t num_keys() const { return data_.size(); }
   size_t num_connections() const { return connections_.size(); }
   size_t num_waits() const { return live_waits_; }
+  void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect) {
+    observed_prefix_ = std::move(prefix);
+    observer_ = std::move(observer);
+    on_disconnect_ = std::move(on_disconnect);
+  }
+
+  std::optional<std::string> Lookup(const std::string& key) const {
+    auto it = data_.find(key);
+    if (it == data_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  void LocalSet(const std::string& key, std::string value) {
+    current_conn_ = 0;
+    SetValue(key, std::move(value));
+  }
+
+  std::string LocalCompareSet(const std::string& key, const std::string& expected,
+                              std::string desired) {
+    current_conn_ = 0;
+    return CompareSet(key, expected, std::move(desired));
+  }
+
   size_t num_wait_index_entries() const {
     size_t n = 0;
     for (const auto& [key, list] : waiters_) n += list.waiters.size();
@@ -107,7 +132,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         : server(server),
           keep_server(server.shared_from_this()),
           socket(std::move(s)),
-          parser(server.options_.limits) {}
+          parser(server.options_.limits),
+          id(++server.last_conn_id_) {}
 
     void Start() { Read(); }
 
@@ -182,6 +208,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::shared_ptr<Impl> keep_server;
     tcp::socket socket;
     RequestParser parser;
+    const uint64_t id;
     char buf[16 * 1024];
     std::string out, sending;
     bool writing = false;
@@ -240,6 +267,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     c->watched.clear();
     c->Close();
     connections_.erase(c);
+    if (on_disconnect_) {
+      asio::post(acceptor_.get_executor(), [cb = on_disconnect_, id = c->id] { cb(id); });
+    }
   }
 
   bool Exists(const std::string& key) const {
@@ -338,9 +368,31 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
     data_[key] = std::move(value);
     WakeWaiters(key);
+    Notify(key);
+  }
+
+  // Tells the observer, after the request that made the change has been
+  // handled: it may then change keys itself without re-entering a handler.
+  void Notify(const std::string& key) {
+    if (!observer_ || !key.starts_with(observed_prefix_)) return;
+    asio::post(acceptor_.get_executor(), [cb = observer_, conn = current_conn_, key,
+                                          value = data_[key]] { cb(conn, key, value); });
+  }
+
+  std::string CompareSet(const std::string& key, const std::string& expected, std::string desired) {
+    auto it = data_.find(key);
+    if (it == data_.end()) {
+      if (!expected.empty()) return expected;
+      std::string result = desired;
+      SetValue(key, std::move(desired));
+      return result;
+    }
+    if (it->second == expected) SetValue(key, std::move(desired));
+    return data_[key];
   }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
+    current_conn_ = c->id;
     std::string o;
     auto& a = r.args;
     switch (r.op) {
@@ -353,21 +405,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       case Op::kSet:
         SetValue(a[0], std::move(a[1]));
         return;
-      case Op::kCompareSet: {
-        auto it = data_.find(a[0]);
-        if (it == data_.end()) {
-          if (a[1].empty()) {
-            PutBytes(o, a[2]);
-            SetValue(a[0], std::move(a[2]));
-          } else {
-            PutBytes(o, a[1]);
-          }
-        } else {
-          if (it->second == a[1]) SetValue(a[0], std::move(a[2]));
-          PutBytes(o, data_[a[0]]);
-        }
+      case Op::kCompareSet:
+        PutBytes(o, CompareSet(a[0], a[1], std::move(a[2])));
         break;
-      }
       case Op::kGet: {
         auto it = data_.find(a[0]);
         PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
@@ -439,6 +479,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         v += a[1];
         if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyAppended, old, v);
         WakeWaiters(a[0]);
+        Notify(a[0]);
         return;
       }
       case Op::kMultiGet:
@@ -490,6 +531,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::string, WaitList> waiters_;
   std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
+  uint64_t last_conn_id_ = 0;
+  uint64_t current_conn_ = 0;  // the connection whose request is being handled
+  std::string observed_prefix_;
+  Observer observer_;
+  std::function<void(uint64_t)> on_disconnect_;
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
@@ -506,6 +552,20 @@ size_t StoreServer::num_keys() const { return impl_->num_keys(); }
 size_t StoreServer::num_connections() const { return impl_->num_connections(); }
 size_t StoreServer::num_waits() const { return impl_->num_waits(); }
 size_t StoreServer::num_wait_index_entries() const { return impl_->num_wait_index_entries(); }
+void StoreServer::Observe(std::string prefix, Observer observer,
+                          std::function<void(uint64_t)> on_disconnect) {
+  impl_->Observe(std::move(prefix), std::move(observer), std::move(on_disconnect));
+}
+std::optional<std::string> StoreServer::Get(const std::string& key) const {
+  return impl_->Lookup(key);
+}
+void StoreServer::Set(const std::string& key, std::string value) {
+  impl_->LocalSet(key, std::move(value));
+}
+std::string StoreServer::CompareSet(const std::string& key, const std::string& expected,
+                                    std::string desired) {
+  return impl_->LocalCompareSet(key, expected, std::move(desired));
+}
 
 Result<std::unique_ptr<StoreServerThread>> StoreServerThread::Start(ServerOptions options) {
   std::unique_ptr<StoreServerThread> t(new StoreServerThread());

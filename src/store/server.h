@@ -59,6 +59,23 @@ class StoreServer {
   size_t num_waits() const;
   size_t num_wait_index_entries() const;
 
+  // The rendezvous coordinator lives beside the server, on its loop, and
+  // learns of its nodes' messages as they arrive instead of polling.
+  // `observer` hears of every change to a key under `prefix` (SET, ADD,
+  // COMPARE_SET that set, APPEND, MULTI_SET) with the id of the connection
+  // that made it (0: a local Set below) and the key's new value;
+  // `on_disconnect` hears of every connection that closed. Both run as
+  // their own handlers on the loop, after the request that caused them, so
+  // they may change keys themselves. One observer per server.
+  using Observer =
+      std::function<void(uint64_t conn, const std::string& key, const std::string& value)>;
+  void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect);
+  // Local access, as a client's GET (without waiting), SET and COMPARE_SET:
+  // waiters and watchers are woken as for a client's request.
+  std::optional<std::string> Get(const std::string& key) const;
+  void Set(const std::string& key, std::string value);
+  std::string CompareSet(const std::string& key, const std::string& expected, std::string desired);
+
  private:
   class Impl;
   explicit StoreServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -1,0 +1,381 @@
+#include "rendezvous/coordinator.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace trun::rendezvous {
+namespace {
+
+using json = nlohmann::json;
+
+// "kind/<number>" -> number; nullopt for any other shape.
+std::optional<int64_t> Suffix(std::string_view key, std::string_view kind) {
+  if (!key.starts_with(kind) || key.size() <= kind.size() + 1 || key[kind.size()] != '/') {
+    return std::nullopt;
+  }
+  return ParseInt(key.substr(kind.size() + 1));
+}
+
+std::string Seconds(Duration d) { return fmt::format("{:g} s", d.count() / 1000.0); }
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options, Clock::time_point now)
+    : options_(std::move(options)), forming_since_(now) {}
+
+size_t Coordinator::live_nodes() const {
+  size_t n = 0;
+  for (const auto& [seq, node] : nodes_) n += node.alive ? 1 : 0;
+  return n;
+}
+
+std::string Coordinator::Describe(const Node& n) const {
+  if (options_.by_node_rank) return fmt::format("node rank {} ({})", n.node_rank, n.id);
+  return n.id;
+}
+
+void Coordinator::OnKey(uint64_t conn, std::string_view key, std::string_view value,
+                        Clock::time_point now) {
+  if (auto r = Suffix(key, "end")) {
+    OnRoundEnded(*r, value, now);
+    Evaluate(now);
+    return;
+  }
+  std::optional<int64_t> seq;
+  std::string_view kind;
+  for (std::string_view k : {"node", "hb", "ready", "done", "left"}) {
+    if ((seq = Suffix(key, k))) {
+      kind = k;
+      break;
+    }
+  }
+  if (!seq) return;  // our own round/ and assign/ keys, or a stranger's
+  if (kind == "node") {
+    OnJoin(*seq, value, now);
+    if (conn != 0) conn_to_seq_[conn] = *seq;
+    Evaluate(now);
+    return;
+  }
+  auto it = nodes_.find(*seq);
+  if (it == nodes_.end() || !it->second.alive) return;  // lost already: it must join anew
+  Node& n = it->second;
+  n.last_seen = now;
+  if (conn != 0) conn_to_seq_[conn] = n.seq;
+  if (kind == "ready") {
+    auto k = ParseInt(value);
+    if (!k || *k <= n.ready_count) return;
+    n.ready_count = *k;
+    n.waiting = true;
+    n.participant = false;
+  } else if (kind == "done") {
+    if (ParseInt(value) == round_ && n.participant) n.done = true;
+  } else if (kind == "left") {
+    n.left = true;
+    n.alive = false;
+    n.waiting = false;
+    if (phase_ == Phase::kRunning && n.participant && !n.done) {
+      lost_.push_back(n.id);
+      EndRound(fmt::format("membership: {} left", Describe(n)));
+    }
+  } else {
+    return;  // a heartbeat: last_seen is all it changes
+  }
+  Evaluate(now);
+}
+
+void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point now) {
+  json j = json::parse(info, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {
+    log::Warning("rendezvous: ignored a malformed join (node/{})", seq);
+    return;
+  }
+  Node n;
+  n.seq = seq;
+  n.id = j["id"].get<std::string>();
+  n.addr = j.value("addr", "");
+  n.nproc = j.value("nproc", 0);
+  n.node_rank = j.value("node_rank", -1);
+  n.last_seen = now;
+  if (n.nproc <= 0) {
+    log::Warning("rendezvous: ignored a join without workers ({})", n.id);
+    return;
+  }
+  if (options_.by_node_rank) {
+    for (auto& [s, other] : nodes_) {
+      if (other.alive && other.node_rank == n.node_rank) {
+        Fail(fmt::format("two nodes claim --node-rank {}: {} and {}; give every node its own rank",
+                         n.node_rank, other.id, n.id));
+        return;
+      }
+    }
+    if (n.node_rank < 0 || n.node_rank >= options_.max_nodes) {
+      log::Warning("rendezvous: {} has --node-rank {}, outside 0..{}; it is not admitted", n.id,
+                   n.node_rank, options_.max_nodes - 1);
+      return;
+    }
+  }
+  // A node that ran under an earlier store (we took it over) brings what
+  // it knew: rounds and spent restarts go on from there.
+  if (first_) {
+    next_ = std::max(next_, j.value("round", int64_t{-1}) + 1);
+    failures_ = std::max(failures_, j.value("failures", int64_t{0}));
+    if (expected_.empty() && j.contains("prev") && j["prev"].is_array()) {
+      std::string lost_host = j.value("prev_host", "");
+      for (const auto& id : j["prev"]) {
+        if (id.is_string() && id.get<std::string>() != lost_host) expected_.insert(id);
+      }
+    }
+  }
+  log::Debug("rendezvous: {} joined (node/{})", n.id, seq);
+  nodes_[seq] = std::move(n);
+}
+
+void Coordinator::OnDisconnect(uint64_t conn, Clock::time_point now) {
+  auto it = conn_to_seq_.find(conn);
+  if (it == conn_to_seq_.end()) return;
+  int64_t seq = it->second;
+  conn_to_seq_.erase(it);
+  auto n = nodes_.find(seq);
+  if (n == nodes_.end() || !n->second.alive) return;
+  Lose(n->second, "its connection to the store closed", now);
+  Evaluate(now);
+}
+
+void Coordinator::OnTimer(Clock::time_point now) {
+  for (auto& [seq, n] : nodes_) {
+    if (n.alive && now - n.last_seen >= options_.heartbeat_timeout) {
+      Lose(n, fmt::format("no heartbeat for {}", Seconds(options_.heartbeat_timeout)), now);
+    }
+  }
+  Evaluate(now);
+}
+
+void Coordinator::Lose(Node& n, const std::string& why, Clock::time_point) {
+  n.alive = false;
+  n.waiting = false;
+  log::Warning("rendezvous: lost {} ({}): {}", Describe(n), n.addr, why);
+  if (n.participant && !n.done) {
+    lost_.push_back(n.id);
+    if (phase_ == Phase::kRunning) {
+      EndRound(fmt::format("membership: lost {} ({}): {}", Describe(n), n.addr, why));
+    }
+  }
+}
+
+void Coordinator::EndRound(const std::string& reason) {
+  // Through the store, as a node's "failure" is: whichever comes first wins,
+  // and OnKey sees it either way.
+  writes_.push_back({fmt::format("end/{}", round_), reason, /*if_absent=*/true});
+}
+
+void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_point now) {
+  if (phase_ != Phase::kRunning || r != round_) return;
+  if (reason == "done") {
+    phase_ = Phase::kFinished;
+    error_ = fmt::format("job '{}' has already finished", options_.run_id);
+    return;
+  }
+  phase_ = Phase::kForming;
+  next_ = round_ + 1;
+  forming_since_ = now;
+  min_reached_at_.reset();
+  for (auto& [seq, n] : nodes_) {
+    n.done = false;
+  }
+  if (reason.starts_with("failure")) {
+    ++failures_;
+    if (failures_ > options_.max_restarts) {
+      Fail(
+          fmt::format("the restart budget of the job is spent ({} failed round{}, --max-restarts "
+                      "{}); last: {}",
+                      failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
+    }
+  }
+}
+
+void Coordinator::Fail(const std::string& message) {
+  phase_ = Phase::kFailed;
+  error_ = message;
+  log::Error("rendezvous: {}", message);
+}
+
+// Everyone waiting when the job cannot go on is told why.
+void Coordinator::AnswerErrors() {
+  for (auto& [seq, n] : nodes_) {
+    if (!n.waiting || !n.alive) continue;
+    writes_.push_back({fmt::format("assign/{}/{}", seq, n.ready_count), "error:" + error_});
+    n.waiting = false;
+  }
+}
+
+void Coordinator::Evaluate(Clock::time_point now) {
+  if (phase_ == Phase::kFailed || phase_ == Phase::kFinished) return AnswerErrors();
+
+  if (phase_ == Phase::kRunning) {
+    bool any_done = false, all_done = true, newcomer = false;
+    int participants = 0;
+    for (auto& [seq, n] : nodes_) {
+      if (n.participant && n.alive) {
+        ++participants;
+        any_done |= n.done;
+        all_done &= n.done;
+      }
+      if (n.waiting && n.alive) newcomer = true;
+    }
+    if (any_done && all_done) {
+      writes_.push_back({fmt::format("end/{}", round_), "done", /*if_absent=*/true});
+    } else if (newcomer && !any_done && participants < options_.max_nodes) {
+      // A late node: the running round restarts with it (not a failure).
+      for (auto& [seq, n] : nodes_) {
+        if (n.waiting && n.alive) {
+          EndRound(fmt::format("membership: {} joined", Describe(n)));
+          break;
+        }
+      }
+    }
+    return;
+  }
+
+  // Forming round next_.
+  std::vector<Node*> candidates;
+  size_t live = 0;
+  std::set<std::string> waiting_ids;
+  for (auto& [seq, n] : nodes_) {
+    if (!n.alive) continue;
+    ++live;
+    if (n.waiting) {
+      candidates.push_back(&n);
+      waiting_ids.insert(n.id);
+    }
+  }
+  const size_t count = candidates.size();
+  const auto min = static_cast<size_t>(options_.min_nodes);
+  if (count >= min) {
+    if (!min_reached_at_) min_reached_at_ = now;
+  } else {
+    min_reached_at_.reset();
+  }
+  bool close = count >= static_cast<size_t>(options_.max_nodes);
+  if (!close && count >= min) {
+    if (!first_) {
+      // A restart: every node still alive is known; close once they are
+      // all back, or after close_timeout without the stragglers.
+      close = count == live || now - forming_since_ >= options_.close_timeout;
+    } else if (!expected_.empty()) {
+      // After a takeover: the previous round's survivors are known.
+      close = std::includes(waiting_ids.begin(), waiting_ids.end(), expected_.begin(),
+                            expected_.end()) ||
+              now - forming_since_ >= options_.close_timeout;
+    } else {
+      // The first round: wait last_call_timeout for more to come.
+      close = now - *min_reached_at_ >= options_.last_call_timeout;
+    }
+  }
+  if (close) return Close(std::move(candidates));
+  if (count < min && now - forming_since_ >= options_.join_timeout) {
+    Fail(TimeoutMessage(count));
+    AnswerErrors();
+  }
+}
+
+std::string Coordinator::TimeoutMessage(size_t joined) const {
+  std::vector<std::string> present, missing;
+  std::set<int> ranks;
+  std::set<std::string> present_ids;
+  for (const auto& [seq, n] : nodes_) {
+    if (!n.alive || !n.waiting) continue;
+    present.push_back(Describe(n));
+    ranks.insert(n.node_rank);
+    present_ids.insert(n.id);
+  }
+  if (options_.by_node_rank) {
+    for (int r = 0; r < options_.max_nodes; ++r) {
+      if (!ranks.count(r)) missing.push_back(fmt::format("node rank {}", r));
+    }
+  } else {
+    for (const auto& id : expected_) {
+      if (!present_ids.count(id)) missing.push_back(id);
+    }
+    for (const auto& id : lost_) {
+      if (!present_ids.count(id)) missing.push_back(id + " (lost)");
+    }
+    size_t unknown = static_cast<size_t>(options_.min_nodes) - joined;
+    if (missing.size() < unknown) {
+      missing.push_back(fmt::format("{} more node{} that never joined", unknown - missing.size(),
+                                    unknown - missing.size() == 1 ? "" : "s"));
+    }
+  }
+  return fmt::format(
+      "rendezvous '{}' timed out after {} (join_timeout): {} of at least {} node{} ready ({}); "
+      "never arrived: {}",
+      options_.run_id, Seconds(options_.join_timeout), joined, options_.min_nodes,
+      options_.min_nodes == 1 ? "" : "s",
+      present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", ")),
+      fmt::join(missing, ", "));
+}
+
+void Coordinator::Close(std::vector<Node*> candidates) {
+  // The documented order: --node-rank for static, join order (the store's
+  // sequence number) for c10d. Stable across rounds: survivors keep their
+  // relative order and newcomers come last.
+  std::sort(candidates.begin(), candidates.end(), [&](const Node* a, const Node* b) {
+    return options_.by_node_rank ? a->node_rank < b->node_rank : a->seq < b->seq;
+  });
+  if (candidates.size() > static_cast<size_t>(options_.max_nodes)) {
+    candidates.resize(static_cast<size_t>(options_.max_nodes));  // the rest stay on standby
+  }
+  round_ = next_;
+  json nodes = json::array();
+  for (Node* n : candidates)
+    nodes.push_back({{"id", n->id}, {"addr", n->addr}, {"nproc", n->nproc}});
+  json round = {{"round", round_},
+                {"failures", failures_},
+                {"store_addr", options_.store_addr},
+                {"store_port", options_.store_port},
+                {"host", options_.host_id},
+                {"nodes", nodes}};
+  writes_.push_back({fmt::format("round/{}", round_), round.dump()});
+  for (Node* n : candidates) {
+    writes_.push_back(
+        {fmt::format("assign/{}/{}", n->seq, n->ready_count), std::to_string(round_)});
+    n->waiting = false;
+    n->participant = true;
+    n->done = false;
+  }
+  log::Info("rendezvous: round {} closed with {} node{}", round_, candidates.size(),
+            candidates.size() == 1 ? "" : "s");
+  phase_ = Phase::kRunning;
+  first_ = false;
+  expected_.clear();
+  lost_.clear();
+  min_reached_at_.reset();
+}
+
+std::vector<Write> Coordinator::TakeWrites() { return std::exchange(writes_, {}); }
+
+std::optional<Clock::time_point> Coordinator::NextDeadline() const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&](Clock::time_point t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [seq, n] : nodes_) {
+    if (n.alive) consider(n.last_seen + options_.heartbeat_timeout);
+  }
+  if (phase_ == Phase::kForming) {
+    if (min_reached_at_) {
+      consider(*min_reached_at_ +
+               (first_ && expected_.empty() ? options_.last_call_timeout : options_.close_timeout));
+    }
+    if (!first_ || !expected_.empty()) consider(forming_since_ + options_.close_timeout);
+    consider(forming_since_ + options_.join_timeout);
+  }
+  return next;
+}
+
+}  // namespace trun::rendezvous

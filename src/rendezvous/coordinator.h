@@ -1,0 +1,122 @@
+// Coordinator: the judge of a store-based rendezvous. It lives in the agent
+// that hosts the store, on the store's loop, and hears of the nodes'
+// messages as the store applies them (StoreServer::Observe): a join, a
+// heartbeat, "ready for the next round", "my workers failed", "done". It
+// decides when a round closes, who is in it and in which order, when a node
+// is lost, and answers with writes to the store that the waiting nodes'
+// WAITs pick up. A constant number of messages per node per round, no
+// polling, and liveness judged on one clock: this one.
+//
+// Pure logic over a clock it is given, so its rules are unit-tested with a
+// fake one; store_rendezvous.cc binds it to a StoreServer and a timer. The
+// key layout and the rules are documented in docs/rendezvous.md.
+//
+// Thread-safety: none; one thread (the store's loop) owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/rendezvous.h"
+
+namespace trun::rendezvous {
+
+using Clock = std::chrono::steady_clock;
+
+struct CoordinatorOptions {
+  std::string run_id;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  bool by_node_rank = false;  // static: order by --node-rank; c10d: by join order
+  int max_restarts = 0;
+  Duration join_timeout{600'000};
+  Duration last_call_timeout{30'000};
+  Duration close_timeout{30'000};
+  Duration heartbeat_timeout{5'000};
+  // Published in every round: the workers' store, and who hosts it.
+  std::string store_addr;
+  int store_port = 0;
+  std::string host_id;
+};
+
+// A write the coordinator wants made, key relative to the rendezvous prefix.
+// `if_absent`: only if the key does not exist yet (COMPARE_SET with "").
+struct Write {
+  std::string key;
+  std::string value;
+  bool if_absent = false;
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorOptions options, Clock::time_point now);
+
+  // A key under the prefix changed; `conn` is the store connection that
+  // changed it (0 for the coordinator's own writes).
+  void OnKey(uint64_t conn, std::string_view key, std::string_view value, Clock::time_point now);
+  // A store connection closed: a node whose connection it was is lost.
+  void OnDisconnect(uint64_t conn, Clock::time_point now);
+  // The deadline returned by NextDeadline() has passed.
+  void OnTimer(Clock::time_point now);
+
+  std::vector<Write> TakeWrites();
+  std::optional<Clock::time_point> NextDeadline() const;
+
+  // For tests and the health endpoint.
+  int64_t round() const { return round_; }
+  int64_t failures() const { return failures_; }
+  size_t live_nodes() const;
+
+ private:
+  enum class Phase { kForming, kRunning, kFinished, kFailed };
+  struct Node {
+    int64_t seq = 0;
+    std::string id;
+    std::string addr;
+    int nproc = 0;
+    int node_rank = -1;
+    Clock::time_point last_seen;
+    bool alive = true;
+    bool left = false;
+    bool waiting = false;      // asked for a round and not yet given one
+    int64_t ready_count = 0;   // the number of its latest "ready"
+    bool participant = false;  // in the running round
+    bool done = false;         // its workers succeeded in the running round
+  };
+
+  void OnJoin(int64_t seq, std::string_view info, Clock::time_point now);
+  void Lose(Node& n, const std::string& why, Clock::time_point now);
+  void EndRound(const std::string& reason);
+  void OnRoundEnded(int64_t r, std::string_view reason, Clock::time_point now);
+  void Evaluate(Clock::time_point now);
+  void Close(std::vector<Node*> candidates);
+  void Fail(const std::string& message);
+  void AnswerErrors();
+  std::string Describe(const Node& n) const;
+  std::string TimeoutMessage(size_t joined) const;
+
+  CoordinatorOptions options_;
+  std::map<int64_t, Node> nodes_;
+  std::map<uint64_t, int64_t> conn_to_seq_;
+  Phase phase_ = Phase::kForming;
+  bool first_ = true;   // no round closed yet by this coordinator
+  int64_t round_ = -1;  // the running (or last) round
+  int64_t next_ = 0;    // the round being formed
+  int64_t failures_ = 0;
+  std::string error_;  // why the job cannot go on (kFailed, kFinished)
+  Clock::time_point forming_since_;
+  std::optional<Clock::time_point> min_reached_at_;
+  // After a store takeover: the previous round's nodes, less the lost host,
+  // that the first round waits for.
+  std::set<std::string> expected_;
+  std::vector<std::string> lost_;  // nodes lost since the last round closed
+  std::vector<Write> writes_;
+};
+
+}  // namespace trun::rendezvous

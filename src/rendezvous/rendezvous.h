@@ -1,0 +1,119 @@
+// Rendezvous: how the agents of one job agree on a round (who takes part,
+// in which order, where the workers' store is) and on when a round ends.
+//
+// The agent drives a Rendezvous from its event loop and hears back on that
+// loop: Start() joins; `round` delivers each round the node takes part in
+// (or why there will be none); `round_ended` says the running round is over
+// (a node's workers failed, a node joined or was lost), after which the
+// agent stops its workers and calls Ready(). A node whose workers failed
+// calls Failed() first, so that every node restarts, and the job's restart
+// budget is spent once per failed round, not once per agent (torch's
+// #108158). Succeeded() is the exit barrier.
+//
+// Backends: SingleNode (one node, nothing to agree on, in-process) and
+// StoreRendezvous (static and c10d, over trun's own store; see
+// store_rendezvous.h and docs/rendezvous.md for the protocol).
+//
+// Thread-safety: every method is called on the agent's loop thread, and
+// every handler runs there.
+#pragma once
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "launch/config.h"
+
+namespace trun::rendezvous {
+
+using Duration = std::chrono::milliseconds;
+
+// One node of a round.
+struct Participant {
+  std::string id;    // unique per agent: host, pid and a random part
+  std::string addr;  // the address it reaches the others from
+  int nproc = 0;     // its workers
+};
+
+struct Round {
+  // Job-wide, one more for every round; the workers' TORCHELASTIC_RESTART_COUNT,
+  // so that torch's store prefix /worker/attempt_<N> is the same on every node.
+  int64_t number = 0;
+  int group_rank = 0;
+  std::vector<Participant> participants;  // in group-rank order
+  std::string store_addr;                 // the workers' MASTER_ADDR
+  int store_port = 0;                     // and MASTER_PORT
+  int64_t failures = 0;                   // failed rounds so far, job-wide
+
+  int world_size() const {
+    int n = 0;
+    for (const auto& p : participants) n += p.nproc;
+    return n;
+  }
+  // The global rank of this node's local rank 0.
+  int rank_offset() const {
+    int n = 0;
+    for (int i = 0; i < group_rank; ++i) n += participants[static_cast<size_t>(i)].nproc;
+    return n;
+  }
+};
+
+// Everything a backend needs, from the launch flags and --rdzv-conf.
+struct Options {
+  std::string backend;  // static | c10d
+  std::string run_id;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc = 1;
+  int max_restarts = 0;
+  std::string endpoint_host;
+  int endpoint_port = 0;
+  std::optional<bool> is_host;  // c10d: --rdzv-conf is_host
+  int node_rank = 0;            // static
+  std::string local_addr;       // --local-addr; empty: the address the store sees us from
+  Duration join_timeout{600'000};
+  Duration last_call_timeout{30'000};
+  Duration close_timeout{30'000};
+  Duration heartbeat_interval{1'000};
+  Duration heartbeat_timeout{5'000};
+  // static's MASTER_PORT given by flag: bind exactly that port.
+  bool port_given = false;
+};
+
+// Reads the rendezvous part of the launch flags; every bad --rdzv-conf key
+// or value is an InvalidArgument naming it.
+Result<Options> OptionsFromConfig(const launch::LaunchConfig& config);
+
+class Rendezvous {
+ public:
+  struct Handlers {
+    std::function<void(Result<Round>)> round;
+    std::function<void(const std::string& reason)> round_ended;
+  };
+  virtual ~Rendezvous() = default;
+
+  // Binds what this node hosts and joins; the handlers fire later.
+  virtual Status Start(Handlers handlers) = 0;
+  // This node's workers failed in the running round: end it for everyone.
+  virtual void Failed(const std::string& reason) = 0;
+  // This node's workers are stopped: put the node in the next round.
+  virtual void Ready() = 0;
+  // This node's workers all succeeded: `done` runs once every node of the
+  // round has succeeded, or the round ended otherwise (then this node is
+  // done all the same).
+  virtual void Succeeded(std::function<void()> done) = 0;
+  // Leaves the job and stops the backend's threads; no handler runs after.
+  virtual void Shutdown() = 0;
+};
+
+// The backend the flags ask for: SingleNode for a one-node static or
+// --standalone run, StoreRendezvous otherwise.
+Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& config);
+
+}  // namespace trun::rendezvous

@@ -1,0 +1,194 @@
+"""Several agents forming one job: static and c10d rendezvous, elasticity,
+fault tolerance and the job-wide restart budget, with real agents on loopback
+running real gloo DDP workers."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import EXAMPLES, FIXTURES, TRUN, base_env, trun
+
+DDP = EXAMPLES / "ddp_train.py"
+ELASTIC = FIXTURES / "elastic_train.py"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    """One trun agent in the background, its output in a file."""
+
+    def __init__(self, tmp, name, *args):
+        self.name = name
+        self.path = tmp / f"{name}.log"
+        self.file = open(self.path, "wb")
+        self.proc = subprocess.Popen([TRUN, *map(str, args)], stdout=self.file,
+                                     stderr=subprocess.STDOUT, env=base_env())
+
+    def text(self):
+        return self.path.read_text(errors="replace")
+
+    def wait_for(self, pattern, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.text())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: no /{pattern}/ in:\n{self.text()}")
+
+    def wait(self, timeout=120):
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.file.close()
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def agents(tmp_path):
+    started = []
+
+    def start(name, *args):
+        a = Agent(tmp_path, name, *args)
+        started.append(a)
+        return a
+
+    yield start
+    for a in started:
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+
+
+def c10d(port, nnodes, nproc=1, *extra):
+    return ["--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job", *extra]
+
+
+def single_node_loss(world):
+    r = trun("--nproc-per-node", world, DDP, "--steps", 3, timeout=180)
+    assert r.returncode == 0, r.err
+    return re.search(r"RESULT world=\d+ loss=(\S+)", r.out).group(1)
+
+
+def test_two_c10d_agents_run_one_ddp_job_of_world_4(agents):
+    port = free_port()
+    a = [agents(f"n{i}", *c10d(port, 2, 2), "--tee", 3, DDP, "--steps", 3) for i in range(2)]
+    assert [x.wait() for x in a] == [0, 0], a[0].text() + a[1].text()
+    out = a[0].text() + a[1].text()
+    assert out.count("RESULT world=4") == 1
+    ranks = sorted(int(m) for m in re.findall(r"\]:rank (\d)/4 local_rank", out))
+    assert ranks == [0, 1, 2, 3]
+    # Log prefixes name the node: "[<group rank>:<role><local rank>]:".
+    assert re.search(r"^\[1:default[01]\]:", out, re.M)
+    # Same numbers as one node of 4 workers: the same world, the same job.
+    loss = re.search(r"RESULT world=4 loss=(\S+)", out).group(1)
+    assert loss == single_node_loss(4)
+
+
+def test_four_static_agents_rank_by_node_rank(agents):
+    port = free_port()
+    a = [agents(f"n{i}", "--nnodes", 4, "--node-rank", i, "--master-addr", "127.0.0.1",
+                "--master-port", port, DDP, "--steps", 3) for i in (3, 1, 0, 2)]
+    assert [x.wait() for x in a] == [0, 0, 0, 0], "".join(x.text() for x in a)
+    for x, node_rank in zip(a, (3, 1, 0, 2)):
+        assert f"rank {node_rank}/4 local_rank 0 done" in x.text(), x.text()
+    assert "RESULT world=4" in a[2].text()
+
+
+def test_a_rendezvous_timeout_names_the_missing_nodes(agents):
+    port = free_port()
+    t0 = time.time()
+    r = trun("--nnodes", 3, "--node-rank", 0, "--master-addr", "127.0.0.1", "--master-port",
+             port, "--rdzv-conf", "timeout=1.5", "--no-python", "true", timeout=30)
+    assert r.returncode == 1, r.err
+    assert "never arrived: node rank 1, node rank 2" in r.err, r.err
+    assert time.time() - t0 < 10
+    r = trun(*c10d(free_port(), 2), "--rdzv-conf", "join_timeout=1", "--no-python", "true",
+             timeout=30)
+    assert r.returncode == 1, r.err
+    assert "1 more node that never joined" in r.err, r.err
+
+
+def test_the_restart_budget_is_the_jobs_not_each_agents(agents, tmp_path):
+    port = free_port()
+    # Rank 3 (node 1) fails on every attempt; --max-restarts 1 allows one
+    # restart of the whole job, not one per agent.
+    a = [agents(f"n{i}", *c10d(port, 2, 2), "--max-restarts", 1, "--log-dir", tmp_path / f"l{i}",
+                DDP, "--steps", 3, "--fail-rank", 3) for i in range(2)]
+    assert [x.wait() for x in a] == [1, 1]
+    for i in range(2):
+        run_dir = next((tmp_path / f"l{i}").iterdir())
+        assert sorted(p.name for p in run_dir.iterdir()) == ["attempt_0", "attempt_1"]
+    out = a[0].text() + a[1].text()
+    assert "worker group failed after 1 restart" in out
+    assert "restart budget of the job is spent" in out
+    assert "ValueError: boom" in out
+
+
+def test_one_failure_restarts_every_node_once(agents, tmp_path):
+    port = free_port()
+    a = [agents(f"n{i}", *c10d(port, 2, 2), "--max-restarts", 1, DDP, "--steps", 3,
+                "--fail-rank", 2, "--fail-attempt", 0) for i in range(2)]
+    assert [x.wait() for x in a] == [0, 0], a[0].text() + a[1].text()
+    out = a[0].text() + a[1].text()
+    assert "RESULT world=4" in out
+    assert "restarting, attempt 1 of 1" in out
+
+
+def elastic(port, nnodes, ckpt, *extra):
+    return [*c10d(port, nnodes, 1, "--rdzv-conf", "last_call_timeout=0.5,heartbeat_timeout=3"),
+            *extra, ELASTIC, "--steps", 40, "--step-time", 0.1, "--ckpt", ckpt]
+
+
+@pytest.mark.parametrize("victim", ["ordinary", "store_host"])
+def test_kill_9_of_an_agent_and_the_survivor_finishes_alone(agents, tmp_path, victim):
+    port = free_port()
+    ckpt = tmp_path / "ckpt.pt"
+    host = agents("host", *elastic(port, "1:2", ckpt))
+    host.wait_for("hosting the store")
+    other = agents("other", *elastic(port, "1:2", ckpt))
+    host.wait_for(r"attempt 0 world 2 step 5")
+    dead, survivor = (other, host) if victim == "ordinary" else (host, other)
+    killed_at = time.time()
+    dead.kill()
+    m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
+    recovered = time.time() - killed_at
+    assert survivor.wait() == 0, survivor.text()
+    out = survivor.text()
+    assert "RESULT world=1 steps=40" in out
+    # Resumed from the checkpoint, not from step 1.
+    assert int(m.group(2)) > 5, out
+    assert "restarting the worker group: membership" in out
+    if victim == "store_host":
+        assert "took over the store" in out
+    # Within the heartbeat timeout (3 s), plus the workers' start-up.
+    assert recovered < 3 + 10, recovered
+
+
+def test_a_third_agent_joining_restarts_the_job_at_world_3(agents, tmp_path):
+    port = free_port()
+    ckpt = tmp_path / "ckpt.pt"
+    a = agents("a", *elastic(port, "2:3", ckpt))
+    a.wait_for("hosting the store")
+    b = agents("b", *elastic(port, "2:3", ckpt))
+    a.wait_for(r"attempt 0 world 2 step 3")
+    c = agents("c", *elastic(port, "2:3", ckpt))
+    assert [x.wait() for x in (a, b, c)] == [0, 0, 0], a.text() + b.text() + c.text()
+    out = a.text()
+    assert "membership" in out and "joined" in out
+    assert re.search(r"attempt 1 world 3 step", out), out
+    assert "RESULT world=3 steps=40" in out
