@@ -1,0 +1,265 @@
+#include "rendezvous/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace trun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+// The store as the coordinator sees it: its writes come back to it as
+// observed changes, as StoreServer::Observe delivers them.
+class Harness {
+ public:
+  explicit Harness(CoordinatorOptions o) : coord_(std::move(o), now_) {}
+
+  void Put(uint64_t conn, const std::string& key, const std::string& value) {
+    data_[key] = value;
+    coord_.OnKey(conn, key, value, now_);
+    Flush();
+  }
+  void Join(int64_t seq, const std::string& id, json extra = json::object()) {
+    json info = {{"id", id}, {"addr", "10.0.0." + std::to_string(seq)}, {"nproc", 2}};
+    info.update(extra);
+    Put(100 + static_cast<uint64_t>(seq), "node/" + std::to_string(seq), info.dump());
+  }
+  void Ready(int64_t seq, int k) {
+    Put(100 + static_cast<uint64_t>(seq), "ready/" + std::to_string(seq), std::to_string(k));
+  }
+  void Heartbeat(int64_t seq) {
+    Put(100 + static_cast<uint64_t>(seq), "hb/" + std::to_string(seq), "1");
+  }
+  void Advance(std::chrono::milliseconds d) {
+    now_ += d;
+    auto next = coord_.NextDeadline();
+    if (next && *next <= now_) {
+      coord_.OnTimer(now_);
+      Flush();
+    }
+  }
+  void Disconnect(int64_t seq) {
+    coord_.OnDisconnect(100 + static_cast<uint64_t>(seq), now_);
+    Flush();
+  }
+  std::optional<std::string> Get(const std::string& key) const {
+    auto it = data_.find(key);
+    if (it == data_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<std::string> RoundIds(int64_t r) const {
+    std::vector<std::string> ids;
+    auto v = Get("round/" + std::to_string(r));
+    if (!v) return ids;
+    json round = json::parse(*v);
+    for (const auto& n : round["nodes"]) ids.push_back(n["id"]);
+    return ids;
+  }
+  Coordinator& coord() { return coord_; }
+
+ private:
+  void Flush() {
+    for (auto& w : coord_.TakeWrites()) {
+      if (w.if_absent && data_.count(w.key)) continue;
+      Put(0, w.key, w.value);
+    }
+  }
+
+  Clock::time_point now_{};
+  std::map<std::string, std::string> data_;
+  Coordinator coord_;
+};
+
+CoordinatorOptions Elastic(int min, int max) {
+  CoordinatorOptions o;
+  o.run_id = "job";
+  o.min_nodes = min;
+  o.max_nodes = max;
+  o.last_call_timeout = 1000ms;
+  o.join_timeout = 10'000ms;
+  o.close_timeout = 3000ms;
+  o.heartbeat_timeout = 2000ms;
+  o.store_addr = "store";
+  o.store_port = 29400;
+  return o;
+}
+
+TEST(CoordinatorTest, TheFirstRoundClosesAtMaxAtOnce) {
+  Harness h(Elastic(2, 2));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  EXPECT_FALSE(h.Get("round/0"));
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(h.Get("assign/1/1"), "0");
+  EXPECT_EQ(h.Get("assign/2/1"), "0");
+  auto round = json::parse(*h.Get("round/0"));
+  EXPECT_EQ(round["store_addr"], "store");
+  EXPECT_EQ(round["store_port"], 29400);
+}
+
+TEST(CoordinatorTest, AboveMinTheFirstRoundWaitsForTheLastCall) {
+  Harness h(Elastic(1, 3));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Advance(500ms);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  EXPECT_FALSE(h.Get("round/0"));
+  h.Advance(600ms);  // 1.1 s since min was reached
+  EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(CoordinatorTest, StaticOrdersByNodeRankAndNamesTheMissingOnTimeout) {
+  auto o = Elastic(3, 3);
+  o.by_node_rank = true;
+  Harness h(o);
+  h.Join(1, "x", {{"node_rank", 2}});
+  h.Ready(1, 1);
+  h.Join(2, "y", {{"node_rank", 0}});
+  h.Ready(2, 1);
+  for (int i = 0; i < 6; ++i) {
+    h.Heartbeat(1);
+    h.Heartbeat(2);
+    h.Advance(1900ms);
+  }
+  auto answer = h.Get("assign/1/1");
+  ASSERT_TRUE(answer);
+  EXPECT_NE(answer->find("never arrived: node rank 1"), std::string::npos) << *answer;
+  EXPECT_NE(answer->find("timed out"), std::string::npos) << *answer;
+}
+
+TEST(CoordinatorTest, StaticRanksFollowNodeRankNotArrival) {
+  auto o = Elastic(2, 2);
+  o.by_node_rank = true;
+  Harness h(o);
+  h.Join(1, "late-rank-1", {{"node_rank", 1}});
+  h.Ready(1, 1);
+  h.Join(2, "rank-0", {{"node_rank", 0}});
+  h.Ready(2, 1);
+  EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"rank-0", "late-rank-1"}));
+}
+
+TEST(CoordinatorTest, ALostNodeEndsTheRoundAndTheSurvivorsCarryOn) {
+  Harness h(Elastic(1, 2));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  ASSERT_TRUE(h.Get("round/0"));
+  h.Disconnect(2);
+  auto end = h.Get("end/0");
+  ASSERT_TRUE(end);
+  EXPECT_TRUE(end->starts_with("membership: lost b")) << *end;
+  h.Ready(1, 2);
+  // Every node still alive is back: no need to wait for anyone.
+  EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(h.coord().failures(), 0);  // a membership change is not a failure
+}
+
+TEST(CoordinatorTest, SilenceForTheHeartbeatTimeoutIsALoss) {
+  Harness h(Elastic(1, 2));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  for (int i = 0; i < 3; ++i) {
+    h.Heartbeat(1);
+    h.Advance(1000ms);
+  }
+  auto end = h.Get("end/0");
+  ASSERT_TRUE(end);
+  EXPECT_NE(end->find("no heartbeat"), std::string::npos) << *end;
+}
+
+TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
+  auto o = Elastic(2, 2);
+  o.max_restarts = 1;
+  Harness h(o);
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  // Both nodes report a failure of the same round: one is counted.
+  h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
+  EXPECT_EQ(h.coord().failures(), 1);
+  h.Ready(1, 2);
+  h.Ready(2, 2);
+  ASSERT_TRUE(h.Get("round/1"));
+  EXPECT_EQ(json::parse(*h.Get("round/1"))["failures"], 1);
+  h.Put(102, "end/1", "failure: b: rank 3 exited with 1");
+  h.Ready(1, 3);
+  h.Ready(2, 3);
+  auto answer = h.Get("assign/1/3");
+  ASSERT_TRUE(answer);
+  EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
+}
+
+TEST(CoordinatorTest, ALateNodeRestartsTheRoundAndOneBeyondMaxStandsBy) {
+  Harness h(Elastic(2, 3));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(1100ms);
+  ASSERT_EQ(h.RoundIds(0).size(), 2u);
+  h.Join(3, "c");
+  h.Ready(3, 1);
+  ASSERT_TRUE(h.Get("end/0"));
+  EXPECT_NE(h.Get("end/0")->find("c joined"), std::string::npos);
+  h.Ready(1, 2);
+  h.Ready(2, 2);
+  EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a", "b", "c"}));
+  h.Join(4, "d");
+  h.Ready(4, 1);
+  EXPECT_FALSE(h.Get("end/1"));  // full: d stands by
+  h.Disconnect(2);
+  h.Ready(1, 3);
+  h.Ready(3, 2);
+  EXPECT_EQ(h.RoundIds(2), (std::vector<std::string>{"a", "c", "d"}));
+}
+
+TEST(CoordinatorTest, TheRoundEndsDoneWhenEveryNodeIsDone) {
+  Harness h(Elastic(2, 2));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Put(101, "done/1", "0");
+  EXPECT_FALSE(h.Get("end/0"));
+  h.Put(102, "done/2", "0");
+  EXPECT_EQ(h.Get("end/0"), "done");
+  h.Join(3, "late");
+  h.Ready(3, 1);
+  EXPECT_TRUE(h.Get("assign/3/1")->starts_with("error:"));
+}
+
+TEST(CoordinatorTest, AfterATakeoverRoundsAndSpentRestartsGoOn) {
+  Harness h(Elastic(1, 3));
+  json prev = {{"round", 4}, {"failures", 2}, {"prev", {"a", "b", "host"}}, {"prev_host", "host"}};
+  h.Join(1, "b", prev);
+  h.Ready(1, 1);
+  EXPECT_FALSE(h.Get("round/5"));  // a, from the last round, is expected
+  h.Join(2, "a", prev);
+  h.Ready(2, 1);
+  ASSERT_TRUE(h.Get("round/5"));
+  EXPECT_EQ(json::parse(*h.Get("round/5"))["failures"], 2);
+  EXPECT_EQ(h.RoundIds(5), (std::vector<std::string>{"b", "a"}));
+}
+
+TEST(CoordinatorTest, MalformedJoinsAreIgnored) {
+  Harness h(Elastic(1, 1));
+  h.Put(7, "node/1", "not json");
+  h.Put(7, "node/2", R"({"id": 5})");
+  h.Put(7, "ready/1", "1");
+  h.Put(7, "node/x", "{}");
+  EXPECT_EQ(h.coord().live_nodes(), 0u);
+  EXPECT_FALSE(h.Get("round/0"));
+}
+
+}  // namespace
+}  // namespace trun::rendezvous
