@@ -156,9 +156,11 @@ class LocalAgent::Impl {
     }
     round_ = std::move(*r);
     if (config_.max_nodes > 1 || config_.rdzv_backend != "static") {
-      log::Info("round {}: node {} of {}, ranks {}..{} of world size {}", round_->number,
-                round_->group_rank, round_->participants.size(), round_->rank_offset(),
-                round_->rank_offset() + config_.nproc_per_node - 1, round_->world_size());
+      log::Info("round {}: node {} of {} ({}), ranks {}..{} of world size {}; store at {}:{}",
+                round_->number, round_->group_rank, round_->participants.size(),
+                round_->participants[static_cast<size_t>(round_->group_rank)].addr,
+                round_->rank_offset(), round_->rank_offset() + config_.nproc_per_node - 1,
+                round_->world_size(), round_->store_addr, round_->store_port);
     }
     Status s = StartAttempt();
     if (!s.ok()) {

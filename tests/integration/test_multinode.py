@@ -3,6 +3,7 @@ fault tolerance and the job-wide restart budget, with real agents on loopback
 running real gloo DDP workers."""
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, TRUN, base_env, trun
+from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -25,11 +26,11 @@ def free_port():
 class Agent:
     """One trun agent in the background, its output in a file."""
 
-    def __init__(self, tmp, name, *args):
+    def __init__(self, tmp, name, *args, prefix=()):
         self.name = name
         self.path = tmp / f"{name}.log"
         self.file = open(self.path, "wb")
-        self.proc = subprocess.Popen([TRUN, *map(str, args)], stdout=self.file,
+        self.proc = subprocess.Popen([*prefix, TRUN, *map(str, args)], stdout=self.file,
                                      stderr=subprocess.STDOUT, env=base_env())
 
     def text(self):
@@ -61,8 +62,8 @@ class Agent:
 def agents(tmp_path):
     started = []
 
-    def start(name, *args):
-        a = Agent(tmp_path, name, *args)
+    def start(name, *args, prefix=()):
+        a = Agent(tmp_path, name, *args, prefix=prefix)
         started.append(a)
         return a
 
@@ -192,3 +193,73 @@ def test_a_third_agent_joining_restarts_the_job_at_world_3(agents, tmp_path):
     assert "membership" in out and "joined" in out
     assert re.search(r"attempt 1 world 3 step", out), out
     assert "RESULT world=3 steps=40" in out
+
+
+NETNS = ROOT / "tools" / "netns-hosts"
+
+
+@pytest.fixture
+def hosts():
+    """Two hosts in network namespaces (10.200.0.1 and .2), for root only."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("network namespaces need root and iproute2")
+    env = dict(os.environ, NETNS_PREFIX=f"t{os.getpid()}")
+    subprocess.run([NETNS, "down"], env=env, check=False, capture_output=True)
+    subprocess.run([NETNS, "up", "2"], env=env, check=True)
+
+    class Hosts:
+        def run(self, i):
+            return [NETNS, "run", str(i)]
+
+        def cut(self, i):
+            subprocess.run([NETNS, "cut", str(i)], env=env, check=True)
+
+    os.environ["NETNS_PREFIX"] = env["NETNS_PREFIX"]
+    yield Hosts()
+    subprocess.run([NETNS, "down"], env=env, check=False)
+    del os.environ["NETNS_PREFIX"]
+
+
+def test_two_hosts_in_network_namespaces(agents, hosts):
+    args = ["--nnodes", 2, "--nproc-per-node", 2, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "ns", DDP, "--steps", 3]
+    a = [agents(f"h{i}", *args, prefix=hosts.run(i)) for i in (1, 2)]
+    assert [x.wait() for x in a] == [0, 0], a[0].text() + a[1].text()
+    assert "RESULT world=4" in a[0].text() + a[1].text()
+    # Each node advertises the address the store sees it by, and the
+    # workers' MASTER_ADDR is the endpoint's, which both hosts reach.
+    assert "node 0 of 2 (10.200.0.1)" in a[0].text(), a[0].text()
+    assert "node 1 of 2 (10.200.0.2)" in a[1].text(), a[1].text()
+    assert "store at 10.200.0.1:29400" in a[1].text()
+
+
+def ns_elastic(ckpt):
+    return ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "ns",
+            "--rdzv-conf", "last_call_timeout=0.5,heartbeat_timeout=2",
+            ELASTIC, "--steps", 40, "--step-time", 0.1, "--ckpt", ckpt]
+
+
+def test_a_host_cut_off_is_dropped_and_the_rest_carry_on(agents, hosts, tmp_path):
+    h1 = agents("h1", *ns_elastic(tmp_path / "c1.pt"), prefix=hosts.run(1))
+    h1.wait_for("hosting the store")
+    h2 = agents("h2", *ns_elastic(tmp_path / "c2.pt"), prefix=hosts.run(2))
+    h1.wait_for(r"attempt 0 world 2 step 3")
+    hosts.cut(2)
+    assert h1.wait() == 0, h1.text()
+    assert "no heartbeat" in h1.text()
+    assert re.search(r"attempt 1 world 1 step", h1.text()), h1.text()
+    # The cut-off host learns it lost the store and that it cannot take over
+    # an address it does not own; its workers are stopped, not left hanging.
+    assert h2.wait(timeout=60) == 1, h2.text()
+    assert "no surviving node could take it over" in h2.text(), h2.text()
+
+
+def test_the_lost_store_host_is_named_when_nobody_can_take_over(agents, hosts, tmp_path):
+    h1 = agents("h1", *ns_elastic(tmp_path / "c1.pt"), prefix=hosts.run(1))
+    h1.wait_for("hosting the store")
+    h2 = agents("h2", *ns_elastic(tmp_path / "c2.pt"), prefix=hosts.run(2))
+    h1.wait_for(r"attempt 0 world 2 step 3")
+    h1.kill()
+    assert h2.wait(timeout=60) == 1, h2.text()
+    assert re.search(r"lost the store at 10.200.0.1:29400 hosted by \S*h1", h2.text()), h2.text()
