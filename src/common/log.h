@@ -12,8 +12,8 @@ namespace trun::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
-// Messages below this level are dropped. From TRUN_LOG_LEVEL
-// (debug|info|warning|error), default info.
+// Messages below this level are dropped, except errors, which are always
+// written. From TRUN_LOG_LEVEL (debug|info|warning|error), default info.
 Level Threshold();
 void Write(Level level, std::string_view msg);
 
@@ -28,7 +28,8 @@ void Info(fmt::format_string<Args...> f, Args&&... args) {
 }
 template <typename... Args>
 void Warning(fmt::format_string<Args...> f, Args&&... args) {
-  Write(Level::kWarning, fmt::format(f, std::forward<Args>(args)...));
+  if (Threshold() <= Level::kWarning)
+    Write(Level::kWarning, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void Error(fmt::format_string<Args...> f, Args&&... args) {

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,9 +29,18 @@ struct ChildArgs {
   int parent_death_signal;
   pid_t parent_pid;
   sigset_t child_mask;
+  rlimit nofile;
   int error;  // errno of the failed step, written by the child
   int step;   // which step failed, for the message
 };
+
+// The open-file limit this process started with, read before main() runs,
+// i.e. before the store raises it.
+const rlimit kStartNofile = [] {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  return rl;
+}();
 
 constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
 
@@ -44,6 +54,13 @@ int ChildMain(void* raw) {
       signal(sig, SIG_DFL);
     }
   }
+  // What trun ignores for itself the worker must not inherit: a worker
+  // writing to a closed pipe should die of SIGPIPE, as under Python's
+  // subprocess (restore_signals), and see the open-file limit trun started
+  // with, not the one the store raised.
+  signal(SIGPIPE, SIG_DFL);
+  signal(SIGXFSZ, SIG_DFL);
+  setrlimit(RLIMIT_NOFILE, &a->nofile);
   if (a->new_process_group && setpgid(0, 0) != 0) {
     a->error = errno;
     a->step = 1;
@@ -122,6 +139,7 @@ Result<pid_t> Spawn(const SpawnOptions& options) {
   args.new_process_group = options.new_process_group;
   args.parent_death_signal = options.parent_death_signal;
   args.parent_pid = ::getpid();
+  args.nofile = kStartNofile;
   sigemptyset(&args.child_mask);
 
   // The child runs on its own small stack; CLONE_VFORK keeps us suspended

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <string>
 
 namespace trun::proc {
@@ -51,6 +53,35 @@ TEST(SpawnTest, ResolveFollowsPath) {
   ASSERT_TRUE(sh.ok());
   EXPECT_EQ(*sh, "/bin/sh");
   EXPECT_FALSE(ResolveExecutable("sh", "/nonexistent").ok());
+}
+
+// trun ignores SIGPIPE and raises its open-file limit for the store; its
+// workers get neither, as under torchrun.
+TEST(SpawnTest, WorkersGetDefaultSigpipeAndTheStartingFileLimit) {
+  rlimit start{};
+  getrlimit(RLIMIT_NOFILE, &start);
+  rlimit lowered = start;
+  lowered.rlim_cur = start.rlim_cur > 64 ? start.rlim_cur - 1 : start.rlim_cur;
+  auto old = signal(SIGPIPE, SIG_IGN);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  SpawnOptions o;
+  // SigIgn is a hex mask; SIGPIPE (13) is bit 12, i.e. 0x1000.
+  o.argv = {"sh", "-c",
+            "m=$(awk '/^SigIgn/{print $2}' /proc/self/status); "
+            "echo $(( 0x$m & 0x1000 )) $(ulimit -Sn)"};
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.stdout_fd = p[1];
+  setrlimit(RLIMIT_NOFILE, &lowered);  // as if raised or lowered after start-up
+  auto pid = Spawn(o);
+  setrlimit(RLIMIT_NOFILE, &start);
+  signal(SIGPIPE, old);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  close(p[1]);
+  std::string out = ReadAll(p[0]);
+  close(p[0]);
+  waitpid(*pid, nullptr, 0);
+  EXPECT_EQ(out, "0 " + std::to_string(start.rlim_cur) + "\n");
 }
 
 }  // namespace
