@@ -467,7 +467,7 @@ class LocalAgent::Impl {
       } else {
         OnSignal(sig);
       }
-      if (state_ != State::kDone) WatchSignals();
+      if (!stopped_) WatchSignals();
     });
   }
 
@@ -557,7 +557,7 @@ class LocalAgent::Impl {
   }
 
   void OnSignal(int sig) {
-    if (state_ == State::kDone) return;
+    if (state_ == State::kDone) return Stop();
     if (pending_signal_ != 0) {
       // A second signal while stopping: no more grace.
       log::Warning("received {} again; killing workers now", proc::SignalName(sig));
@@ -629,10 +629,18 @@ class LocalAgent::Impl {
   void Finish(int code) {
     state_ = State::kDone;
     exit_code_ = code;
-    if (rdzv_) rdzv_->Shutdown();
     KillOrphans();
-    signals_.cancel();
     grace_timer_.cancel();
+    // A host lingers until the other nodes have read how the job ended; a
+    // signal meanwhile (OnSignal) cuts that short.
+    if (!rdzv_) return Stop();
+    rdzv_->Leave([this] { Stop(); });
+  }
+
+  void Stop() {
+    stopped_ = true;
+    if (rdzv_) rdzv_->Shutdown();
+    signals_.cancel();
     io_.stop();
   }
 
@@ -664,6 +672,7 @@ class LocalAgent::Impl {
 
   std::optional<proc::Sentinel> sentinel_;
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;
+  bool stopped_ = false;  // Stop() ran: the loop is ending
   std::optional<rendezvous::Round> round_;
   std::string hostname_;
   std::string own_error_file_;

@@ -101,6 +101,7 @@ void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point n
   n.addr = j.value("addr", "");
   n.nproc = j.value("nproc", 0);
   n.node_rank = j.value("node_rank", -1);
+  n.store_port = j.value("store_port", 0);
   n.last_seen = now;
   if (n.nproc <= 0) {
     log::Warning("rendezvous: ignored a join without workers ({})", n.id);
@@ -141,15 +142,20 @@ void Coordinator::OnDisconnect(uint64_t conn, Clock::time_point now) {
   if (it == conn_to_seq_.end()) return;
   int64_t seq = it->second;
   conn_to_seq_.erase(it);
+  OnNodeGone(seq, "its connection to the store closed", now);
+}
+
+void Coordinator::OnNodeGone(int64_t seq, const std::string& why, Clock::time_point now) {
   auto n = nodes_.find(seq);
   if (n == nodes_.end() || !n->second.alive) return;
-  Lose(n->second, "its connection to the store closed", now);
+  Lose(n->second, why, now);
   Evaluate(now);
 }
 
 void Coordinator::OnTimer(Clock::time_point now) {
   for (auto& [seq, n] : nodes_) {
-    if (n.alive && now - n.last_seen >= options_.heartbeat_timeout) {
+    if (n.alive && options_.heartbeat_timeout.count() > 0 &&
+        now - n.last_seen >= options_.heartbeat_timeout) {
       Lose(n, fmt::format("no heartbeat for {}", Seconds(options_.heartbeat_timeout)), now);
     }
   }
@@ -333,7 +339,8 @@ void Coordinator::Close(std::vector<Node*> candidates) {
   round_ = next_;
   json nodes = json::array();
   for (Node* n : candidates)
-    nodes.push_back({{"id", n->id}, {"addr", n->addr}, {"nproc", n->nproc}});
+    nodes.push_back(
+        {{"id", n->id}, {"addr", n->addr}, {"nproc", n->nproc}, {"store_port", n->store_port}});
   json round = {{"round", round_},
                 {"failures", failures_},
                 {"store_addr", options_.store_addr},
@@ -364,8 +371,10 @@ std::optional<Clock::time_point> Coordinator::NextDeadline() const {
   auto consider = [&](Clock::time_point t) {
     if (!next || t < *next) next = t;
   };
-  for (const auto& [seq, n] : nodes_) {
-    if (n.alive) consider(n.last_seen + options_.heartbeat_timeout);
+  if (options_.heartbeat_timeout.count() > 0) {
+    for (const auto& [seq, n] : nodes_) {
+      if (n.alive) consider(n.last_seen + options_.heartbeat_timeout);
+    }
   }
   if (phase_ == Phase::kForming) {
     if (min_reached_at_) {

@@ -8,7 +8,8 @@
 // polling, and liveness judged on one clock: this one.
 //
 // Pure logic over a clock it is given, so its rules are unit-tested with a
-// fake one; store_rendezvous.cc binds it to a StoreServer and a timer. The
+// fake one; HostedCoordinator (hosted_coordinator.h) runs it on a loop with a
+// timer, and each medium feeds it the nodes' messages. The
 // key layout and the rules are documented in docs/rendezvous.md.
 //
 // Thread-safety: none; one thread (the store's loop) owns it.
@@ -38,6 +39,7 @@ struct CoordinatorOptions {
   Duration join_timeout{600'000};
   Duration last_call_timeout{30'000};
   Duration close_timeout{30'000};
+  // 0: liveness is the medium's business (etcd's leases), not heartbeats.
   Duration heartbeat_timeout{5'000};
   // Published in every round: the workers' store, and who hosts it.
   std::string store_addr;
@@ -62,6 +64,8 @@ class Coordinator {
   void OnKey(uint64_t conn, std::string_view key, std::string_view value, Clock::time_point now);
   // A store connection closed: a node whose connection it was is lost.
   void OnDisconnect(uint64_t conn, Clock::time_point now);
+  // The medium says node `seq` is gone (etcd: its lease expired).
+  void OnNodeGone(int64_t seq, const std::string& why, Clock::time_point now);
   // The deadline returned by NextDeadline() has passed.
   void OnTimer(Clock::time_point now);
 
@@ -72,6 +76,9 @@ class Coordinator {
   int64_t round() const { return round_; }
   int64_t failures() const { return failures_; }
   size_t live_nodes() const;
+  // The job has ended (every node done, or failed for good): what is left
+  // is for the nodes to read how.
+  bool over() const { return phase_ == Phase::kFinished || phase_ == Phase::kFailed; }
 
  private:
   enum class Phase { kForming, kRunning, kFinished, kFailed };
@@ -81,6 +88,7 @@ class Coordinator {
     std::string addr;
     int nproc = 0;
     int node_rank = -1;
+    int store_port = 0;  // its workers' store, where the medium has none
     Clock::time_point last_seen;
     bool alive = true;
     bool left = false;

@@ -1,14 +1,17 @@
 #include "rendezvous/rendezvous.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <random>
 #include <set>
 
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
-#include "rendezvous/store_rendezvous.h"
+#include "rendezvous/participant.h"
+#include "rendezvous/store_medium.h"
 #include "store/server.h"
 
 namespace trun::rendezvous {
@@ -128,6 +131,8 @@ Result<Options> OptionsFromConfig(const launch::LaunchConfig& c) {
   Options o;
   o.backend = c.rdzv_backend;
   o.run_id = c.rdzv_id;
+  std::mt19937 rng(std::random_device{}());
+  o.node_id = fmt::format("{}_{}_{:04x}", FqdnHostname(), ::getpid(), rng() & 0xffff);
   o.min_nodes = c.min_nodes;
   o.max_nodes = c.max_nodes;
   o.nproc = c.nproc_per_node;
@@ -177,6 +182,7 @@ Result<Options> OptionsFromConfig(const launch::LaunchConfig& c) {
   }
   seconds("heartbeat_interval", o.heartbeat_interval);
   seconds("heartbeat_timeout", o.heartbeat_timeout);
+  o.linger = Duration(static_cast<int64_t>(c.shutdown_timeout_s * 1000)) + o.heartbeat_timeout;
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     problems.push_back(
         fmt::format("--rdzv-conf: heartbeat_timeout ({} ms) must exceed heartbeat_interval ({} ms)",
@@ -209,7 +215,8 @@ Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::Lau
   }
   auto options = OptionsFromConfig(c);
   if (!options.ok()) return options.status();
-  return MakeStoreRendezvous(io, std::move(*options));
+  auto medium = MakeStoreMedium(io, *options);
+  return MakeParticipant(io, std::move(*options), std::move(medium));
 }
 
 }  // namespace trun::rendezvous

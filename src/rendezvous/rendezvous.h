@@ -11,8 +11,8 @@
 // #108158). Succeeded() is the exit barrier.
 //
 // Backends: SingleNode (one node, nothing to agree on, in-process) and
-// StoreRendezvous (static and c10d, over trun's own store; see
-// store_rendezvous.h and docs/rendezvous.md for the protocol).
+// a Participant (participant.h) over a Medium: trun's own store for static
+// and c10d (store_medium.h); see docs/rendezvous.md for the protocol.
 //
 // Thread-safety: every method is called on the agent's loop thread, and
 // every handler runs there.
@@ -68,6 +68,7 @@ struct Round {
 struct Options {
   std::string backend;  // static | c10d
   std::string run_id;
+  std::string node_id;  // this agent's: host, pid and a random part
   int min_nodes = 1;
   int max_nodes = 1;
   int nproc = 1;
@@ -82,6 +83,9 @@ struct Options {
   Duration close_timeout{30'000};
   Duration heartbeat_interval{1'000};
   Duration heartbeat_timeout{5'000};
+  // How long a leaving host serves the others' last reads (Leave): their
+  // workers' shutdown grace plus a heartbeat timeout.
+  Duration linger{35'000};
   // static's MASTER_PORT given by flag: bind exactly that port.
   bool port_given = false;
 };
@@ -110,10 +114,20 @@ class Rendezvous {
   virtual void Succeeded(std::function<void()> done) = 0;
   // Leaves the job and stops the backend's threads; no handler runs after.
   virtual void Shutdown() = 0;
+  // Leaves the job as Shutdown() does, but a node that hosts the
+  // rendezvous keeps serving while the job is over and other nodes have yet
+  // to read how it ended (a failed job's last answers, the exit barrier's
+  // end), at most Options::linger; then `then` runs on the loop. Without
+  // this, the host's exit would race the others' last reads, and they would
+  // take the closed store for a lost host.
+  virtual void Leave(std::function<void()> then) {
+    Shutdown();
+    then();
+  }
 };
 
 // The backend the flags ask for: SingleNode for a one-node static or
-// --standalone run, StoreRendezvous otherwise.
+// --standalone run, a Participant over the backend's medium otherwise.
 Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& config);
 
 }  // namespace trun::rendezvous

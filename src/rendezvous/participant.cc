@@ -1,0 +1,381 @@
+#include "rendezvous/participant.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace trun::rendezvous {
+namespace {
+
+using json = nlohmann::json;
+
+// A message from the node to the coordinator, sent by the control thread.
+struct Request {
+  int64_t seq;
+  std::string key;
+  std::string value;
+  bool if_absent;
+};
+
+class Node final : public Rendezvous {
+ public:
+  Node(asio::io_context& io, Options o, std::unique_ptr<Medium> medium)
+      : io_(io), o_(std::move(o)), medium_(std::move(medium)), id_(o_.node_id) {}
+  ~Node() override { Shutdown(); }
+
+  Status Start(Handlers handlers) override {
+    handlers_ = std::move(handlers);
+    TRUN_RETURN_IF_ERROR(medium_->Start());
+    want_round_ = true;
+    main_ = std::thread([this] { MainLoop(); });
+    control_ = std::thread([this] { ControlLoop(); });
+    return Status::OK();
+  }
+
+  void Failed(const std::string& reason) override {
+    std::lock_guard lk(mu_);
+    if (!in_round_) return;
+    requests_.push_back({seq_, fmt::format("end/{}", round_),
+                         fmt::format("failure: {}: {}", id_, reason), /*if_absent=*/true});
+    cv_.notify_all();
+  }
+
+  void Ready() override {
+    std::lock_guard lk(mu_);
+    want_round_ = true;
+    cv_.notify_all();
+  }
+
+  void Succeeded(std::function<void()> done) override {
+    std::lock_guard lk(mu_);
+    on_done_ = std::move(done);
+    succeeded_ = true;
+    requests_.push_back({seq_, fmt::format("done/{}", seq_), std::to_string(round_), false});
+    cv_.notify_all();
+  }
+
+  void Shutdown() override {
+    StopThreads();
+    medium_->Stop();
+  }
+
+  void Leave(std::function<void()> then) override {
+    StopThreads();
+    medium_->Linger(o_.linger, [this, then = std::move(then)] {
+      medium_->Stop();
+      then();
+    });
+  }
+
+ private:
+  void StopThreads() {
+    if (shut_) return;
+    shut_ = true;
+    {
+      std::lock_guard lk(mu_);
+      if (seq_ != 0) requests_.push_back({seq_, fmt::format("left/{}", seq_), "1", false});
+      stopping_ = true;
+      if (main_link_) main_link_->Abort();
+      cv_.notify_all();
+    }
+    if (control_.joinable()) control_.join();
+    if (main_.joinable()) main_.join();
+  }
+
+  template <typename F>
+  void Post(F f) {
+    asio::post(io_, [this, f = std::move(f)]() mutable {
+      if (!shut_) f();
+    });
+  }
+
+  void PostError(Status s) {
+    Post([this, s] { handlers_.round(s); });
+  }
+
+  void PostDone() {
+    Post([done = on_done_] { done(); });
+  }
+
+  bool Stopping() {
+    std::lock_guard lk(mu_);
+    return stopping_;
+  }
+
+  // Connects, giving up at the deadline or when the agent stops. After the
+  // host was lost, a node the medium allows keeps trying to take its place
+  // too (a dead host's port may take a moment to free up): the first wins,
+  // the others connect to it.
+  Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over) {
+    while (true) {
+      if (take_over && medium_->TakeOver([this] { return Stopping(); })) {
+        log::Warning("rendezvous: took over {}", medium_->Where());
+        take_over = false;
+      }
+      auto step = Clock::now() + (take_over ? Duration(200) : Duration(1000));
+      auto link = medium_->Connect(std::min(deadline, step), kNoOpTimeout);
+      if (link.ok() || Clock::now() >= deadline || Stopping()) return link;
+    }
+  }
+
+  // ---- the main thread: join, rounds, their ends ---------------------------
+
+  void MainLoop() {
+    std::string lost_host;
+    auto deadline = Clock::now() + o_.join_timeout;
+    bool take_over = false;
+    while (true) {
+      auto link = Connect(deadline, take_over);
+      if (Stopping()) return;
+      if (!link.ok()) {
+        if (lost_host.empty()) {
+          PostError(Status::Timeout(fmt::format(
+              "rendezvous: cannot reach {} within join_timeout: {}; is the host agent{} running, "
+              "and is --rdzv-endpoint right?",
+              medium_->Where(), link.status().message(),
+              o_.backend == "static" ? " (node rank 0)" : "")));
+        } else {
+          PostError(Status::IOError(
+              fmt::format("rendezvous: lost {} hosted by {}, and no surviving node could take "
+                          "it over: {}",
+                          medium_->Where(), lost_host, medium_->NoTakeOverReason())));
+        }
+        return;
+      }
+      {
+        std::lock_guard lk(mu_);
+        main_link_ = link->get();
+        if (stopping_) return;
+      }
+      Status s = Participate(**link);
+      {
+        std::lock_guard lk(mu_);
+        main_link_ = nullptr;
+        seq_ = 0;
+      }
+      if (s.ok() || Stopping()) return;
+      // The host is gone. Stop the workers, then find a new one.
+      bool was_in_round;
+      {
+        std::lock_guard lk(mu_);
+        was_in_round = in_round_;
+        in_round_ = false;
+        if (succeeded_) {
+          // Our workers are done; the host went away after the barrier.
+          PostDone();
+          return;
+        }
+        // A node that was running must stop its workers before it may be
+        // put in a round again: the agent calls Ready() once they are.
+        if (was_in_round) want_round_ = false;
+      }
+      lost_host = last_host_.empty() ? "an unknown node" : last_host_;
+      log::Warning("rendezvous: lost {} ({}): {}", medium_->Where(), lost_host, s.message());
+      if (was_in_round) {
+        std::string why = fmt::format("membership: lost {} ({})", medium_->Where(), lost_host);
+        Post([this, why] { handlers_.round_ended(why); });
+      }
+      take_over = medium_->MayTakeOver();
+      deadline = Clock::now() + o_.heartbeat_timeout + o_.heartbeat_interval;
+    }
+  }
+
+  // One life on one host: join, then rounds until the job ends for this
+  // node (OK) or the medium fails (the error).
+  Status Participate(Link& link) {
+    if (addr_.empty()) addr_ = o_.local_addr.empty() ? link.LocalAddress() : o_.local_addr;
+    json info = {{"id", id_},
+                 {"addr", addr_},
+                 {"nproc", o_.nproc},
+                 {"node_rank", o_.node_rank},
+                 {"round", known_round_},
+                 {"failures", known_failures_},
+                 {"prev", prev_ids_},
+                 {"prev_host", last_host_},
+                 {"store_port", medium_->WorkerStorePort()}};
+    auto seq = link.Join(info.dump());
+    if (!seq.ok()) return seq.status();
+    {
+      std::lock_guard lk(mu_);
+      seq_ = *seq;
+      cv_.notify_all();
+    }
+    int64_t asked = 0;
+    while (true) {
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || succeeded_ || want_round_; });
+        if (stopping_) return Status::OK();
+        if (succeeded_) {
+          PostDone();
+          return Status::OK();
+        }
+        ++asked;
+      }
+      TRUN_RETURN_IF_ERROR(link.Put(fmt::format("ready/{}", *seq), std::to_string(asked)));
+      auto assign = link.Await(fmt::format("assign/{}/{}", *seq, asked));
+      if (!assign.ok()) return assign.status();
+      if (assign->starts_with("error:")) {
+        PostError(Status::Internal(assign->substr(6)));
+        return Status::OK();
+      }
+      auto round_json = link.Await(fmt::format("round/{}", ParseInt(*assign).value_or(-1)));
+      if (!round_json.ok()) return round_json.status();
+      auto round = ParseRound(*round_json);
+      if (!round.ok()) {
+        PostError(round.status());
+        return Status::OK();
+      }
+      {
+        std::lock_guard lk(mu_);
+        round_ = round->number;
+        in_round_ = true;
+        want_round_ = false;
+      }
+      Post([this, rd = *round] { handlers_.round(rd); });
+      auto reason = link.Await(fmt::format("end/{}", round->number));
+      if (!reason.ok()) return reason.status();
+      {
+        std::lock_guard lk(mu_);
+        in_round_ = false;
+        if (succeeded_) {
+          PostDone();
+          return Status::OK();
+        }
+      }
+      Post([this, why = *reason] { handlers_.round_ended(why); });
+    }
+  }
+
+  Result<Round> ParseRound(const std::string& text) {
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("nodes") || !j["nodes"].is_array()) {
+      return Status::Internal("rendezvous: a malformed round from the coordinator: " + text);
+    }
+    Round r;
+    r.number = j.value("round", int64_t{0});
+    r.failures = j.value("failures", int64_t{0});
+    r.store_addr = j.value("store_addr", "");
+    r.store_port = j.value("store_port", 0);
+    r.group_rank = -1;
+    prev_ids_.clear();
+    for (const auto& n : j["nodes"]) {
+      Participant p{n.value("id", ""), n.value("addr", ""), n.value("nproc", 0)};
+      if (p.id == id_) r.group_rank = static_cast<int>(r.participants.size());
+      prev_ids_.push_back(p.id);
+      r.participants.push_back(std::move(p));
+    }
+    if (r.group_rank < 0) return Status::Internal("rendezvous: assigned a round without us");
+    // The workers' store: where the coordinator says, or (etcd, where no
+    // agent hosts the coordinator's store for good) group rank 0's agent.
+    if (r.store_addr.empty()) {
+      r.store_addr = r.participants[0].addr;
+      r.store_port = j["nodes"][0].value("store_port", 0);
+    }
+    known_round_ = r.number;
+    known_failures_ = r.failures;
+    last_host_ = j.value("host", "");
+    return r;
+  }
+
+  // ---- the control thread: heartbeats and messages --------------------------
+
+  void ControlLoop() {
+    std::unique_ptr<Link> link;
+    auto last_ok = Clock::now();
+    std::unique_lock lk(mu_);
+    while (true) {
+      cv_.wait_for(lk, o_.heartbeat_interval, [&] { return stopping_ || !requests_.empty(); });
+      const int64_t seq = seq_;
+      if (seq == 0) {
+        // Not joined (or joining anew): what was asked of an old host is moot.
+        std::erase_if(requests_, [](const Request& r) { return r.seq != 0; });
+        if (stopping_) return;
+        last_ok = Clock::now();
+        link.reset();
+        continue;
+      }
+      std::deque<Request> batch;
+      batch.swap(requests_);
+      const bool stopping = stopping_;
+      lk.unlock();
+      Status s = Status::OK();
+      if (!link) {
+        auto made = medium_->Connect(Clock::now() + o_.heartbeat_interval, o_.heartbeat_timeout);
+        if (made.ok()) {
+          link = std::move(*made);
+        } else {
+          s = made.status();
+        }
+      }
+      for (auto& r : batch) {
+        if (!s.ok()) break;
+        if (r.seq != seq) continue;
+        s = r.if_absent ? link->PutIfAbsent(r.key, r.value) : link->Put(r.key, r.value);
+      }
+      if (s.ok() && !stopping) s = link->Heartbeat(seq);
+      lk.lock();
+      if (stopping) return;
+      if (s.ok()) {
+        last_ok = Clock::now();
+        continue;
+      }
+      link.reset();
+      if (Clock::now() - last_ok >= o_.heartbeat_timeout && main_link_) {
+        // The host stopped answering (one cut off from the network keeps
+        // its connections open): wake the main thread to recover.
+        log::Warning("rendezvous: {} has not answered for {} ms: {}", medium_->Where(),
+                     o_.heartbeat_timeout.count(), s.message());
+        main_link_->Abort();
+        last_ok = Clock::now();
+      }
+    }
+  }
+
+  asio::io_context& io_;
+  Options o_;
+  std::unique_ptr<Medium> medium_;
+  const std::string id_;
+  Handlers handlers_;
+  bool shut_ = false;  // loop thread only
+
+  // The main thread's own.
+  std::string addr_;
+  int64_t known_round_ = -1;
+  int64_t known_failures_ = 0;
+  std::vector<std::string> prev_ids_;
+  std::string last_host_;
+
+  // Shared, under mu_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t seq_ = 0;  // 0: not joined to the current host
+  int64_t round_ = -1;
+  bool in_round_ = false;
+  // The agent has no workers running and waits for a round.
+  bool want_round_ = false;
+  bool succeeded_ = false;
+  bool stopping_ = false;
+  std::function<void()> on_done_;
+  std::deque<Request> requests_;
+  Link* main_link_ = nullptr;
+
+  std::thread main_;
+  std::thread control_;
+};
+
+}  // namespace
+
+std::unique_ptr<Rendezvous> MakeParticipant(asio::io_context& io, Options options,
+                                            std::unique_ptr<Medium> medium) {
+  return std::make_unique<Node>(io, std::move(options), std::move(medium));
+}
+
+}  // namespace trun::rendezvous
