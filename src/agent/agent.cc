@@ -150,9 +150,18 @@ class LocalAgent::Impl {
     const bool restart = round_.has_value();
     if (restart && !failures_.empty()) {
       const auto& root = failures_[RootCause(failures_)];
-      log::Warning(
-          "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
-          root.local_rank, root.exitcode, r->failures, config_.max_restarts);
+      if (r->failures > round_->failures) {
+        log::Warning(
+            "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
+            root.local_rank, root.exitcode, r->failures, config_.max_restarts);
+      } else {
+        // The rendezvous found a node of the round lost: our workers failed
+        // on their dead peers.
+        log::Warning(
+            "worker group failed (local_rank {} exited with {}) as a node of the round was "
+            "lost; restarting without spending a restart ({} of {} spent)",
+            root.local_rank, root.exitcode, r->failures, config_.max_restarts);
+      }
     }
     round_ = std::move(*r);
     if (config_.max_nodes > 1 || config_.rdzv_backend != "static") {

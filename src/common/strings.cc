@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 
 namespace trun {
 
@@ -72,6 +74,53 @@ std::string ClosestMatch(std::string_view word, const std::vector<std::string>& 
     }
   }
   return best;
+}
+
+namespace {
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t n = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kBase64[(n >> 18) & 63];
+    out += kBase64[(n >> 12) & 63];
+    out += i + 1 < bytes.size() ? kBase64[(n >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kBase64[n & 63] : '=';
+  }
+  return out;
+}
+
+std::optional<std::string> Base64Decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t n = 0;
+    int pad = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      char c = text[i + j];
+      uint32_t v = 0;
+      if (c == '=' && i + 4 == text.size() && j >= 2) {
+        ++pad;
+      } else if (pad > 0) {
+        return std::nullopt;  // data after padding
+      } else {
+        const char* at = std::char_traits<char>::find(kBase64, 64, c);
+        if (!at) return std::nullopt;
+        v = static_cast<uint32_t>(at - kBase64);
+      }
+      n = (n << 6) | v;
+    }
+    out += static_cast<char>((n >> 16) & 255);
+    if (pad < 2) out += static_cast<char>((n >> 8) & 255);
+    if (pad < 1) out += static_cast<char>(n & 255);
+  }
+  return out;
 }
 
 }  // namespace trun

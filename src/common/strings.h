@@ -18,5 +18,9 @@ std::optional<double> ParseDouble(std::string_view s);
 // The candidate closest to `word` by edit distance, when it is close enough
 // to be a plausible typo ("did you mean ...?"); empty otherwise.
 std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
+// Standard base64 (RFC 4648, padded), as etcd's JSON gateway carries bytes.
+std::string Base64Encode(std::string_view bytes);
+// nullopt on a character outside the alphabet or a bad length.
+std::optional<std::string> Base64Decode(std::string_view text);
 
 }  // namespace trun

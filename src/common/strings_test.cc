@@ -31,5 +31,25 @@ TEST(StringsTest, ClosestMatchFindsTypos) {
   EXPECT_EQ(ClosestMatch("--completely-different", opts), "");
 }
 
+TEST(StringsTest, Base64RoundTripsEveryLength) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("/a/y"), "L2EveQ==");
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  for (size_t n = 0; n <= bytes.size(); n += 17) {
+    EXPECT_EQ(Base64Decode(Base64Encode(bytes.substr(0, n))), bytes.substr(0, n));
+  }
+}
+
+TEST(StringsTest, Base64DecodeRejectsJunk) {
+  EXPECT_FALSE(Base64Decode("Zg="));
+  EXPECT_FALSE(Base64Decode("Z!=="));
+  EXPECT_FALSE(Base64Decode("Zg==Zg=="));
+  EXPECT_FALSE(Base64Decode("Z=g="));
+}
+
 }  // namespace
 }  // namespace trun

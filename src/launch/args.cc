@@ -474,12 +474,6 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     c.rdzv_id = RandomUuid4();
     c.min_nodes = c.max_nodes = 1;
   }
-  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    p.Add(
-        fmt::format("--rdzv-backend {} is not supported yet; use --rdzv-backend c10d with "
-                    "--rdzv-endpoint HOST:PORT of one of the nodes",
-                    c.rdzv_backend));
-  }
   if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
     p.Add(
         fmt::format("--nnodes {}:{}: the static backend needs a fixed node count; use "

@@ -165,7 +165,13 @@ void Coordinator::OnTimer(Clock::time_point now) {
 void Coordinator::Lose(Node& n, const std::string& why, Clock::time_point) {
   n.alive = false;
   n.waiting = false;
-  log::Warning("rendezvous: lost {} ({}): {}", Describe(n), n.addr, why);
+  if (over() || n.done) {
+    // Gone after its part was played: nothing is lost.
+    log::Debug("rendezvous: {} ({}) is gone: {}", Describe(n), n.addr, why);
+  } else {
+    log::Warning("rendezvous: lost {} ({}): {}", Describe(n), n.addr, why);
+  }
+  if (pending_failure_ && judging_.count(n.seq)) judging_lost_ = true;
   if (n.participant && !n.done) {
     lost_.push_back(n.id);
     if (phase_ == Phase::kRunning) {
@@ -195,13 +201,36 @@ void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_p
     n.done = false;
   }
   if (reason.starts_with("failure")) {
-    ++failures_;
-    if (failures_ > options_.max_restarts) {
-      Fail(
-          fmt::format("the restart budget of the job is spent ({} failed round{}, --max-restarts "
-                      "{}); last: {}",
-                      failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
+    // Judged once the round's nodes are all back (JudgeFailure): a node
+    // lost meanwhile makes it a membership change.
+    pending_failure_ = std::string(reason);
+    judging_.clear();
+    judging_lost_ = false;
+    for (const auto& [seq, n] : nodes_) {
+      if (n.participant && n.alive) judging_.insert(seq);
     }
+  }
+}
+
+// A failed round spends a restart, unless one of its nodes was lost before
+// they were all back: a dead node's peers fail on their broken connections,
+// often before its loss is known (etcd learns of it only when its lease
+// expires), and the loss, not their failure, is what happened.
+void Coordinator::JudgeFailure() {
+  std::string reason = std::move(*pending_failure_);
+  pending_failure_.reset();
+  if (judging_lost_) {
+    log::Info(
+        "rendezvous: round {} ended with {}, but a node of it was lost: a membership "
+        "change, not a failure",
+        round_, reason);
+    return;
+  }
+  ++failures_;
+  if (failures_ > options_.max_restarts) {
+    Fail(fmt::format(
+        "the restart budget of the job is spent ({} failed round{}, --max-restarts {}); last: {}",
+        failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
   }
 }
 
@@ -248,7 +277,17 @@ void Coordinator::Evaluate(Clock::time_point now) {
     return;
   }
 
-  // Forming round next_.
+  // Forming round next_, once the last one's failure, if any, is judged:
+  // when its nodes are all back or lost (or close_timeout has passed).
+  if (pending_failure_) {
+    bool back = std::all_of(judging_.begin(), judging_.end(), [&](int64_t seq) {
+      auto it = nodes_.find(seq);
+      return it == nodes_.end() || !it->second.alive || it->second.waiting;
+    });
+    if (!back && now - forming_since_ < options_.close_timeout) return;
+    JudgeFailure();
+    if (phase_ == Phase::kFailed) return AnswerErrors();
+  }
   std::vector<Node*> candidates;
   size_t live = 0;
   std::set<std::string> waiting_ids;

@@ -105,6 +105,7 @@ class Coordinator {
   void Evaluate(Clock::time_point now);
   void Close(std::vector<Node*> candidates);
   void Fail(const std::string& message);
+  void JudgeFailure();
   void AnswerErrors();
   std::string Describe(const Node& n) const;
   std::string TimeoutMessage(size_t joined) const;
@@ -124,6 +125,11 @@ class Coordinator {
   // that the first round waits for.
   std::set<std::string> expected_;
   std::vector<std::string> lost_;  // nodes lost since the last round closed
+  // The last round ended in a failure not judged yet, its nodes then, and
+  // whether one of them was lost since.
+  std::optional<std::string> pending_failure_;
+  std::set<int64_t> judging_;
+  bool judging_lost_ = false;
   std::vector<Write> writes_;
 };
 

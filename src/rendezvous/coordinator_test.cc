@@ -59,8 +59,7 @@ class Harness {
     return ids;
   }
   Coordinator& coord() { return coord_; }
-
- private:
+  // Makes the coordinator's writes, as the store would.
   void Flush() {
     for (auto& w : coord_.TakeWrites()) {
       if (w.if_absent && data_.count(w.key)) continue;
@@ -68,6 +67,7 @@ class Harness {
     }
   }
 
+ private:
   Clock::time_point now_{};
   std::map<std::string, std::string> data_;
   Coordinator coord_;
@@ -184,17 +184,63 @@ TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
   h.Ready(1, 1);
   h.Join(2, "b");
   h.Ready(2, 1);
-  // Both nodes report a failure of the same round: one is counted.
+  // Both nodes report a failure of the same round: one is counted, once
+  // both are back.
   h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
-  EXPECT_EQ(h.coord().failures(), 1);
+  h.Put(102, "end/0", "failure: b: rank 2 exited with 1");
   h.Ready(1, 2);
+  EXPECT_EQ(h.coord().failures(), 0);
   h.Ready(2, 2);
+  EXPECT_EQ(h.coord().failures(), 1);
   ASSERT_TRUE(h.Get("round/1"));
   EXPECT_EQ(json::parse(*h.Get("round/1"))["failures"], 1);
   h.Put(102, "end/1", "failure: b: rank 3 exited with 1");
   h.Ready(1, 3);
   h.Ready(2, 3);
   auto answer = h.Get("assign/1/3");
+  ASSERT_TRUE(answer);
+  EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
+}
+
+// etcd learns of a dead node when its lease expires, after its peers'
+// workers have failed on their broken connections: the loss is what
+// happened, and it spends nothing.
+TEST(CoordinatorTest, AFailureFollowedByTheLossOfANodeIsAMembershipChange) {
+  auto o = Elastic(1, 2);
+  o.max_restarts = 0;
+  Harness h(o);
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(1100ms);
+  ASSERT_TRUE(h.Get("round/0"));
+  h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
+  h.Ready(1, 2);
+  EXPECT_FALSE(h.Get("assign/1/2"));  // b is neither back nor known lost
+  h.coord().OnNodeGone(2, "its etcd lease ended", Clock::time_point{} + 1100ms);
+  h.Flush();
+  EXPECT_EQ(h.coord().failures(), 0);
+  EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a"}));
+}
+
+TEST(CoordinatorTest, AFailureIsJudgedAtTheCloseTimeoutIfANodeNeverComesBack) {
+  auto o = Elastic(1, 2);
+  o.max_restarts = 0;
+  Harness h(o);
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(1100ms);
+  h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
+  h.Ready(1, 2);
+  for (int i = 0; i < 4; ++i) {  // b heartbeats but never comes back
+    h.Heartbeat(1);
+    h.Heartbeat(2);
+    h.Advance(1000ms);
+  }
+  auto answer = h.Get("assign/1/2");
   ASSERT_TRUE(answer);
   EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
 }

@@ -109,14 +109,15 @@ class Node final : public Rendezvous {
     return stopping_;
   }
 
-  // Connects, giving up at the deadline or when the agent stops. After the
-  // host was lost, a node the medium allows keeps trying to take its place
-  // too (a dead host's port may take a moment to free up): the first wins,
-  // the others connect to it.
-  Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over) {
+  // Connects, giving up at the deadline or when the agent stops. A node the
+  // medium allows keeps trying to host too, if nobody does (after the host
+  // was lost, whose port may take a moment to free up; under etcd, also at
+  // the start): the first wins, the others connect to it.
+  Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over,
+                                        bool after_loss) {
     while (true) {
       if (take_over && medium_->TakeOver([this] { return Stopping(); })) {
-        log::Warning("rendezvous: took over {}", medium_->Where());
+        if (after_loss) log::Warning("rendezvous: took over {}", medium_->Where());
         take_over = false;
       }
       auto step = Clock::now() + (take_over ? Duration(200) : Duration(1000));
@@ -130,17 +131,19 @@ class Node final : public Rendezvous {
   void MainLoop() {
     std::string lost_host;
     auto deadline = Clock::now() + o_.join_timeout;
-    bool take_over = false;
+    bool take_over = medium_->MayTakeOver();
     while (true) {
-      auto link = Connect(deadline, take_over);
+      auto link = Connect(deadline, take_over, !lost_host.empty());
       if (Stopping()) return;
       if (!link.ok()) {
         if (lost_host.empty()) {
           PostError(Status::Timeout(fmt::format(
-              "rendezvous: cannot reach {} within join_timeout: {}; is the host agent{} running, "
-              "and is --rdzv-endpoint right?",
+              "rendezvous: cannot reach {} within join_timeout: {}; is {} running, and is "
+              "--rdzv-endpoint right?",
               medium_->Where(), link.status().message(),
-              o_.backend == "static" ? " (node rank 0)" : "")));
+              o_.backend == "etcd"     ? "etcd"
+              : o_.backend == "static" ? "the host agent (node rank 0)"
+                                       : "the host agent")));
         } else {
           PostError(Status::IOError(
               fmt::format("rendezvous: lost {} hosted by {}, and no surviving node could take "
@@ -315,10 +318,12 @@ class Node final : public Rendezvous {
           s = made.status();
         }
       }
-      for (auto& r : batch) {
-        if (!s.ok()) break;
+      size_t sent = 0;
+      for (; s.ok() && sent < batch.size(); ++sent) {
+        const Request& r = batch[sent];
         if (r.seq != seq) continue;
         s = r.if_absent ? link->PutIfAbsent(r.key, r.value) : link->Put(r.key, r.value);
+        if (!s.ok()) break;
       }
       if (s.ok() && !stopping) s = link->Heartbeat(seq);
       lk.lock();
@@ -327,6 +332,11 @@ class Node final : public Rendezvous {
         last_ok = Clock::now();
         continue;
       }
+      // What was not sent goes again over a new link (to a new host, or
+      // under etcd a new coordinator's epoch, once the main thread has
+      // joined it: a "done" must not be lost to a takeover).
+      requests_.insert(requests_.begin(), batch.begin() + static_cast<std::ptrdiff_t>(sent),
+                       batch.end());
       link.reset();
       if (Clock::now() - last_ok >= o_.heartbeat_timeout && main_link_) {
         // The host stopped answering (one cut off from the network keeps
@@ -336,6 +346,8 @@ class Node final : public Rendezvous {
         main_link_->Abort();
         last_ok = Clock::now();
       }
+      // Not at once: a request the medium keeps refusing must not spin.
+      cv_.wait_for(lk, Duration(100), [&] { return stopping_; });
     }
   }
 

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "rendezvous/etcd_medium.h"
 #include "rendezvous/participant.h"
 #include "rendezvous/store_medium.h"
 #include "store/server.h"
@@ -139,10 +140,25 @@ Result<Options> OptionsFromConfig(const launch::LaunchConfig& c) {
   o.max_restarts = c.max_restarts;
   o.node_rank = c.node_rank;
   o.local_addr = c.local_addr.value_or("");
+  const bool etcd = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";
+  if (etcd) o.backend = "etcd";
   if (c.rdzv_backend == "static") {
     o.endpoint_host = c.master_addr;
     o.endpoint_port = c.master_port;
     o.port_given = true;
+  } else if (etcd) {
+    auto conf = [&](const char* key, const char* fallback) {
+      auto it = c.rdzv_configs.find(key);
+      return it == c.rdzv_configs.end() ? std::string(fallback) : it->second;
+    };
+    auto endpoints = EtcdEndpoints(c.rdzv_endpoint, conf("protocol", "http"));
+    if (!endpoints.ok()) return endpoints.status();
+    o.etcd.endpoints = std::move(*endpoints);
+    o.etcd.cacert = conf("cacert", "");
+    o.etcd.cert = conf("cert", "");
+    o.etcd.key = conf("key", "");
+    o.etcd_prefix = conf("etcd_prefix", "/torchelastic/p2p");
+    while (o.etcd_prefix.ends_with('/')) o.etcd_prefix.pop_back();
   } else {
     TRUN_RETURN_IF_ERROR(SplitEndpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint,
                                        29400, o.endpoint_host, o.endpoint_port));
@@ -160,8 +176,9 @@ Result<Options> OptionsFromConfig(const launch::LaunchConfig& c) {
     out = Duration(static_cast<int64_t>(*v * 1000));
     return true;
   };
-  // static's "timeout" is its join timeout; torchrun puts 900 there.
-  if (c.rdzv_backend == "static") seconds("timeout", o.join_timeout);
+  // static's and etcd's "timeout" is their join timeout; torchrun puts 900
+  // there.
+  if (c.rdzv_backend != "c10d") seconds("timeout", o.join_timeout);
   seconds("join_timeout", o.join_timeout);
   seconds("last_call_timeout", o.last_call_timeout);
   seconds("close_timeout", o.close_timeout);
@@ -215,7 +232,8 @@ Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::Lau
   }
   auto options = OptionsFromConfig(c);
   if (!options.ok()) return options.status();
-  auto medium = MakeStoreMedium(io, *options);
+  auto medium =
+      options->backend == "etcd" ? MakeEtcdMedium(io, *options) : MakeStoreMedium(io, *options);
   return MakeParticipant(io, std::move(*options), std::move(medium));
 }
 

@@ -12,7 +12,8 @@
 //
 // Backends: SingleNode (one node, nothing to agree on, in-process) and
 // a Participant (participant.h) over a Medium: trun's own store for static
-// and c10d (store_medium.h); see docs/rendezvous.md for the protocol.
+// and c10d (store_medium.h), an etcd cluster for etcd and etcd-v2
+// (etcd_medium.h); see docs/rendezvous.md for the protocol.
 //
 // Thread-safety: every method is called on the agent's loop thread, and
 // every handler runs there.
@@ -29,6 +30,7 @@
 
 #include "common/status.h"
 #include "launch/config.h"
+#include "rendezvous/etcd_client.h"
 
 namespace trun::rendezvous {
 
@@ -66,7 +68,7 @@ struct Round {
 
 // Everything a backend needs, from the launch flags and --rdzv-conf.
 struct Options {
-  std::string backend;  // static | c10d
+  std::string backend;  // static | c10d | etcd (etcd-v2 is the same)
   std::string run_id;
   std::string node_id;  // this agent's: host, pid and a random part
   int min_nodes = 1;
@@ -88,6 +90,10 @@ struct Options {
   Duration linger{35'000};
   // static's MASTER_PORT given by flag: bind exactly that port.
   bool port_given = false;
+  // etcd: the servers (from --rdzv-endpoint), TLS files and key prefix
+  // (--rdzv-conf protocol, cacert, cert, key, etcd_prefix).
+  EtcdOptions etcd;
+  std::string etcd_prefix = "/torchelastic/p2p";
 };
 
 // Reads the rendezvous part of the launch flags; every bad --rdzv-conf key

@@ -1,8 +1,13 @@
 """Shared helpers: run build/trun (and torch 1.13's torchrun) as a user would."""
 import os
 import pathlib
+import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,6 +70,88 @@ def live_processes_with(token):
         if token.encode() in blob:
             found.append(int(p.name))
     return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    """One trun agent in the background, its output in a file."""
+
+    def __init__(self, tmp, name, *args, prefix=()):
+        self.name = name
+        self.path = tmp / f"{name}.log"
+        self.file = open(self.path, "wb")
+        self.proc = subprocess.Popen([*prefix, TRUN, *map(str, args)], stdout=self.file,
+                                     stderr=subprocess.STDOUT, env=base_env())
+
+    def text(self):
+        return self.path.read_text(errors="replace")
+
+    def wait_for(self, pattern, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.text())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: no /{pattern}/ in:\n{self.text()}")
+
+    def wait(self, timeout=120):
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.file.close()
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def agents(tmp_path):
+    started = []
+
+    def start(name, *args, prefix=()):
+        a = Agent(tmp_path, name, *args, prefix=prefix)
+        started.append(a)
+        return a
+
+    yield start
+    for a in started:
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+
+
+NETNS = ROOT / "tools" / "netns-hosts"
+
+
+@pytest.fixture
+def hosts():
+    """Three hosts in network namespaces (10.200.0.1, .2, .3), for root only."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("network namespaces need root and iproute2")
+    env = dict(os.environ, NETNS_PREFIX=f"t{os.getpid()}")
+    subprocess.run([NETNS, "down"], env=env, check=False, capture_output=True)
+    subprocess.run([NETNS, "up", "3"], env=env, check=True)
+
+    class Hosts:
+        def run(self, i):
+            return [NETNS, "run", str(i)]
+
+        def cut(self, i):
+            subprocess.run([NETNS, "cut", str(i)], env=env, check=True)
+
+    os.environ["NETNS_PREFIX"] = env["NETNS_PREFIX"]
+    yield Hosts()
+    subprocess.run([NETNS, "down"], env=env, check=False)
+    del os.environ["NETNS_PREFIX"]
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from conftest import trun, worker
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-endpoint", "[::1", *worker()], "']'"),
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-conf", "join_timeout=soon", *worker()],
      "join_timeout"),
-    (["--rdzv-backend", "etcd", *worker()], "not supported yet"),
     (["--rdzv-backend", "zookeeper", *worker()], "--rdzv-backend"),
     (["--no-python", "-m", "x"], "cannot be used together"),
     (["--no-python", "no-such-program-anywhere"], "not found on PATH"),

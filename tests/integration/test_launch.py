@@ -2,7 +2,7 @@
 import json
 import re
 
-from conftest import EXAMPLES, FIXTURES, base_env, torchrun, trun, worker
+from conftest import EXAMPLES, FIXTURES, base_env, torchrun, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 

@@ -1,77 +1,15 @@
 """Several agents forming one job: static and c10d rendezvous, elasticity,
 fault tolerance and the job-wide restart budget, with real agents on loopback
 running real gloo DDP workers."""
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, trun
+from conftest import EXAMPLES, FIXTURES, free_port, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Agent:
-    """One trun agent in the background, its output in a file."""
-
-    def __init__(self, tmp, name, *args, prefix=()):
-        self.name = name
-        self.path = tmp / f"{name}.log"
-        self.file = open(self.path, "wb")
-        self.proc = subprocess.Popen([*prefix, TRUN, *map(str, args)], stdout=self.file,
-                                     stderr=subprocess.STDOUT, env=base_env())
-
-    def text(self):
-        return self.path.read_text(errors="replace")
-
-    def wait_for(self, pattern, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            m = re.search(pattern, self.text())
-            if m:
-                return m
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name}: no /{pattern}/ in:\n{self.text()}")
-
-    def wait(self, timeout=120):
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.file.close()
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-
-@pytest.fixture
-def agents(tmp_path):
-    started = []
-
-    def start(name, *args, prefix=()):
-        a = Agent(tmp_path, name, *args, prefix=prefix)
-        started.append(a)
-        return a
-
-    yield start
-    for a in started:
-        if a.proc.poll() is None:
-            a.proc.kill()
-            a.proc.wait()
 
 
 def c10d(port, nnodes, nproc=1, *extra):
@@ -193,31 +131,6 @@ def test_a_third_agent_joining_restarts_the_job_at_world_3(agents, tmp_path):
     assert "membership" in out and "joined" in out
     assert re.search(r"attempt 1 world 3 step", out), out
     assert "RESULT world=3 steps=40" in out
-
-
-NETNS = ROOT / "tools" / "netns-hosts"
-
-
-@pytest.fixture
-def hosts():
-    """Two hosts in network namespaces (10.200.0.1 and .2), for root only."""
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("network namespaces need root and iproute2")
-    env = dict(os.environ, NETNS_PREFIX=f"t{os.getpid()}")
-    subprocess.run([NETNS, "down"], env=env, check=False, capture_output=True)
-    subprocess.run([NETNS, "up", "2"], env=env, check=True)
-
-    class Hosts:
-        def run(self, i):
-            return [NETNS, "run", str(i)]
-
-        def cut(self, i):
-            subprocess.run([NETNS, "cut", str(i)], env=env, check=True)
-
-    os.environ["NETNS_PREFIX"] = env["NETNS_PREFIX"]
-    yield Hosts()
-    subprocess.run([NETNS, "down"], env=env, check=False)
-    del os.environ["NETNS_PREFIX"]
 
 
 def test_two_hosts_in_network_namespaces(agents, hosts):

@@ -1,0 +1,403 @@
+#include "rendezvous/etcd_client.h"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "common/strings.h"
+
+namespace trun::rendezvous {
+namespace {
+
+using json = nlohmann::json;
+
+// etcd's gateway writes int64 fields as strings ("revision": "5") and leaves
+// out zero values; accept numbers too.
+int64_t Int(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end()) return 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) return ParseInt(it->get<std::string>()).value_or(0);
+  return 0;
+}
+
+std::string Bytes(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_string()) return "";
+  return Base64Decode(it->get<std::string>()).value_or("");
+}
+
+KeyValue ToKeyValue(const json& j) {
+  return {Bytes(j, "key"), Bytes(j, "value"), Int(j, "create_revision"), Int(j, "mod_revision"),
+          Int(j, "lease")};
+}
+
+json RangeRequest(const KeyRange& r) {
+  json j = {{"key", Base64Encode(r.key)}};
+  if (!r.range_end.empty()) j["range_end"] = Base64Encode(r.range_end);
+  return j;
+}
+
+json PutRequest(const std::string& key, const std::string& value, int64_t lease) {
+  json j = {{"key", Base64Encode(key)}, {"value", Base64Encode(value)}};
+  if (lease != 0) j["lease"] = std::to_string(lease);
+  return j;
+}
+
+// The error a gateway answer carries, if any: {"error": ..., "code": N}
+// (gRPC codes: 5 is NOT_FOUND).
+Status ErrorIn(const json& j, const std::string& what) {
+  if (!j.is_object()) return Status::IOError(what + ": not a JSON object");
+  auto e = j.find("error");
+  if (e == j.end()) return Status::OK();
+  std::string msg = j.value("message", e->is_string() ? e->get<std::string>() : e->dump());
+  if (Int(j, "code") == 5) return Status::NotFound(what + ": " + msg);
+  return Status::IOError(what + ": " + msg);
+}
+
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+size_t OnData(char* data, size_t size, size_t n, void* user) {
+  auto* f = static_cast<std::function<bool(std::string_view)>*>(user);
+  // Returning less than given makes curl end the transfer (CURLE_WRITE_ERROR).
+  return (*f)(std::string_view(data, size * n)) ? size * n : 0;
+}
+
+bool ConnectionFailed(CURLcode c) {
+  return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ||
+         c == CURLE_OPERATION_TIMEDOUT || c == CURLE_SEND_ERROR || c == CURLE_RECV_ERROR ||
+         c == CURLE_GOT_NOTHING || c == CURLE_SSL_CONNECT_ERROR;
+}
+
+}  // namespace
+
+struct EtcdClient::Curl {
+  CURL* easy = nullptr;
+  CURLM* multi = nullptr;
+  curl_slist* headers = nullptr;
+  ~Curl() {
+    if (headers) curl_slist_free_all(headers);
+    if (easy) curl_easy_cleanup(easy);
+    if (multi) curl_multi_cleanup(multi);
+  }
+};
+
+EtcdClient::EtcdClient(EtcdOptions options)
+    : options_(std::move(options)), curl_(std::make_unique<Curl>()) {
+  InitCurlOnce();
+  curl_->easy = curl_easy_init();
+  curl_->multi = curl_multi_init();
+  curl_->headers = curl_slist_append(nullptr, "Content-Type: application/json");
+}
+
+EtcdClient::~EtcdClient() = default;
+
+void EtcdClient::Abort() {
+  aborted_ = true;
+  if (curl_->multi) curl_multi_wakeup(curl_->multi);
+}
+
+std::string EtcdClient::LocalAddress() const { return local_address_; }
+
+std::string EtcdClient::Endpoint() const {
+  return options_.endpoints.empty() ? "" : options_.endpoints[endpoint_];
+}
+
+Status EtcdClient::Post(const std::string& path, const std::string& body,
+                        const std::function<bool(std::string_view)>& on_data, bool streaming) {
+  if (!curl_->easy || !curl_->multi) return Status::Internal("etcd: libcurl could not start");
+  if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
+  std::string first_error;
+  for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
+    if (aborted_) return Status::IOError("etcd: aborted");
+    const std::string& endpoint = options_.endpoints[endpoint_];
+    const std::string url = endpoint + path;
+    bool ended_by_us = false;
+    std::function<bool(std::string_view)> sink = [&](std::string_view d) {
+      if (on_data(d)) return true;
+      ended_by_us = true;
+      return false;
+    };
+    CURL* e = curl_->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, curl_->headers);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnData);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     streaming ? 0L : static_cast<long>(options_.timeout.count()));
+    // A watch may be silent for as long as the job runs: let TCP notice a
+    // dead peer (the rendezvous's heartbeats notice sooner).
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    if (!options_.cacert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options_.cacert.c_str());
+    if (!options_.cert.empty()) curl_easy_setopt(e, CURLOPT_SSLCERT, options_.cert.c_str());
+    if (!options_.key.empty()) curl_easy_setopt(e, CURLOPT_SSLKEY, options_.key.c_str());
+
+    curl_multi_add_handle(curl_->multi, e);
+    CURLcode result = CURLE_OK;
+    bool done = false;
+    while (!done) {
+      int running = 0;
+      curl_multi_perform(curl_->multi, &running);
+      int queued = 0;
+      while (CURLMsg* m = curl_multi_info_read(curl_->multi, &queued)) {
+        if (m->msg == CURLMSG_DONE) {
+          result = m->data.result;
+          done = true;
+        }
+      }
+      if (done || aborted_) break;
+      curl_multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
+    }
+    curl_multi_remove_handle(curl_->multi, e);
+    if (!done) return Status::IOError("etcd: aborted");
+    char* ip = nullptr;
+    if (curl_easy_getinfo(e, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip && *ip) local_address_ = ip;
+    if (result == CURLE_WRITE_ERROR && ended_by_us) return Status::OK();
+    if (result == CURLE_OK) {
+      long code = 0;
+      curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+      // Errors come as JSON bodies too; the caller reads them. A status
+      // without a body (a proxy, the wrong port) is reported here.
+      if (code == 200 || code >= 400) return Status::OK();
+      return Status::IOError(fmt::format("etcd at {}: HTTP {} for {}", endpoint, code, path));
+    }
+    std::string err = fmt::format("etcd at {}: {}", endpoint, curl_easy_strerror(result));
+    if (first_error.empty()) first_error = err;
+    if (!ConnectionFailed(result)) return Status::IOError(err);
+    endpoint_ = (endpoint_ + 1) % options_.endpoints.size();
+  }
+  return Status::IOError(first_error);
+}
+
+Result<std::string> EtcdClient::Call(const std::string& path, const std::string& body) {
+  std::string out;
+  TRUN_RETURN_IF_ERROR(Post(
+      path, body,
+      [&](std::string_view d) {
+        out.append(d);
+        return true;
+      },
+      /*streaming=*/false));
+  return out;
+}
+
+namespace {
+
+Result<json> ParseAnswer(const Result<std::string>& text, const std::string& what) {
+  if (!text.ok()) return text.status();
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::IOError(fmt::format("{}: not JSON: {:.200}", what, *text));
+  TRUN_RETURN_IF_ERROR(ErrorIn(j, what));
+  return j;
+}
+
+}  // namespace
+
+Result<int64_t> EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
+  auto j = ParseAnswer(Call("/v3/kv/put", PutRequest(key, value, lease).dump()), "etcd put");
+  if (!j.ok()) return j.status();
+  return Int((*j)["header"], "revision");
+}
+
+Result<EtcdClient::Snapshot> EtcdClient::Get(const std::vector<KeyRange>& ranges) {
+  json success = json::array();
+  for (const auto& r : ranges) success.push_back({{"request_range", RangeRequest(r)}});
+  auto j = ParseAnswer(Call("/v3/kv/txn", json{{"success", success}}.dump()), "etcd get");
+  if (!j.ok()) return j.status();
+  Snapshot s;
+  s.revision = Int((*j)["header"], "revision");
+  const json& responses = (*j)["responses"];
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    std::vector<KeyValue> kvs;
+    if (responses.is_array() && i < responses.size()) {
+      const json& range = responses[i]["response_range"];
+      if (range.is_object() && range.contains("kvs")) {
+        for (const auto& kv : range["kvs"]) kvs.push_back(ToKeyValue(kv));
+      }
+    }
+    s.ranges.push_back(std::move(kvs));
+  }
+  return s;
+}
+
+Result<EtcdClient::Created> EtcdClient::PutIfAbsent(const std::string& key,
+                                                    const std::string& value, int64_t lease) {
+  json txn = {{"compare", json::array({{{"key", Base64Encode(key)},
+                                        {"target", "CREATE"},
+                                        {"result", "EQUAL"},
+                                        {"create_revision", "0"}}})},
+              {"success", json::array({{{"request_put", PutRequest(key, value, lease)}}})},
+              {"failure", json::array({{{"request_range", RangeRequest({key, ""})}}})}};
+  auto j = ParseAnswer(Call("/v3/kv/txn", txn.dump()), "etcd create");
+  if (!j.ok()) return j.status();
+  Created c;
+  c.created = j->value("succeeded", false);
+  if (c.created) {
+    int64_t rev = Int((*j)["header"], "revision");
+    c.kv = {key, value, rev, rev, lease};
+    return c;
+  }
+  const json& responses = (*j)["responses"];
+  if (responses.is_array() && !responses.empty()) {
+    const json& range = responses[0]["response_range"];
+    if (range.is_object() && range.contains("kvs") && !range["kvs"].empty()) {
+      c.kv = ToKeyValue(range["kvs"][0]);
+    }
+  }
+  return c;
+}
+
+Status EtcdClient::DeletePrefix(const std::string& prefix) {
+  json req = {{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(PrefixEnd(prefix))}};
+  return ParseAnswer(Call("/v3/kv/deleterange", req.dump()), "etcd delete").status();
+}
+
+Result<int64_t> EtcdClient::GrantLease(std::chrono::seconds ttl) {
+  auto j = ParseAnswer(Call("/v3/lease/grant", json{{"TTL", std::to_string(ttl.count())}}.dump()),
+                       "etcd lease grant");
+  if (!j.ok()) return j.status();
+  int64_t id = Int(*j, "ID");
+  if (id == 0) return Status::IOError("etcd lease grant: no lease in the answer");
+  return id;
+}
+
+Status EtcdClient::KeepAlive(int64_t lease) {
+  auto j = ParseAnswer(Call("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump()),
+                       "etcd keepalive");
+  if (!j.ok()) return j.status();
+  // A stream's answer comes wrapped in "result"; an expired lease has no TTL.
+  const json& r = j->contains("result") ? (*j)["result"] : *j;
+  if (Int(r, "TTL") <= 0) return Status::NotFound("etcd keepalive: the lease has expired");
+  return Status::OK();
+}
+
+Status EtcdClient::Revoke(int64_t lease) {
+  auto j = ParseAnswer(Call("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump()),
+                       "etcd lease revoke");
+  if (!j.ok() && j.status().code() != StatusCode::kNotFound) return j.status();
+  return Status::OK();
+}
+
+Status EtcdClient::Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
+                         const std::function<bool(const WatchEvent&)>& on_event) {
+  std::string body;
+  for (const auto& r : ranges) {
+    json create = RangeRequest(r);
+    create["start_revision"] = std::to_string(start_revision);
+    body += json{{"create_request", create}}.dump() + "\n";
+  }
+  std::string pending;
+  Status failed = Status::OK();
+  bool finished = false;
+  // One JSON message per line; a message may arrive in pieces.
+  auto on_data = [&](std::string_view d) {
+    pending.append(d);
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      json j = json::parse(std::string_view(pending).substr(start, nl - start), nullptr, false);
+      if (j.is_discarded()) continue;
+      failed = ErrorIn(j, "etcd watch");
+      if (!failed.ok()) return false;
+      const json& r = j.contains("result") ? j["result"] : j;
+      if (r.value("canceled", false) || Int(r, "compact_revision") != 0) {
+        failed = Status::IOError(fmt::format(
+            "etcd watch: cancelled by the server{}",
+            r.contains("cancel_reason") ? ": " + r["cancel_reason"].get<std::string>() : ""));
+        return false;
+      }
+      if (!r.contains("events")) continue;
+      const int64_t revision = Int(r["header"], "revision");
+      for (const auto& e : r["events"]) {
+        WatchEvent ev{e.value("type", "") == "DELETE", ToKeyValue(e["kv"]), revision};
+        if (!on_event(ev)) {
+          finished = true;
+          return false;
+        }
+      }
+    }
+    pending.erase(0, start);
+    // A line longer than any answer etcd sends is not one of its answers.
+    if (pending.size() > (64u << 20)) {
+      failed = Status::IOError("etcd watch: an answer over 64 MiB");
+      return false;
+    }
+    return true;
+  };
+  Status s = Post("/v3/watch", body, on_data, /*streaming=*/true);
+  if (!failed.ok()) return failed;
+  if (!s.ok()) return s;
+  if (!finished) return Status::IOError("etcd watch: the stream ended");
+  return Status::OK();
+}
+
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    unsigned char c = static_cast<unsigned char>(end.back());
+    if (c < 0xff) {
+      end.back() = static_cast<char>(c + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+Result<std::vector<std::string>> EtcdEndpoints(const std::string& spec,
+                                               const std::string& protocol) {
+  if (protocol != "http" && protocol != "https") {
+    return Status::InvalidArgument(
+        fmt::format("--rdzv-conf protocol={}: expected http or https", protocol));
+  }
+  std::vector<std::string> out;
+  for (const auto& part : Split(spec, ',')) {
+    std::string e(Trim(part));
+    if (e.empty()) continue;
+    if (e.find("://") == std::string::npos) e = protocol + "://" + e;
+    if (!e.starts_with("http://") && !e.starts_with("https://")) {
+      return Status::InvalidArgument(
+          fmt::format("--rdzv-endpoint {}: etcd speaks http:// or https://, not {}", spec,
+                      e.substr(0, e.find(':'))));
+    }
+    while (e.ends_with('/')) e.pop_back();
+    // The authority after the scheme: host, [v6] or host:port (etcd's 2379
+    // unless given).
+    const size_t host = e.find("://") + 3;
+    const size_t bracket = e.find(']', host);
+    const size_t colon = e.find(':', bracket == std::string::npos ? host : bracket);
+    if (colon == std::string::npos) {
+      if (e.size() == host) {
+        return Status::InvalidArgument(fmt::format("--rdzv-endpoint {}: no host", spec));
+      }
+      e += ":2379";
+    } else {
+      auto port = ParseInt(e.substr(colon + 1));
+      if (!port || *port <= 0 || *port > 65535) {
+        return Status::InvalidArgument(
+            fmt::format("--rdzv-endpoint {}: '{}' is not a port", spec, e.substr(colon + 1)));
+      }
+      if (colon == host) {
+        return Status::InvalidArgument(fmt::format("--rdzv-endpoint {}: no host", spec));
+      }
+    }
+    out.push_back(e);
+  }
+  if (out.empty()) {
+    return Status::InvalidArgument(
+        "--rdzv-backend etcd needs --rdzv-endpoint HOST[:PORT] of an etcd server (port 2379 "
+        "unless given; several separated by commas)");
+  }
+  return out;
+}
+
+}  // namespace trun::rendezvous

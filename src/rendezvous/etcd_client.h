@@ -1,0 +1,135 @@
+// EtcdClient: a small blocking client of etcd's v3 API, spoken through
+// etcd's JSON gateway (HTTP/1.1 POSTs of JSON to /v3/..., keys and values in
+// base64, 64-bit numbers as decimal strings) with libcurl. It does what the
+// etcd rendezvous needs and nothing more: put, get, create-if-absent,
+// delete a prefix, leases (grant, keep alive, revoke) and watches.
+//
+// Why the gateway and not gRPC: etcd serves it on the client port by
+// default, libcurl is one small Debian package where gRPC would bring
+// protobuf, a code generator and a large runtime; the rendezvous sends a few
+// messages per node per round, so JSON's cost is nothing beside a raft
+// commit. A watch is one long POST whose response streams one JSON message
+// per line; several watches share one stream (one create_request per line of
+// the request body).
+//
+// Every call waits at most the client's timeout (watches have none: they
+// last until the event they wait for, an error or Abort()). Endpoints are
+// tried in order; the one that answered is kept until it fails. TLS comes
+// from the options (https:// endpoints, a CA file, a client certificate).
+//
+// Thread-safety: one client per thread, except Abort(), which any thread
+// may call to make the call in progress (and every later one) return an
+// error at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trun::rendezvous {
+
+struct EtcdOptions {
+  // "http://host:port" or "https://host:port", tried in order.
+  std::vector<std::string> endpoints;
+  std::string cacert;  // PEM file of the CA that signed the server's certificate
+  std::string cert;    // PEM client certificate, when the server asks for one
+  std::string key;     // and its private key
+  std::chrono::milliseconds timeout{5'000};
+};
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t lease = 0;
+};
+
+struct WatchEvent {
+  bool deleted = false;  // a DELETE (or a lease's expiry); else a PUT
+  KeyValue kv;
+  int64_t revision = 0;  // the store's revision when it happened
+};
+
+// A key, or every key in [key, range_end) when range_end is set.
+struct KeyRange {
+  std::string key;
+  std::string range_end;
+};
+
+class EtcdClient {
+ public:
+  explicit EtcdClient(EtcdOptions options);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  // Puts; returns the store's revision after the put.
+  Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);
+  // The keys of each range, read at one revision (returned in `revision`).
+  struct Snapshot {
+    std::vector<std::vector<KeyValue>> ranges;
+    int64_t revision = 0;
+  };
+  Result<Snapshot> Get(const std::vector<KeyRange>& ranges);
+  // Creates `key` only if it does not exist. `created` says whether this
+  // call did; `kv` is the key as it is now (ours or the one that was there).
+  struct Created {
+    bool created = false;
+    KeyValue kv;
+  };
+  Result<Created> PutIfAbsent(const std::string& key, const std::string& value, int64_t lease = 0);
+  Status DeletePrefix(const std::string& prefix);
+
+  // A lease of `ttl` (etcd raises it to its minimum, about 2 s).
+  Result<int64_t> GrantLease(std::chrono::seconds ttl);
+  // Renews a lease; NotFound once it has expired or been revoked.
+  Status KeepAlive(int64_t lease);
+  Status Revoke(int64_t lease);
+
+  // Watches the ranges from `start_revision` on, calling `on_event` for each
+  // event in order until it returns false (then OK), the stream fails, or
+  // Abort() is called (an error either way).
+  Status Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
+               const std::function<bool(const WatchEvent&)>& on_event);
+
+  void Abort();
+  // The address this host's end of the last connection had: how etcd sees
+  // this host, which a node advertises to the others.
+  std::string LocalAddress() const;
+  // The endpoint in use (for messages).
+  std::string Endpoint() const;
+
+ private:
+  // POSTs `body` to `path` on the current endpoint, failing over to the
+  // next on a connection error; `on_data` gets the response's bytes as they
+  // come and returns false to end the transfer early.
+  Status Post(const std::string& path, const std::string& body,
+              const std::function<bool(std::string_view)>& on_data, bool streaming);
+  Result<std::string> Call(const std::string& path, const std::string& body);
+
+  struct Curl;
+  EtcdOptions options_;
+  std::unique_ptr<Curl> curl_;
+  size_t endpoint_ = 0;
+  std::string local_address_;
+  std::atomic<bool> aborted_{false};
+};
+
+// A prefix's range end: the prefix with its last byte incremented, as etcd
+// defines it.
+std::string PrefixEnd(const std::string& prefix);
+
+// Parses `--rdzv-endpoint` for etcd ("host", "host:port", a URL, or several
+// of them separated by commas) into endpoints; `protocol` is http or https.
+Result<std::vector<std::string>> EtcdEndpoints(const std::string& spec,
+                                               const std::string& protocol);
+
+}  // namespace trun::rendezvous

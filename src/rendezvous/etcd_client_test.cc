@@ -1,0 +1,172 @@
+#include "rendezvous/etcd_client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace trun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(EtcdEndpointsTest, DefaultsSchemeAndPort) {
+  auto e = EtcdEndpoints("localhost, 10.0.0.1:2380,https://h:1/", "http");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(*e, (std::vector<std::string>{"http://localhost:2379", "http://10.0.0.1:2380",
+                                          "https://h:1"}));
+  EXPECT_EQ(*EtcdEndpoints("[::1]", "https"), std::vector<std::string>{"https://[::1]:2379"});
+  EXPECT_EQ(*EtcdEndpoints("[::1]:7", "http"), std::vector<std::string>{"http://[::1]:7"});
+}
+
+TEST(EtcdEndpointsTest, NamesWhatIsWrong) {
+  EXPECT_NE(EtcdEndpoints("", "http").status().message().find("needs --rdzv-endpoint"),
+            std::string::npos);
+  EXPECT_NE(EtcdEndpoints("h:99999", "http").status().message().find("'99999' is not a port"),
+            std::string::npos);
+  EXPECT_NE(EtcdEndpoints(":2379", "http").status().message().find("no host"), std::string::npos);
+  EXPECT_NE(EtcdEndpoints("unix://x", "http").status().message().find("http:// or https://"),
+            std::string::npos);
+  EXPECT_EQ(EtcdEndpoints("h", "ftp").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(EtcdEndpointsTest, PrefixEndIncrementsTheLastByte) {
+  EXPECT_EQ(PrefixEnd("/a/"), "/a0");
+  EXPECT_EQ(PrefixEnd(std::string("a\xff", 2)), "b");
+  EXPECT_EQ(PrefixEnd(""), std::string(1, '\0'));
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A real etcd (tools/etcd-server), once for the suite.
+class EtcdClientTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / ("trun-etcd-test-" + std::to_string(getpid()));
+    int port = FreePort();
+    std::string cmd = std::string(TRUN_SOURCE_DIR) + "/tools/etcd-server up " + dir_.string() +
+                      " " + std::to_string(port) + " 127.0.0.1 " + std::to_string(FreePort()) +
+                      " >/dev/null";
+    if (std::system(cmd.c_str()) == 0) endpoint_ = "http://127.0.0.1:" + std::to_string(port);
+  }
+  static void TearDownTestSuite() {
+    std::string cmd = std::string(TRUN_SOURCE_DIR) + "/tools/etcd-server down " + dir_.string();
+    (void)std::system(cmd.c_str());
+    std::filesystem::remove_all(dir_);
+  }
+  void SetUp() override {
+    if (endpoint_.empty()) GTEST_SKIP() << "etcd could not be started";
+  }
+  EtcdOptions Options() const {
+    EtcdOptions o;
+    o.endpoints = {endpoint_};
+    return o;
+  }
+
+  static inline std::filesystem::path dir_;
+  static inline std::string endpoint_;
+};
+
+TEST_F(EtcdClientTest, PutGetAndCreateIfAbsent) {
+  EtcdClient c(Options());
+  auto rev = c.Put("/t/a", std::string("bin\0ary", 7));
+  ASSERT_TRUE(rev.ok()) << rev.status().message();
+  auto snap = c.Get({{"/t/a", ""}, {"/t/missing", ""}});
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->ranges[0].size(), 1u);
+  EXPECT_EQ(snap->ranges[0][0].value, std::string("bin\0ary", 7));
+  EXPECT_TRUE(snap->ranges[1].empty());
+  EXPECT_GE(snap->revision, *rev);
+  auto first = c.PutIfAbsent("/t/once", "me");
+  auto second = c.PutIfAbsent("/t/once", "you");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(first->created);
+  EXPECT_FALSE(second->created);
+  EXPECT_EQ(second->kv.value, "me");
+  EXPECT_EQ(second->kv.create_revision, first->kv.create_revision);
+  ASSERT_TRUE(c.DeletePrefix("/t/").ok());
+  EXPECT_TRUE(c.Get({{"/t/", PrefixEnd("/t/")}})->ranges[0].empty());
+}
+
+TEST_F(EtcdClientTest, LeasedKeysGoWithTheirLease) {
+  EtcdClient c(Options());
+  auto lease = c.GrantLease(5s);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  ASSERT_TRUE(c.Put("/l/k", "v", *lease).ok());
+  EXPECT_TRUE(c.KeepAlive(*lease).ok());
+  ASSERT_TRUE(c.Revoke(*lease).ok());
+  EXPECT_TRUE(c.Get({{"/l/k", ""}})->ranges[0].empty());
+  EXPECT_EQ(c.KeepAlive(*lease).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c.Revoke(*lease).ok());  // revoking twice is no error
+  EXPECT_FALSE(c.Put("/l/k", "v", *lease).ok());
+}
+
+TEST_F(EtcdClientTest, WatchSeesPutsAndDeletesInOrder) {
+  EtcdClient c(Options());
+  auto start = c.Put("/w/x", "0");
+  ASSERT_TRUE(start.ok());
+  std::thread writer([&] {
+    EtcdClient w(Options());
+    std::this_thread::sleep_for(50ms);
+    (void)w.Put("/w/y", "1");
+    (void)w.DeletePrefix("/w/y");
+    (void)w.Put("/w/z", "2");
+  });
+  std::vector<std::string> seen;
+  Status s = c.Watch({{"/w/y", ""}, {"/w/z", ""}}, *start + 1, [&](const WatchEvent& e) {
+    seen.push_back((e.deleted ? "-" : "+") + e.kv.key);
+    return e.kv.key != "/w/z";
+  });
+  writer.join();
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(seen, (std::vector<std::string>{"+/w/y", "-/w/y", "+/w/z"}));
+}
+
+TEST_F(EtcdClientTest, AbortEndsAWatchAtOnce) {
+  EtcdClient c(Options());
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(100ms);
+    c.Abort();
+  });
+  Status s = c.Watch({{"/never", ""}}, 0, [](const WatchEvent&) { return true; });
+  aborter.join();
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 900ms);
+}
+
+TEST_F(EtcdClientTest, FailsOverToTheNextEndpoint) {
+  EtcdOptions o = Options();
+  o.endpoints.insert(o.endpoints.begin(), "http://127.0.0.1:" + std::to_string(FreePort()));
+  EtcdClient c(o);
+  EXPECT_TRUE(c.Put("/f", "1").ok());
+  EXPECT_EQ(c.Endpoint(), endpoint_);
+  EXPECT_EQ(c.LocalAddress(), "127.0.0.1");
+}
+
+TEST_F(EtcdClientTest, NothingListeningIsAnErrorNamingTheEndpoint) {
+  EtcdOptions o;
+  o.endpoints = {"http://127.0.0.1:" + std::to_string(FreePort())};
+  o.timeout = 500ms;
+  EtcdClient c(o);
+  auto r = c.Put("/x", "1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(o.endpoints[0]), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace trun::rendezvous

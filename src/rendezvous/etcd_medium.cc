@@ -1,0 +1,418 @@
+#include "rendezvous/etcd_medium.h"
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "rendezvous/hosted_coordinator.h"
+#include "store/server.h"
+
+namespace trun::rendezvous {
+namespace {
+
+using json = nlohmann::json;
+
+// What every link and the host share: the options and, per join, the lease
+// that keeps the node alive (the control thread heartbeats a node that the
+// main thread's link joined).
+struct Shared {
+  Options o;
+  EtcdOptions etcd;  // with the request timeout the medium uses
+  std::string prefix;
+  std::string coord_key;
+  std::chrono::seconds ttl{5};
+
+  std::mutex mu;
+  std::map<int64_t, int64_t> lease_of_seq;
+
+  std::string EpochPrefix(int64_t epoch) const { return fmt::format("{}e{}/", prefix, epoch); }
+};
+
+// The coordinator as the nodes know it: the epoch its key was created at and
+// the lease everything it owns lives under.
+struct Epoch {
+  int64_t number = 0;
+  int64_t lease = 0;
+};
+
+std::optional<Epoch> ParseCoord(const std::vector<KeyValue>& kvs) {
+  if (kvs.empty()) return std::nullopt;
+  json j = json::parse(kvs[0].value, nullptr, /*allow_exceptions=*/false);
+  Epoch e{kvs[0].create_revision, j.is_object() ? j.value("lease", int64_t{0}) : 0};
+  return e;
+}
+
+class EtcdLink final : public Link {
+ public:
+  // `local_address`: how etcd saw this host when the link was made.
+  EtcdLink(std::shared_ptr<Shared> shared, Epoch epoch, std::string local_address)
+      : s_(std::move(shared)),
+        epoch_(epoch),
+        keys_(s_->EpochPrefix(epoch.number)),
+        client_(s_->etcd),
+        local_address_(std::move(local_address)) {}
+
+  ~EtcdLink() override {
+    if (lease_ == 0) return;
+    {
+      std::lock_guard lk(s_->mu);
+      s_->lease_of_seq.erase(seq_);
+    }
+    // Our keys go at once rather than at the lease's expiry, so the
+    // coordinator need not wait a heartbeat timeout to count us out. Our own
+    // client may be aborted: a fresh one, briefly.
+    EtcdOptions quick = s_->etcd;
+    quick.timeout = std::chrono::milliseconds(1000);
+    EtcdClient c(quick);
+    (void)c.Revoke(lease_);
+  }
+
+  Result<int64_t> Join(const std::string& info) override {
+    auto lease = client_.GrantLease(s_->ttl);
+    if (!lease.ok()) return lease.status();
+    lease_ = *lease;
+    // The put's revision is the node's sequence number: unique, and in the
+    // order the nodes joined.
+    auto seq = client_.Put(keys_ + "seq/" + s_->o.node_id, "", lease_);
+    if (!seq.ok()) return seq.status();
+    seq_ = *seq;
+    {
+      std::lock_guard lk(s_->mu);
+      s_->lease_of_seq[seq_] = lease_;
+    }
+    auto put = client_.Put(fmt::format("{}node/{}", keys_, seq_), info, lease_);
+    if (!put.ok()) return put.status();
+    return seq_;
+  }
+
+  Status Put(const std::string& key, const std::string& value) override {
+    return client_.Put(keys_ + key, value, epoch_.lease).status();
+  }
+
+  Status PutIfAbsent(const std::string& key, const std::string& value) override {
+    return client_.PutIfAbsent(keys_ + key, value, epoch_.lease).status();
+  }
+
+  Result<std::string> Await(const std::string& key) override {
+    const std::string full = keys_ + key;
+    auto snap = client_.Get({{full, ""}, {s_->coord_key, ""}});
+    if (!snap.ok()) return snap.status();
+    auto coord = ParseCoord(snap->ranges[1]);
+    if (!coord || coord->number != epoch_.number) return Gone();
+    if (!snap->ranges[0].empty()) return snap->ranges[0][0].value;
+    std::optional<std::string> value;
+    bool gone = false;
+    Status s = client_.Watch({{full, ""}, {s_->coord_key, ""}}, snap->revision + 1,
+                             [&](const WatchEvent& e) {
+                               if (e.kv.key == s_->coord_key) {
+                                 gone = true;
+                                 return false;
+                               }
+                               if (e.kv.key != full || e.deleted) return true;
+                               value = e.kv.value;
+                               return false;
+                             });
+    if (gone) return Gone();
+    if (!s.ok()) return s;
+    return *value;
+  }
+
+  Status Heartbeat(int64_t seq) override {
+    int64_t lease = 0;
+    {
+      std::lock_guard lk(s_->mu);
+      auto it = s_->lease_of_seq.find(seq);
+      if (it != s_->lease_of_seq.end()) lease = it->second;
+    }
+    if (lease == 0) return Status::OK();  // the main thread is joining anew
+    return client_.KeepAlive(lease);
+  }
+
+  void Abort() override { client_.Abort(); }
+  std::string LocalAddress() const override {
+    std::string a = client_.LocalAddress();
+    return a.empty() ? local_address_ : a;
+  }
+
+ private:
+  Status Gone() const {
+    return Status::IOError(fmt::format("the coordinator of epoch {} is gone", epoch_.number));
+  }
+
+  std::shared_ptr<Shared> s_;
+  const Epoch epoch_;
+  const std::string keys_;
+  EtcdClient client_;
+  const std::string local_address_;
+  int64_t lease_ = 0;
+  int64_t seq_ = 0;
+};
+
+// The coordinator of one epoch, hosted by this agent: the coordinator's
+// rules on the loop, fed by a watcher thread (the run's keys, as etcd
+// applies them) and answered by a writer thread (its writes, in order, and
+// its lease's keep-alives). It ends when stopped or when its lease or watch
+// fails; then `lost` runs on the loop.
+class EtcdHost {
+ public:
+  EtcdHost(asio::io_context& io, std::shared_ptr<Shared> shared, Epoch epoch,
+           std::function<void(const std::string&)> lost)
+      : io_(io),
+        s_(std::move(shared)),
+        epoch_(epoch),
+        keys_(s_->EpochPrefix(epoch.number)),
+        lost_(std::move(lost)),
+        watch_client_(s_->etcd),
+        write_client_(s_->etcd) {
+    CoordinatorOptions co;
+    co.run_id = s_->o.run_id;
+    co.min_nodes = s_->o.min_nodes;
+    co.max_nodes = s_->o.max_nodes;
+    co.max_restarts = s_->o.max_restarts;
+    co.join_timeout = s_->o.join_timeout;
+    co.last_call_timeout = s_->o.last_call_timeout;
+    co.close_timeout = s_->o.close_timeout;
+    co.heartbeat_timeout = Duration(0);  // the leases judge liveness
+    co.host_id = s_->o.node_id;
+    coordinator_ = std::make_unique<HostedCoordinator>(io_, co, [this](const Write& w) {
+      std::lock_guard lk(mu_);
+      writes_.push_back(w);
+      cv_.notify_all();
+    });
+    watcher_ = std::thread([this] { WatchLoop(); });
+    writer_ = std::thread([this] { WriteLoop(); });
+  }
+
+  ~EtcdHost() {
+    alive_.reset();
+    {
+      std::lock_guard lk(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    watch_client_.Abort();
+    watcher_.join();
+    writer_.join();
+    // Giving up the lease deletes `coord` and everything written under it:
+    // the nodes see the coordinator go at once.
+    (void)write_client_.Revoke(epoch_.lease);
+  }
+
+  HostedCoordinator& coordinator() { return *coordinator_; }
+
+ private:
+  void WatchLoop() {
+    const std::string coord = s_->coord_key;
+    Status s = watch_client_.Watch(
+        {{keys_, PrefixEnd(keys_)}, {coord, ""}}, epoch_.number, [&](const WatchEvent& e) {
+          if (e.kv.key == coord) {
+            // Its creation is where the watch starts; a deletion or a new
+            // coordinator's key means this one is over.
+            return !e.deleted && e.kv.create_revision == epoch_.number;
+          }
+          std::string key = e.kv.key.substr(keys_.size());
+          if (!e.deleted) {
+            OnLoop([this, key, value = e.kv.value] { coordinator_->OnKey(0, key, value); });
+          } else if (key.starts_with("node/")) {
+            if (auto seq = ParseInt(key.substr(5))) {
+              OnLoop([this, seq = *seq] { coordinator_->OnNodeGone(seq, "its etcd lease ended"); });
+            }
+          }
+          return true;
+        });
+    if (Stopping()) return;
+    Lost(s.ok() ? "its key in etcd was deleted or replaced" : s.message());
+  }
+
+  void WriteLoop() {
+    auto next_keepalive = std::chrono::steady_clock::now();
+    std::unique_lock lk(mu_);
+    while (!stopping_) {
+      cv_.wait_until(lk, next_keepalive, [&] { return stopping_ || !writes_.empty(); });
+      if (stopping_) return;
+      std::deque<Write> batch;
+      batch.swap(writes_);
+      lk.unlock();
+      Status s = Status::OK();
+      for (const auto& w : batch) {
+        const std::string key = keys_ + w.key;
+        s = w.if_absent ? write_client_.PutIfAbsent(key, w.value, epoch_.lease).status()
+                        : write_client_.Put(key, w.value, epoch_.lease).status();
+        if (!s.ok()) break;
+      }
+      if (s.ok() && std::chrono::steady_clock::now() >= next_keepalive) {
+        s = write_client_.KeepAlive(epoch_.lease);
+        next_keepalive = std::chrono::steady_clock::now() + s_->o.heartbeat_interval;
+      }
+      lk.lock();
+      if (!s.ok() && !stopping_) {
+        lk.unlock();
+        Lost(s.message());
+        return;
+      }
+    }
+  }
+
+  bool Stopping() {
+    std::lock_guard lk(mu_);
+    return stopping_;
+  }
+
+  // Runs `f` on the loop if this host still exists by then (the threads
+  // post; the loop destroys).
+  template <typename F>
+  void OnLoop(F f) {
+    asio::post(io_, [alive = std::weak_ptr<bool>(alive_), f = std::move(f)]() mutable {
+      if (!alive.expired()) f();
+    });
+  }
+
+  void Lost(const std::string& why) {
+    OnLoop([lost = lost_, why] { lost(why); });
+  }
+
+  asio::io_context& io_;
+  std::shared_ptr<Shared> s_;
+  const Epoch epoch_;
+  const std::string keys_;
+  std::function<void(const std::string&)> lost_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // loop thread
+  std::unique_ptr<HostedCoordinator> coordinator_;              // loop thread
+  EtcdClient watch_client_;                                     // watcher thread
+  EtcdClient write_client_;  // writer thread, then the destructor
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Write> writes_;
+  bool stopping_ = false;
+  std::thread watcher_;
+  std::thread writer_;
+};
+
+class EtcdMedium final : public Medium {
+ public:
+  EtcdMedium(asio::io_context& io, const Options& o) : io_(io), s_(std::make_shared<Shared>()) {
+    s_->o = o;
+    s_->etcd = o.etcd;
+    // Every request but a watch answers within a heartbeat timeout, or the
+    // node is as good as cut off.
+    s_->etcd.timeout = o.heartbeat_timeout;
+    s_->prefix = fmt::format("{}/trun/{}/", o.etcd_prefix, o.run_id);
+    s_->coord_key = s_->prefix + "coord";
+    s_->ttl = std::chrono::seconds(std::max<int64_t>(
+        2, (o.heartbeat_timeout.count() + 999) / 1000));  // etcd's minimum is about 2 s
+  }
+
+  Status Start() override {
+    store::ServerOptions so;
+    auto server = store::StoreServer::Start(io_, so);
+    if (!server.ok()) return server.status();
+    server_ = std::move(*server);
+    return Status::OK();
+  }
+
+  Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, Duration) override {
+    EtcdClient client(s_->etcd);
+    Duration backoff(50);
+    while (true) {
+      auto snap = client.Get({{s_->coord_key, ""}});
+      Status s = snap.status();
+      if (snap.ok()) {
+        if (auto coord = ParseCoord(snap->ranges[0])) {
+          return std::unique_ptr<Link>(
+              std::make_unique<EtcdLink>(s_, *coord, client.LocalAddress()));
+        }
+        s = Status::NotFound("no agent coordinates the rendezvous yet");
+      }
+      if (Clock::now() + backoff >= deadline) return s;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, Duration(1000));
+    }
+  }
+
+  // Anyone may coordinate: etcd, not the coordinator's host, holds the
+  // state that matters.
+  bool MayTakeOver() const override { return true; }
+
+  bool TakeOver(const std::function<bool()>& stopping) override {
+    EtcdClient client(s_->etcd);
+    auto lease = client.GrantLease(s_->ttl);
+    if (!lease.ok()) {
+      log::Debug("rendezvous: cannot coordinate: {}", lease.status().message());
+      return false;
+    }
+    json me = {{"id", s_->o.node_id}, {"lease", *lease}};
+    auto created = client.PutIfAbsent(s_->coord_key, me.dump(), *lease);
+    if (!created.ok() || !created->created) {
+      (void)client.Revoke(*lease);
+      return false;
+    }
+    Epoch epoch{created->kv.create_revision, *lease};
+    std::string endpoint = client.Endpoint();
+    auto hosted = std::make_shared<std::promise<bool>>();
+    asio::post(io_, [this, hosted, epoch, endpoint] {
+      if (stopped_) {
+        hosted->set_value(false);
+        return;
+      }
+      // The host is destroyed on the loop, after which its `lost` never runs.
+      host_ = std::make_unique<EtcdHost>(io_, s_, epoch, [this, epoch](const std::string& why) {
+        log::Warning("rendezvous: no longer coordinating (epoch {}): {}", epoch.number, why);
+        host_.reset();
+      });
+      log::Info("rendezvous: coordinating job '{}' through etcd at {} (epoch {})", s_->o.run_id,
+                endpoint, epoch.number);
+      hosted->set_value(true);
+    });
+    auto result = hosted->get_future();
+    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      if (stopping()) return false;
+    }
+    bool hosting = result.get();
+    if (!hosting) (void)client.Revoke(*lease);
+    return hosting;
+  }
+
+  std::string Where() const override {
+    return fmt::format("the coordinator through etcd at {}", fmt::join(s_->etcd.endpoints, ","));
+  }
+
+  std::string NoTakeOverReason() const override {
+    return fmt::format("etcd at {} does not answer from this host",
+                       fmt::join(s_->etcd.endpoints, ","));
+  }
+
+  int WorkerStorePort() const override { return server_ ? server_->port() : 0; }
+
+  void Linger(Duration limit, std::function<void()> then) override {
+    if (!host_) return asio::post(io_, std::move(then));
+    host_->coordinator().WhenSettled(limit, std::move(then));
+  }
+
+  void Stop() override {
+    stopped_ = true;
+    host_.reset();
+    server_.reset();
+  }
+
+ private:
+  asio::io_context& io_;
+  std::shared_ptr<Shared> s_;
+  bool stopped_ = false;                        // loop thread
+  std::unique_ptr<store::StoreServer> server_;  // loop thread
+  std::unique_ptr<EtcdHost> host_;              // loop thread
+};
+
+}  // namespace
+
+std::unique_ptr<Medium> MakeEtcdMedium(asio::io_context& io, const Options& options) {
+  return std::make_unique<EtcdMedium>(io, options);
+}
+
+}  // namespace trun::rendezvous
