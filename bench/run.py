@@ -18,6 +18,8 @@ import tempfile
 import threading
 import time
 
+import multinode
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 TORCHRUN = [PYTHON, str(ROOT / "tools" / "torchrun113")]
@@ -211,8 +213,21 @@ NOTES = """
 """
 
 
+def bench_job8(a, tmp):
+    return multinode.job8(a, tmp, TORCHRUN, env_for())
+
+
+def bench_rdzv(a, tmp):
+    return multinode.rdzv(a, tmp)
+
+
+def bench_recovery(a, tmp):
+    return multinode.recovery(a, tmp, build_c, env_for())
+
+
 BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
-           "logs": bench_logs, "store": bench_store}
+           "logs": bench_logs, "store": bench_store, "job8": bench_job8, "rdzv": bench_rdzv,
+           "recovery": bench_recovery}
 
 
 def main():
@@ -239,7 +254,8 @@ def main():
             "# Benchmark results\n\n"
             f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores, {cpu}.\n"
             f"Peer: torch 1.13.1's torchrun (tools/torchrun113), `--monitor_interval 0.1`.\n\n"
-            f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n" + NOTES)
+            f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n" + NOTES +
+            multinode.NOTES)
 
 
 if __name__ == "__main__":

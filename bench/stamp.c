@@ -1,7 +1,9 @@
 /* A worker for the restart benchmark. Appends "start <ns>" to $STAMP_FILE as
  * its first act, then, unless TORCHELASTIC_RESTART_COUNT has reached
  * $STAMP_LAST, appends "exit <ns>" and exits 1 so that the launcher restarts
- * it. With --fork it instead measures the floor: fork+exec of itself. */
+ * it. With --fork it instead measures the floor: fork+exec of itself. With
+ * --hold it stamps its start and then waits to be stopped (the recovery
+ * benchmark: when did the survivors' new workers start?). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   stamp("start", start);
+  if (argc > 1 && strcmp(argv[1], "--hold") == 0) {
+    for (;;) pause();
+  }
   const char* count = getenv("TORCHELASTIC_RESTART_COUNT");
   const char* last = getenv("STAMP_LAST");
   if (count && last && atoi(count) < atoi(last)) {

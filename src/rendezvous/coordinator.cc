@@ -26,6 +26,54 @@ std::string Seconds(Duration d) { return fmt::format("{:g} s", d.count() / 1000.
 
 }  // namespace
 
+std::string EncodeRound(const RoundDoc& doc) {
+  std::string out = json{
+      {"round", doc.round},
+      {"failures", doc.failures},
+      {"store_addr", doc.store_addr},
+      {"store_port", doc.store_port},
+      {"host",
+       doc.host}}.dump();
+  for (const auto& n : doc.nodes) {
+    out += fmt::format("\n{} {} {} {}", n.id, n.addr, n.nproc, n.store_port);
+  }
+  return out;
+}
+
+Result<RoundDoc> DecodeRound(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return Status::Internal(
+        fmt::format("rendezvous: a malformed round from the coordinator ({}): {:.200}", why, text));
+  };
+  size_t nl = text.find('\n');
+  json j = json::parse(text.substr(0, nl), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return bad("its header is not a JSON object");
+  RoundDoc doc;
+  doc.round = j.value("round", int64_t{0});
+  doc.failures = j.value("failures", int64_t{0});
+  doc.store_addr = j.value("store_addr", "");
+  doc.store_port = j.value("store_port", 0);
+  doc.host = j.value("host", "");
+  while (nl != std::string_view::npos) {
+    size_t start = nl + 1;
+    nl = text.find('\n', start);
+    std::string_view line = text.substr(start, nl == std::string_view::npos ? nl : nl - start);
+    std::string_view f[4];
+    for (auto& field : f) {
+      size_t sp = line.find(' ');
+      field = line.substr(0, sp);
+      line = sp == std::string_view::npos ? std::string_view() : line.substr(sp + 1);
+    }
+    auto nproc = ParseInt(f[2]);
+    auto port = ParseInt(f[3]);
+    if (f[0].empty() || !nproc || !port || !line.empty()) return bad("a node line");
+    doc.nodes.push_back(
+        {std::string(f[0]), std::string(f[1]), static_cast<int>(*nproc), static_cast<int>(*port)});
+  }
+  if (doc.nodes.empty()) return bad("no nodes");
+  return doc;
+}
+
 Coordinator::Coordinator(CoordinatorOptions options, Clock::time_point now)
     : options_(std::move(options)), forming_since_(now) {}
 
@@ -91,7 +139,9 @@ void Coordinator::OnKey(uint64_t conn, std::string_view key, std::string_view va
 
 void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point now) {
   json j = json::parse(info, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {
+  auto blank = [](const std::string& s) { return s.find_first_of(" \t\r\n") != s.npos; };
+  if (!j.is_object() || !j.contains("id") || !j["id"].is_string() ||
+      blank(j["id"].get<std::string>()) || blank(j.value("addr", ""))) {
     log::Warning("rendezvous: ignored a malformed join (node/{})", seq);
     return;
   }
@@ -376,17 +426,10 @@ void Coordinator::Close(std::vector<Node*> candidates) {
     candidates.resize(static_cast<size_t>(options_.max_nodes));  // the rest stay on standby
   }
   round_ = next_;
-  json nodes = json::array();
-  for (Node* n : candidates)
-    nodes.push_back(
-        {{"id", n->id}, {"addr", n->addr}, {"nproc", n->nproc}, {"store_port", n->store_port}});
-  json round = {{"round", round_},
-                {"failures", failures_},
-                {"store_addr", options_.store_addr},
-                {"store_port", options_.store_port},
-                {"host", options_.host_id},
-                {"nodes", nodes}};
-  writes_.push_back({fmt::format("round/{}", round_), round.dump()});
+  RoundDoc doc{round_, failures_, options_.store_addr, options_.store_port, options_.host_id, {}};
+  doc.nodes.reserve(candidates.size());
+  for (Node* n : candidates) doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port});
+  writes_.push_back({fmt::format("round/{}", round_), EncodeRound(doc)});
   for (Node* n : candidates) {
     writes_.push_back(
         {fmt::format("assign/{}/{}", n->seq, n->ready_count), std::to_string(round_)});

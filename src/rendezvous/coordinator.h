@@ -47,6 +47,24 @@ struct CoordinatorOptions {
   std::string host_id;
 };
 
+// round/<r>, as the coordinator writes it and the nodes read it: a JSON
+// header line {"round", "failures", "store_addr", "store_port", "host"},
+// then one line per node in group-rank order, "<id> <addr> <nproc>
+// <store_port>". Lines rather than JSON objects: each of a thousand nodes
+// reads a thousand-node round, and splitting lines costs a fraction of
+// parsing JSON (ids and addresses never hold spaces; joins that do are
+// refused).
+struct RoundDoc {
+  int64_t round = 0;
+  int64_t failures = 0;
+  std::string store_addr;
+  int store_port = 0;
+  std::string host;
+  std::vector<Participant> nodes;
+};
+std::string EncodeRound(const RoundDoc& doc);
+Result<RoundDoc> DecodeRound(std::string_view text);
+
 // A write the coordinator wants made, key relative to the rendezvous prefix.
 // `if_absent`: only if the key does not exist yet (COMPARE_SET with "").
 struct Write {

@@ -54,8 +54,8 @@ class Harness {
     std::vector<std::string> ids;
     auto v = Get("round/" + std::to_string(r));
     if (!v) return ids;
-    json round = json::parse(*v);
-    for (const auto& n : round["nodes"]) ids.push_back(n["id"]);
+    auto doc = DecodeRound(*v);
+    for (const auto& n : doc->nodes) ids.push_back(n.id);
     return ids;
   }
   Coordinator& coord() { return coord_; }
@@ -97,9 +97,12 @@ TEST(CoordinatorTest, TheFirstRoundClosesAtMaxAtOnce) {
   EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(h.Get("assign/1/1"), "0");
   EXPECT_EQ(h.Get("assign/2/1"), "0");
-  auto round = json::parse(*h.Get("round/0"));
-  EXPECT_EQ(round["store_addr"], "store");
-  EXPECT_EQ(round["store_port"], 29400);
+  auto round = DecodeRound(*h.Get("round/0"));
+  ASSERT_TRUE(round.ok()) << round.status().message();
+  EXPECT_EQ(round->store_addr, "store");
+  EXPECT_EQ(round->store_port, 29400);
+  EXPECT_EQ(round->nodes[1].addr, "10.0.0.2");
+  EXPECT_EQ(round->nodes[1].nproc, 2);
 }
 
 TEST(CoordinatorTest, AboveMinTheFirstRoundWaitsForTheLastCall) {
@@ -193,7 +196,7 @@ TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
   h.Ready(2, 2);
   EXPECT_EQ(h.coord().failures(), 1);
   ASSERT_TRUE(h.Get("round/1"));
-  EXPECT_EQ(json::parse(*h.Get("round/1"))["failures"], 1);
+  EXPECT_EQ(DecodeRound(*h.Get("round/1"))->failures, 1);
   h.Put(102, "end/1", "failure: b: rank 3 exited with 1");
   h.Ready(1, 3);
   h.Ready(2, 3);
@@ -293,14 +296,30 @@ TEST(CoordinatorTest, AfterATakeoverRoundsAndSpentRestartsGoOn) {
   h.Join(2, "a", prev);
   h.Ready(2, 1);
   ASSERT_TRUE(h.Get("round/5"));
-  EXPECT_EQ(json::parse(*h.Get("round/5"))["failures"], 2);
+  EXPECT_EQ(DecodeRound(*h.Get("round/5"))->failures, 2);
   EXPECT_EQ(h.RoundIds(5), (std::vector<std::string>{"b", "a"}));
+}
+
+TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
+  RoundDoc doc{7, 2, "", 0, "h", {{"a_1", "10.0.0.1", 8, 29401}, {"b_2", "::1", 1, 0}}};
+  auto back = DecodeRound(EncodeRound(doc));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->round, 7);
+  EXPECT_EQ(back->failures, 2);
+  EXPECT_EQ(back->host, "h");
+  ASSERT_EQ(back->nodes.size(), 2u);
+  EXPECT_EQ(back->nodes[0].store_port, 29401);
+  EXPECT_EQ(back->nodes[1].addr, "::1");
+  for (std::string_view bad : {"", "[]", "{}", "{}\na 1.2.3.4 x 0", "{}\na b 1", "{}\na b 1 2 3"}) {
+    EXPECT_FALSE(DecodeRound(bad).ok()) << bad;
+  }
 }
 
 TEST(CoordinatorTest, MalformedJoinsAreIgnored) {
   Harness h(Elastic(1, 1));
   h.Put(7, "node/1", "not json");
   h.Put(7, "node/2", R"({"id": 5})");
+  h.Put(7, "node/3", R"({"id": "has space", "nproc": 1})");
   h.Put(7, "ready/1", "1");
   h.Put(7, "node/x", "{}");
   EXPECT_EQ(h.coord().live_nodes(), 0u);

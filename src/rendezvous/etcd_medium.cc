@@ -339,6 +339,7 @@ class EtcdMedium final : public Medium {
   // Anyone may coordinate: etcd, not the coordinator's host, holds the
   // state that matters.
   bool MayTakeOver() const override { return true; }
+  bool ElectedAtConnect() const override { return true; }
 
   bool TakeOver(const std::function<bool()>& stopping) override {
     EtcdClient client(s_->etcd);

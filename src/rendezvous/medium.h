@@ -62,6 +62,9 @@ class Medium {
   // Main thread, after the coordinator's host was lost: whether this node
   // may try to host it, and the try (true: this node hosts now).
   virtual bool MayTakeOver() const = 0;
+  // Whether the first host, too, is whoever takes over first (etcd), rather
+  // than the one Start() chose (the store's host binds its port there).
+  virtual bool ElectedAtConnect() const { return false; }
   // `stopping` says the agent is shutting down (the loop may be joining
   // this very thread): give up then.
   virtual bool TakeOver(const std::function<bool()>& stopping) = 0;

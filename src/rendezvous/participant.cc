@@ -131,7 +131,7 @@ class Node final : public Rendezvous {
   void MainLoop() {
     std::string lost_host;
     auto deadline = Clock::now() + o_.join_timeout;
-    bool take_over = medium_->MayTakeOver();
+    bool take_over = medium_->ElectedAtConnect();
     while (true) {
       auto link = Connect(deadline, take_over, !lost_host.empty());
       if (Stopping()) return;
@@ -258,33 +258,30 @@ class Node final : public Rendezvous {
   }
 
   Result<Round> ParseRound(const std::string& text) {
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("nodes") || !j["nodes"].is_array()) {
-      return Status::Internal("rendezvous: a malformed round from the coordinator: " + text);
-    }
+    auto doc = DecodeRound(text);
+    if (!doc.ok()) return doc.status();
     Round r;
-    r.number = j.value("round", int64_t{0});
-    r.failures = j.value("failures", int64_t{0});
-    r.store_addr = j.value("store_addr", "");
-    r.store_port = j.value("store_port", 0);
+    r.number = doc->round;
+    r.failures = doc->failures;
+    r.store_addr = std::move(doc->store_addr);
+    r.store_port = doc->store_port;
+    r.participants = std::move(doc->nodes);
     r.group_rank = -1;
     prev_ids_.clear();
-    for (const auto& n : j["nodes"]) {
-      Participant p{n.value("id", ""), n.value("addr", ""), n.value("nproc", 0)};
-      if (p.id == id_) r.group_rank = static_cast<int>(r.participants.size());
-      prev_ids_.push_back(p.id);
-      r.participants.push_back(std::move(p));
+    for (size_t i = 0; i < r.participants.size(); ++i) {
+      if (r.participants[i].id == id_) r.group_rank = static_cast<int>(i);
+      prev_ids_.push_back(r.participants[i].id);
     }
     if (r.group_rank < 0) return Status::Internal("rendezvous: assigned a round without us");
     // The workers' store: where the coordinator says, or (etcd, where no
     // agent hosts the coordinator's store for good) group rank 0's agent.
     if (r.store_addr.empty()) {
       r.store_addr = r.participants[0].addr;
-      r.store_port = j["nodes"][0].value("store_port", 0);
+      r.store_port = r.participants[0].store_port;
     }
     known_round_ = r.number;
     known_failures_ = r.failures;
-    last_host_ = j.value("host", "");
+    last_host_ = std::move(doc->host);
     return r;
   }
 

@@ -41,6 +41,9 @@ struct Participant {
   std::string id;    // unique per agent: host, pid and a random part
   std::string addr;  // the address it reaches the others from
   int nproc = 0;     // its workers
+  // The store its agent hosts for its workers, where the medium has no
+  // common one (etcd); 0 otherwise.
+  int store_port = 0;
 };
 
 struct Round {

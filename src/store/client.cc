@@ -79,18 +79,24 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
   while (true) {
     int fd = TryConnect(host, port, deadline);
     if (fd >= 0) {
-      StoreClient c(fd, timeout);
-      // A send that cannot progress (a server that stopped reading) fails
-      // after the timeout instead of blocking forever.
-      timeval tv{static_cast<time_t>(timeout.count() / 1000),
-                 static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      // The handshake is part of connecting: bounded by what is left of the
+      // connect timeout (at least a second), not by the calls' timeout, which
+      // may be "forever". A listening socket whose server loop is stuck (or
+      // is the caller's own, busy joining the caller) accepts connections in
+      // the kernel but never answers.
+      auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+      StoreClient c(fd, std::min(timeout, std::max(left, Duration(1000))));
+      c.SetSendTimeout();
       std::string hello;
       PutU8(hello, v2::kValidate);
       PutU32(hello, kValidationMagic);
       last = c.SendAll(hello);
       if (last.ok()) last = c.Ping();
-      if (last.ok()) return c;
+      if (last.ok()) {
+        c.timeout_ = timeout;
+        c.SetSendTimeout();
+        return c;
+      }
       // A server that accepted and went away (a restart): try again.
     } else {
       last = Status::IOError("connection refused or unreachable");
@@ -105,6 +111,14 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
         std::min<Duration>(sleep, std::chrono::duration_cast<Duration>(deadline - Clock::now())));
     backoff = std::min<Duration>(backoff * 2, Duration(2000));
   }
+}
+
+// A send that cannot progress (a server that stopped reading) fails after
+// the timeout instead of blocking forever.
+void StoreClient::SetSendTimeout() {
+  timeval tv{static_cast<time_t>(timeout_.count() / 1000),
+             static_cast<suseconds_t>(timeout_.count() % 1000 * 1000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 StoreClient::~StoreClient() {

@@ -59,6 +59,7 @@ class StoreClient {
 
  private:
   StoreClient(int fd, Duration timeout) : fd_(fd), timeout_(timeout) {}
+  void SetSendTimeout();
   Status SendAll(const std::string& bytes);
   Status RecvAll(void* buf, size_t n, Duration timeout);
   Result<std::string> RecvBytes();

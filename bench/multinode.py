@@ -1,0 +1,184 @@
+"""Multi-node benchmarks (issue 4), side by side with torch 1.13's torchrun
+c10d at --monitor_interval 0.1 where torchrun can do the same thing.
+
+- job8: 8 agents x 1 worker running `true`, the whole job, trun vs torchrun.
+- rdzv: the rendezvous of N agents (10 to 1,000) in one process, each a real
+  trun Rendezvous on its own loop (build/rdzv_scale).
+- recovery: from an agent's death to the survivor's new worker's exec, for
+  the ways an agent dies (kill -9: its connections close; SIGSTOP: it goes
+  silent, as a host cut off does, and only the heartbeat timeout finds it)
+  and for etcd (its lease expires).
+
+Used by bench/run.py (`--only job8 rdzv recovery`).
+"""
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job8(a, tmp, torchrun, env):
+    """Wall time of a whole job of 8 agents, each started as a process."""
+    def run(cmd_for):
+        port = free_port()
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(cmd_for(port), env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for _ in range(8)]
+        codes = [p.wait(timeout=300) for p in procs]
+        dt = time.perf_counter() - t0
+        if codes != [0] * 8:
+            raise SystemExit(f"bench: job8 exited {codes}")
+        return dt
+
+    ours = lambda port: [a.trun, "--nnodes", "8", "--nproc-per-node", "1", "--rdzv-backend",
+                         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "j8",
+                         "--no-python", "true"]
+    theirs = lambda port: [*torchrun, "--nnodes", "8", "--nproc_per_node", "1", "--rdzv_backend",
+                           "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "j8",
+                           "--monitor_interval", "0.1", "--no_python", "true"]
+    t = statistics.median(run(ours) for _ in range(3 if a.quick else 9))
+    r = statistics.median(run(theirs) for _ in range(1 if a.quick else 3))
+    return [
+        ("8 agents x 1 worker (`true`), whole job: trun", f"{t * 1e3:.0f} ms", ""),
+        ("8 agents x 1 worker: torchrun c10d", f"{r:.2f} s", ""),
+        ("8 agents x 1 worker: torchrun / trun", f"{r / t:.0f}x faster", ">= 50x"),
+    ]
+
+
+def rdzv(a, tmp):
+    scale = str(pathlib.Path(a.trun).parent / "rdzv_scale")
+    env = dict(os.environ, TRUN_LOG_LEVEL="error")
+    rows, prev = [], None
+    for n in (10, 100, 250, 500, 1000):
+        runs = []
+        for _ in range(1 if a.quick else 3):
+            out = subprocess.run([scale, str(n), "c10d", str(free_port())], env=env,
+                                 capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise SystemExit(f"bench: rdzv_scale {n}: {out.stderr[-2000:]}")
+            runs.append(float(out.stdout))
+        t = statistics.median(runs)
+        growth = f" ({t / prev[1]:.1f}x for {n / prev[0]:.1f}x the agents)" if prev else ""
+        rows.append((f"rendezvous of {n} agents (c10d, one process)", f"{t * 1e3:.0f} ms{growth}",
+                     "<= 2 s" if n == 1000 else ""))
+        prev = (n, t)
+    return rows
+
+
+def stamps(path):
+    try:
+        return [int(line.split()[1]) for line in path.read_text().splitlines()
+                if line.startswith("start")]
+    except FileNotFoundError:
+        return []
+
+
+def wait_until(cond, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.005)
+    raise SystemExit(f"bench: recovery: timed out waiting for {what}")
+
+
+def recover_once(a, tmp, stamp, rdzv_args, how, victim, env):
+    """Two agents (1:2), workers that stamp their start and hold; one agent
+    dies; returns ms from its death to the survivor's new worker's start."""
+    files = [tmp / f"s{i}" for i in range(2)]
+    for f in files:
+        f.unlink(missing_ok=True)
+    procs = []
+    for i, f in enumerate(files):
+        procs.append(subprocess.Popen(
+            [a.trun, "--nnodes", "1:2", "--nproc-per-node", "1", *rdzv_args, "--no-python",
+             stamp, "--hold"], env=dict(env, STAMP_FILE=str(f)), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL))
+        if i == 0:
+            time.sleep(0.3)  # the first one hosts (c10d) or coordinates (etcd)
+    try:
+        wait_until(lambda: all(len(stamps(f)) == 1 for f in files), 60, "round 0")
+        dead = procs[1] if victim == "ordinary" else procs[0]
+        survivor = files[0] if victim == "ordinary" else files[1]
+        t0 = time.time_ns()
+        dead.send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        wait_until(lambda: len(stamps(survivor)) == 2, 60, "the survivor's new worker")
+        return (stamps(survivor)[1] - t0) / 1e6
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
+def recovery(a, tmp, build_c, env):
+    stamp = build_c("stamp.c", tmp / "stamp")
+    hb = "heartbeat_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.2"
+    runs = 2 if a.quick else 5
+    rows = []
+
+    def c10d():
+        return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                "--rdzv-id", "rec", "--rdzv-conf", hb]
+
+    for label, how, victim, target in (
+            ("c10d, kill -9 of an agent", "kill", "ordinary", "<= 1 s + 100 ms"),
+            ("c10d, kill -9 of the store's host (takeover)", "kill", "host", "<= 1 s + 100 ms"),
+            ("c10d, SIGSTOP of an agent (silent)", "stop", "ordinary", "<= 1 s + 100 ms")):
+        t = statistics.median(recover_once(a, tmp, stamp, c10d(), how, victim, env)
+                              for _ in range(runs))
+        rows.append((f"recovery, {label}, heartbeat_timeout 1 s", f"{t:.0f} ms", target))
+
+    etcd_dir = tmp / "etcd"
+    port = free_port()
+    up = subprocess.run([str(ROOT / "tools" / "etcd-server"), "up", str(etcd_dir), str(port),
+                         "127.0.0.1", str(free_port())], capture_output=True, text=True)
+    if up.returncode != 0:
+        print(f"bench: recovery: no etcd ({up.stderr.strip()}); etcd rows skipped",
+              file=sys.stderr)
+        return rows
+    try:
+        for label, victim in (("etcd, kill -9 of an agent", "ordinary"),
+                              ("etcd, kill -9 of the coordinating agent", "host")):
+            def etcd_args():
+                return ["--rdzv-backend", "etcd", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                        "--rdzv-id", f"rec{time.time_ns()}", "--rdzv-conf",
+                        "heartbeat_interval=0.5,heartbeat_timeout=2,last_call_timeout=0.2"]
+            t = statistics.median(recover_once(a, tmp, stamp, etcd_args(), "kill", victim, env)
+                                  for _ in range(runs))
+            rows.append((f"recovery, {label}, lease 2 s (etcd's minimum)", f"{t:.0f} ms",
+                         "<= 2 s + 100 ms"))
+    finally:
+        subprocess.run([str(ROOT / "tools" / "etcd-server"), "down", str(etcd_dir)])
+    return rows
+
+
+NOTES = """
+- 8 agents: medians of 9 (trun) and 3 (torchrun) whole jobs, all agents
+  started at once on this machine, each a process, `--nnodes 8` (the round
+  closes when all 8 are there).
+- rendezvous of N agents: `build/rdzv_scale N c10d PORT`, medians of 3; every
+  agent is a real Rendezvous made from real launch flags, with its own loop,
+  threads and store connections, all in one process on these 2 cores, so the
+  total work of N agents (each reads an N-node round) shares 2 cores; on N
+  hosts each agent's share runs in parallel.
+- recovery: median of 5; from the signal to the survivor's new worker's
+  first instruction (its clock_gettime). kill -9 closes the dead agent's
+  connections, so the store's host knows at once; SIGSTOP leaves them open
+  (as a host cut off from the network does) and only the heartbeat timeout
+  finds it. Under etcd a dead agent is known when its lease expires; etcd
+  checks leases every 500 ms, so expiry comes up to half a second after the
+  lease's TTL. torchrun has no figure here: its agents do not notice a dead
+  peer at all until their workers' collectives fail.
+"""
