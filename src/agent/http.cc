@@ -4,9 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
-#include "common/log.h"
+#include "common/net.h"
 #include "common/strings.h"
 
 namespace trun::agent {
@@ -170,37 +169,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
       : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io), retry_(io) {}
 
   Status Listen() {
-    std::vector<std::pair<tcp::endpoint, bool>> candidates;  // endpoint, dual stack
-    const auto port = static_cast<uint16_t>(options_.port);
-    if (options_.host.empty() || options_.host == "::") {
-      candidates = {{tcp::endpoint(asio::ip::address_v6::any(), port), true},
-                    {tcp::endpoint(asio::ip::address_v4::any(), port), false}};
-    } else {
-      std::error_code ec;
-      auto addr = asio::ip::make_address(options_.host, ec);
-      if (ec) {
-        return Status::InvalidArgument(fmt::format(
-            "--health-check-addr '{}' is not an IP address; give one such as 127.0.0.1 or ::",
-            options_.host));
-      }
-      candidates = {{tcp::endpoint(addr, port), false}};
-    }
-    std::error_code ec;
-    for (const auto& [ep, dual] : candidates) {
-      acceptor_.close(ec);
-      ec.clear();
-      acceptor_.open(ep.protocol(), ec);
-      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (!ec && dual) acceptor_.set_option(asio::ip::v6_only(false), ec);
-      if (!ec) acceptor_.bind(ep, ec);
-      if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-      if (!ec) break;
-    }
-    if (ec) {
-      return Status::IOError(fmt::format("health check server: cannot listen on {}:{}: {}",
-                                         options_.host.empty() ? "*" : options_.host, port,
-                                         ec.message()));
-    }
+    TRUN_RETURN_IF_ERROR(ListenTcp(acceptor_, options_.host, options_.port, "health check server"));
     port_ = acceptor_.local_endpoint().port();
     Accept();
     return Status::OK();
@@ -210,7 +179,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     std::error_code ec;
     acceptor_.close(ec);
     retry_.cancel();
-    for (const auto& c : conns_) c->Close();
+    for (const auto& [seq, c] : conns_) c->Close();
     conns_.clear();
   }
 
@@ -224,7 +193,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
           keep_server(server.shared_from_this()),
           socket(std::move(s)),
           deadline(socket.get_executor()),
-          parser(server.options_.max_head_bytes) {}
+          parser(server.options_.max_head_bytes),
+          seq(++server.last_seq_) {}
 
     void Start() {
       deadline.expires_after(server.options_.timeout);
@@ -258,6 +228,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     }
 
     void Reply(const HttpResponse& r, bool head_only) {
+      replying = true;
       ++server.stats_.responses[r.status];
       out = EncodeResponse(r, head_only);
       asio::async_write(socket, asio::buffer(out),
@@ -297,8 +268,10 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     tcp::socket socket;
     asio::steady_timer deadline;
     HttpRequestParser parser;
+    const uint64_t seq;  // accept order
     char buf[4096];
     std::string out;
+    bool replying = false;
     bool closed = false;
   };
 
@@ -321,8 +294,19 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
 
   void Admit(tcp::socket s) {
     if (conns_.size() >= options_.max_connections) {
-      // Told at once, without waiting on the client: a full socket buffer
-      // just loses the reply.
+      // A client that holds a slot without finishing its request makes room
+      // for the newcomer: the oldest goes, so that idle connections cannot
+      // lock probes out (a real request is read in one go).
+      for (const auto& [seq, c] : conns_) {
+        if (c->replying) continue;
+        ++stats_.evicted;
+        Finish(std::shared_ptr<Conn>(c));
+        break;
+      }
+    }
+    if (conns_.size() >= options_.max_connections) {
+      // Every slot is sending a reply: told at once, without waiting on the
+      // client (a full socket buffer just loses the 503).
       ++stats_.rejected;
       ++stats_.responses[503];
       std::error_code ec;
@@ -336,7 +320,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     }
     ++stats_.connections;
     auto c = std::make_shared<Conn>(*this, std::move(s));
-    conns_.insert(c);
+    conns_.emplace(c->seq, c);
     c->Start();
   }
 
@@ -353,7 +337,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
 
   void Finish(const std::shared_ptr<Conn>& c) {
     c->Close();
-    conns_.erase(c);
+    conns_.erase(c->seq);
   }
 
   Options options_;
@@ -361,7 +345,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
   int port_ = 0;
-  std::unordered_set<std::shared_ptr<Conn>> conns_;
+  std::map<uint64_t, std::shared_ptr<Conn>> conns_;  // oldest first
+  uint64_t last_seq_ = 0;
   Stats stats_;
 };
 

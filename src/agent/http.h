@@ -21,8 +21,10 @@
 // without bound: everything is asynchronous on the loop; a connection may
 // hold at most `max_head_bytes` of request and one reply; the whole
 // exchange has one deadline (a client that trickles bytes or never reads
-// its reply is closed when it passes); and over `max_connections` a new
-// client gets a 503, written without waiting, and is closed.
+// its reply is closed when it passes); and at `max_connections` a new
+// client closes the oldest connection that has not sent a whole request yet
+// (so idle connections cannot lock probes out), or, when every slot is
+// busy replying, gets a 503 written without waiting.
 //
 // Thread-safety: HttpRequestParser and EncodeResponse are plain values and
 // pure functions; HttpServer runs on its io_context's one thread.
@@ -110,7 +112,8 @@ class HttpServer {
 
   struct Stats {
     uint64_t connections = 0;  // accepted and served
-    uint64_t rejected = 0;     // over max_connections
+    uint64_t evicted = 0;      // closed unfinished to make room for a newcomer
+    uint64_t rejected = 0;     // turned away, every slot replying
     uint64_t timed_out = 0;
     std::map<int, uint64_t> responses;  // by status
   };

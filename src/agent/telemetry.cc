@@ -79,6 +79,8 @@ constexpr MetricRow kMetrics[] = {
      "Responses of the health server, by status code."},
     {"trun_http_timeouts_total", MetricType::kCounter,
      "Health-server clients closed for not finishing in time."},
+    {"trun_http_evicted_total", MetricType::kCounter,
+     "Health-server clients closed unfinished to make room for a new one."},
 };
 
 }  // namespace
@@ -126,9 +128,12 @@ Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
     ho.port = *options_.health_port;
     auto server = HttpServer::Start(io, ho, [this](const HttpRequest& req) { return Serve(req); });
     if (!server.ok()) {
-      if (server.status().code() == StatusCode::kInvalidArgument) return server.status();
-      return Status::InvalidArgument(fmt::format(
-          "{}; pick another --health-check-port (0: a free one)", server.status().message()));
+      return Status::InvalidArgument(
+          server.status().code() == StatusCode::kInvalidArgument
+              ? fmt::format("{}; give --health-check-addr an IP such as 127.0.0.1 or ::",
+                            server.status().message())
+              : fmt::format("{}; pick another --health-check-port (0: a free one)",
+                            server.status().message()));
     }
     http_ = std::move(*server);
     log::Info("health check at http://{}:{}/health, metrics at /metrics",
@@ -320,6 +325,7 @@ void Telemetry::Collect() {
                    {{"code", std::to_string(code)}});
     }
     metrics_.Set("trun_http_timeouts_total", static_cast<double>(hs.timed_out));
+    metrics_.Set("trun_http_evicted_total", static_cast<double>(hs.evicted));
   }
 }
 
