@@ -125,7 +125,9 @@ class LocalAgent::Impl {
     Status s = Setup();
     if (!s.ok()) {
       log::Error("{}", s.message());
-      return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
+      exit_code_ = s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
+      telemetry_.Shutdown(exit_code_);
+      return exit_code_;
     }
     WatchSignals();
     telemetry_.AgentStarted(timers_ ? timers_->path() : "");
@@ -138,9 +140,12 @@ class LocalAgent::Impl {
       return exit_code_;
     }
     io_.run();
-    timers_.reset();
-    if (!watchdog_dir_.empty()) ::rmdir(watchdog_dir_.c_str());
     return exit_code_;
+  }
+
+  ~Impl() {
+    timers_.reset();  // removes the FIFO
+    if (!watchdog_dir_.empty()) ::rmdir(watchdog_dir_.c_str());
   }
 
  private:

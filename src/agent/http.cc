@@ -228,12 +228,13 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     }
 
     void Reply(const HttpResponse& r, bool head_only) {
-      replying = true;
+      writing = true;
       ++server.stats_.responses[r.status];
       out = EncodeResponse(r, head_only);
       asio::async_write(socket, asio::buffer(out),
                         [self = shared_from_this()](std::error_code ec, size_t) {
                           if (self->closed) return;
+                          self->writing = false;
                           if (ec) return self->server.Finish(self);
                           std::error_code ignored;
                           self->socket.shutdown(tcp::socket::shutdown_send, ignored);
@@ -271,7 +272,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     const uint64_t seq;  // accept order
     char buf[4096];
     std::string out;
-    bool replying = false;
+    bool writing = false;  // a reply is on its way out
     bool closed = false;
   };
 
@@ -294,14 +295,15 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
 
   void Admit(tcp::socket s) {
     if (conns_.size() >= options_.max_connections) {
-      // A client that holds a slot without finishing its request makes room
-      // for the newcomer: the oldest goes, so that idle connections cannot
-      // lock probes out (a real request is read in one go).
-      for (const auto& [seq, c] : conns_) {
-        if (c->replying) continue;
+      // The oldest client that is not being sent a reply (one that has not
+      // finished its request, or has had its reply and not left) makes room
+      // for the newcomer, so that idle clients cannot lock probes out: a
+      // real request arrives in one go and is answered at once.
+      auto it = std::find_if(conns_.begin(), conns_.end(),
+                             [](const auto& entry) { return !entry.second->writing; });
+      if (it != conns_.end()) {
         ++stats_.evicted;
-        Finish(std::shared_ptr<Conn>(c));
-        break;
+        Finish(std::shared_ptr<Conn>(it->second));
       }
     }
     if (conns_.size() >= options_.max_connections) {

@@ -22,9 +22,9 @@
 // hold at most `max_head_bytes` of request and one reply; the whole
 // exchange has one deadline (a client that trickles bytes or never reads
 // its reply is closed when it passes); and at `max_connections` a new
-// client closes the oldest connection that has not sent a whole request yet
-// (so idle connections cannot lock probes out), or, when every slot is
-// busy replying, gets a 503 written without waiting.
+// client closes the oldest connection that is not being sent a reply (so
+// idle connections cannot lock probes out), or, when every one is, gets a
+// 503 written without waiting.
 //
 // Thread-safety: HttpRequestParser and EncodeResponse are plain values and
 // pure functions; HttpServer runs on its io_context's one thread.
@@ -112,7 +112,7 @@ class HttpServer {
 
   struct Stats {
     uint64_t connections = 0;  // accepted and served
-    uint64_t evicted = 0;      // closed unfinished to make room for a newcomer
+    uint64_t evicted = 0;      // closed to make room for a newcomer
     uint64_t rejected = 0;     // turned away, every slot replying
     uint64_t timed_out = 0;
     std::map<int, uint64_t> responses;  // by status

@@ -80,7 +80,7 @@ constexpr MetricRow kMetrics[] = {
     {"trun_http_timeouts_total", MetricType::kCounter,
      "Health-server clients closed for not finishing in time."},
     {"trun_http_evicted_total", MetricType::kCounter,
-     "Health-server clients closed unfinished to make room for a new one."},
+     "Health-server clients closed to make room for a new one."},
 };
 
 }  // namespace

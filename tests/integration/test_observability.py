@@ -318,3 +318,46 @@ def test_health_flags_are_checked(tmp):
     assert r.returncode == 2
     r = trun("--event-log-file", tmp / "no" / "such" / "dir.jsonl", "--no-python", "true")
     assert r.returncode == 2 and "--event-log-file" in r.err
+
+
+# ---- several agents: membership and the rendezvous' events ----------------------------
+
+def test_a_node_joining_is_a_membership_change_in_events_and_health(tmp):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = tmp / "ctl"
+    d.mkdir()
+    wait = f"while [ ! -e {d}/done ]; do sleep 0.05; done"
+
+    def agent(name):
+        return Agent("--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"127.0.0.1:{port}", "--rdzv-id", "mjob", "--rdzv-conf",
+                     "last_call_timeout=0.3,heartbeat_timeout=3", "--health-check-port", 0,
+                     "--event-log-file", tmp / f"{name}.jsonl", "--no-python", "sh", "-c", wait)
+
+    a = agent("a")
+    b = None
+    try:
+        until(lambda: a.health()[1]["round"] == 0, "a alone in round 0")
+        b = agent("b")
+        status, h = until(lambda: (lambda r: r if r[1]["round"] == 1 and r[0] == 200 else None)(
+            a.health()), "round 1 with both nodes")
+        assert h["run_id"] == "mjob" and [w["rank"] for w in h["workers"]] == [0]
+        assert b.health()[1]["node_rank"] == 1
+        (d / "done").touch()
+        assert (a.wait(), b.wait()) == (0, 0), "".join(a.err + b.err)
+    finally:
+        a.kill()
+        if b:
+            b.kill()
+    evs = read_events(tmp / "a.jsonl")
+    seq = names(evs)
+    changed = evs[seq.index("trun.membership.changed")]["metadata"]
+    assert changed["nodes"] == 2 and len(changed["joined"]) == 1 and changed["left"] == []
+    stopping = evs[seq.index("trun.group.stopping")]["metadata"]
+    assert stopping["cause"] == "round_ended" and stopping["reason"].startswith("membership:")
+    restarting = evs[seq.index("trun.group.restarting")]["metadata"]
+    assert restarting["cause"] == "membership" and restarting["restarts"] == 0
+    completed = [e["metadata"] for e in evs if e["name"] == "trun.rendezvous.completed"]
+    assert [(c["round"], c["nodes"]) for c in completed] == [(0, 1), (1, 2)]
