@@ -146,9 +146,9 @@ def bench_idle(a, tmp):
 NOTES = """
 - watchdog: trun arms one timer at the earliest deadline; torch 1.13's
   FileTimerServer reads its FIFO for up to 0.1 s at a time, sleeping 0.1 s
-  when it is empty, then looks for expired timers. torchrun 1.13 has no
-  health server (its port variable starts nothing), so its idle row has the
-  watchdog only.
+  when it is empty, then looks for expired timers. torch 1.13 has no
+  health server at all (later versions read TORCHELASTIC_HEALTH_CHECK_PORT
+  and start a stub), so its idle row has the watchdog only.
 - On a loaded machine (other processes on every core) the tail is the
   scheduler's: the timer fires on time, the agent runs when a core is free.
 - idle: CPU from /proc/<pid>/task/*/schedstat (ns), wake-ups from
