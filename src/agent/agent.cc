@@ -19,6 +19,8 @@
 #include <random>
 
 #include "agent/failure.h"
+#include "agent/file_timer.h"
+#include "agent/telemetry.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
@@ -41,6 +43,11 @@ int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
 }
 
 // torch's log-dir naming: "<prefix><8 random chars>", created exclusively.
@@ -86,6 +93,7 @@ std::string SubstitutePrefix(std::string tmpl, const std::string& role, int loca
 // One worker stream read through a pipe by the event loop.
 struct Stream {
   int fd = -1;
+  bool is_stderr = false;
   std::unique_ptr<asio::posix::stream_descriptor> watch;
   std::unique_ptr<proc::LinePump> pump;
 };
@@ -97,6 +105,8 @@ struct Worker {
   bool running = false;
   int exitcode = 0;  // exit code, or -signal; valid once !running
   int64_t exited_at = 0;
+  bool stopped = false;  // exited after the agent asked it to stop
+  std::string watchdog;  // the expired timer the watchdog acted on, if it did
   std::string error_file;
   // Shared with pending read handlers, which may outlive the attempt.
   std::shared_ptr<Stream> out = std::make_shared<Stream>();
@@ -115,9 +125,13 @@ class LocalAgent::Impl {
     Status s = Setup();
     if (!s.ok()) {
       log::Error("{}", s.message());
-      return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
+      exit_code_ = s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitLaunchError;
+      telemetry_.Shutdown(exit_code_);
+      return exit_code_;
     }
     WatchSignals();
+    telemetry_.AgentStarted(timers_ ? timers_->path() : "");
+    telemetry_.RendezvousStarted();
     s = rdzv_->Start({[this](Result<rendezvous::Round> r) { OnRound(std::move(r)); },
                       [this](const std::string& reason) { OnRoundEnded(reason); }});
     if (!s.ok()) {
@@ -127,6 +141,11 @@ class LocalAgent::Impl {
     }
     io_.run();
     return exit_code_;
+  }
+
+  ~Impl() {
+    timers_.reset();  // removes the FIFO
+    if (!watchdog_dir_.empty()) ::rmdir(watchdog_dir_.c_str());
   }
 
  private:
@@ -140,14 +159,22 @@ class LocalAgent::Impl {
     if (state_ != State::kWaiting) return;
     if (!r.ok()) {
       if (!failures_.empty()) {
+        telemetry_.GroupFailed(r.status().message());
         ReportFinalFailure();
       } else {
+        telemetry_.RendezvousFailed(r.status());
         log::Error("{}", r.status().message());
       }
       Finish(kExitWorkersFailed);
       return;
     }
     const bool restart = round_.has_value();
+    // A failed round that spent nothing was judged a membership change (a
+    // node of it was lost; its peers' workers failed on it).
+    if (restart && r->failures == round_->failures &&
+        (restart_cause_ == "failure" || restart_cause_ == "peer_failure")) {
+      restart_cause_ = "membership";
+    }
     if (restart && !failures_.empty()) {
       const auto& root = failures_[RootCause(failures_)];
       if (r->failures > round_->failures) {
@@ -164,6 +191,8 @@ class LocalAgent::Impl {
       }
     }
     round_ = std::move(*r);
+    telemetry_.RendezvousCompleted(*round_);
+    if (restart) telemetry_.Restarting(restart_cause_, restart_reason_);
     if (config_.max_nodes > 1 || config_.rdzv_backend != "static") {
       log::Info("round {}: node {} of {} ({}), ranks {}..{} of world size {}; store at {}:{}",
                 round_->number, round_->group_rank, round_->participants.size(),
@@ -174,6 +203,7 @@ class LocalAgent::Impl {
     Status s = StartAttempt();
     if (!s.ok()) {
       log::Error("{}", s.message());
+      telemetry_.GroupStopping("launch_error", s.message(), SIGKILL);
       StopWorkers(SIGKILL, [this] { Finish(kExitLaunchError); });
     }
   }
@@ -183,13 +213,25 @@ class LocalAgent::Impl {
   void OnRoundEnded(const std::string& reason) {
     if (state_ != State::kRunning) return;
     log::Warning("restarting the worker group: {}", reason);
+    // The coordinator's reasons start with what ended the round.
+    restart_cause_ = reason.starts_with("membership:") ? "membership"
+                     : reason.starts_with("failure:")  ? "peer_failure"
+                                                       : "round_ended";
+    restart_reason_ = reason;
+    telemetry_.GroupStopping("round_ended", reason, SIGTERM);
     StopWorkers(SIGTERM, [this] {
       CloseAttempt();
       if (pending_signal_ != 0) return Finish(128 + pending_signal_);
       failures_.clear();
       state_ = State::kWaiting;
-      rdzv_->Ready();
+      AskForRound();
     });
+  }
+
+  // Puts this node in the next round; OnRound hears back.
+  void AskForRound() {
+    telemetry_.RendezvousStarted();
+    rdzv_->Ready();
   }
 
   // ---- set-up, once per run ------------------------------------------------
@@ -207,6 +249,18 @@ class LocalAgent::Impl {
     hostname_ = FqdnHostname();
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
+
+    TRUN_RETURN_IF_ERROR(telemetry_.Start(io_,
+                                          {.console_events = config_.event_log_handler == "console",
+                                           .event_file = config_.event_log_file,
+                                           .health_port = config_.health_check_port,
+                                           .health_addr = config_.health_check_addr,
+                                           .run_id = config_.rdzv_id,
+                                           .role = config_.role,
+                                           .hostname = hostname_,
+                                           .max_restarts = config_.max_restarts},
+                                          [this] { return Health(); }));
+    if (config_.file_timer) TRUN_RETURN_IF_ERROR(StartWatchdog());
 
     // The rendezvous hosts the workers' store (torch's
     // TORCHELASTIC_USE_AGENT_STORE) on one port for the whole job: a dead
@@ -227,8 +281,7 @@ class LocalAgent::Impl {
                           ec.message()));
         }
       } else {
-        const char* tmp = std::getenv("TMPDIR");
-        auto made = MakeUniqueDir(tmp && *tmp ? tmp : "/tmp", "torchelastic_");
+        auto made = MakeUniqueDir(TempDir(), "torchelastic_");
         if (!made.ok()) return made.status();
         base = *made;
       }
@@ -286,7 +339,9 @@ class LocalAgent::Impl {
       std::string key(kv.substr(0, eq));
       if (key == "NCCL_ASYNC_ERROR_HANDLING") nccl_async = kv.substr(eq + 1);
       if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") torch_nccl_async = kv.substr(eq + 1);
-      if (!kOwn.count(key)) base_env_.emplace_back(kv);
+      if (!kOwn.count(key) && !(timers_ && key == "TORCHELASTIC_TIMER_FILE")) {
+        base_env_.emplace_back(kv);
+      }
     }
     if (config_.set_omp_num_threads) base_env_.push_back("OMP_NUM_THREADS=1");
     std::string signals;
@@ -305,12 +360,36 @@ class LocalAgent::Impl {
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=" + torch_nccl_async,
         "TORCHELASTIC_SIGNALS_TO_HANDLE=" + signals,
     };
+    if (timers_) shared_env_.push_back("TORCHELASTIC_TIMER_FILE=" + timers_->path());
+  }
+
+  // torch's FileTimerServer, without its polling: workers' timers arrive
+  // through a FIFO, and an expired one is acted on at its deadline.
+  Status StartWatchdog() {
+    std::string path = config_.timer_file;
+    if (path.empty()) {
+      // A directory only we can enter: nobody else can write our FIFO.
+      auto dir = MakeUniqueDir(TempDir(), "trun_watchdog_");
+      if (!dir.ok()) return dir.status();
+      watchdog_dir_ = *dir;
+      path = watchdog_dir_ + "/timer";
+    }
+    auto server = FileTimerServer::Start(io_, path,
+                                         {[this](pid_t pid) { return WorkerOf(pid) != nullptr; },
+                                          [this](const TimerRequest& t, double sent_at, int error) {
+                                            OnWatchdogExpired(t, sent_at, error);
+                                          }});
+    if (!server.ok()) return server.status();
+    timers_ = std::move(*server);
+    telemetry_.set_timer_server(timers_.get());
+    return Status::OK();
   }
 
   // ---- one attempt: start every worker ------------------------------------
 
   Status StartAttempt() {
     state_ = State::kRunning;
+    ++attempts_;
     failures_.clear();
     workers_.clear();
     const rendezvous::Round& round = *round_;
@@ -380,6 +459,7 @@ class LocalAgent::Impl {
       w.pid = *pid;
       w.running = true;
       sentinel_->Register(w.pid);
+      telemetry_.WorkerStarted(lr, w.global_rank, w.pid);
       Watch(w.out);
       Watch(w.err);
     }
@@ -400,6 +480,7 @@ class LocalAgent::Impl {
     const bool redirect = tee || has(config_.redirects.ForRank(lr));
     const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr);
     child_fd = -1;
+    s.is_stderr = console_fd == STDERR_FILENO;
     if (!redirect && shown) return Status::OK();  // straight to our console, as torchrun
 
     int file_fd = -1;
@@ -443,6 +524,7 @@ class LocalAgent::Impl {
     while (true) {
       ssize_t n = ::read(s.fd, read_buf_, sizeof read_buf_);
       if (n > 0) {
+        telemetry_.LogBytes(s.is_stderr, static_cast<size_t>(n));
         s.pump->Feed(std::string_view(read_buf_, static_cast<size_t>(n)));
         continue;
       }
@@ -503,17 +585,92 @@ class LocalAgent::Impl {
     w.running = false;
     w.exitcode = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
     w.exited_at = NowSeconds();
+    w.stopped = state_ != State::kRunning;
     // Everything the worker wrote is in its pipes by now: take it before
     // anything is reported, so a crash never loses its last lines.
     Drain(*w.out);
     Drain(*w.err);
+    if (timers_) timers_->ClearPid(w.pid);
+    telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped,
+                            !w.watchdog.empty() ? FailureCause::kWatchdog
+                            : w.exitcode < 0    ? FailureCause::kSignal
+                                                : FailureCause::kExitCode);
     if (state_ == State::kRunning && w.exitcode != 0) {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
                  w.local_rank, w.pid, config_.worker_argv[0]);
       failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                           w.error_file, w.exited_at));
+      if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
     }
+  }
+
+  // The running worker that `pid` is, or whose process group it is in.
+  Worker* WorkerOf(pid_t pid) {
+    const pid_t group = ::getpgid(pid);
+    for (auto& w : workers_) {
+      if (w.running && (w.pid == pid || w.pid == group)) return &w;
+    }
+    return nullptr;
+  }
+
+  void OnWatchdogExpired(const TimerRequest& t, double sent_at, int error) {
+    Worker* w = WorkerOf(t.pid);
+    if (t.signal == 0) {
+      log::Warning("watchdog: timer '{}' of PID {} expired; it names no signal, so nothing is sent",
+                   t.scope_id, t.pid);
+    } else if (error != 0) {
+      log::Warning("watchdog: timer '{}' of PID {} expired; cannot send {}: {}", t.scope_id, t.pid,
+                   proc::SignalName(t.signal), std::strerror(error));
+    } else {
+      log::Warning("watchdog: timer '{}' of PID {} expired; sent {}", t.scope_id, t.pid,
+                   proc::SignalName(t.signal));
+      if (w) {
+        w->watchdog = fmt::format("timer '{}' of PID {} expired; trun sent {}", t.scope_id, t.pid,
+                                  proc::SignalName(t.signal));
+      }
+    }
+    telemetry_.WatchdogExpired(t, w ? w->local_rank : -1, sent_at, error);
+  }
+
+  // What /health shows, in torch's WorkerState names.
+  GroupHealth Health() const {
+    GroupHealth h;
+    switch (state_) {
+      case State::kWaiting:
+        h.state = succeeded_ ? "SUCCEEDED" : "INIT";
+        break;
+      case State::kRunning:
+        h.state = failures_.empty() ? "HEALTHY" : "UNHEALTHY";
+        break;
+      case State::kStopping:
+        h.state = pending_signal_ != 0 ? "STOPPED" : "UNHEALTHY";
+        break;
+      case State::kDone:
+        h.state = exit_code_ == kExitSuccess         ? "SUCCEEDED"
+                  : exit_code_ == kExitWorkersFailed ? "FAILED"
+                                                     : "STOPPED";
+        break;
+    }
+    if (round_) {
+      h.round = round_->number;
+      h.node_rank = round_->group_rank;
+      h.restarts = round_->failures;
+    }
+    h.attempts = attempts_;
+    for (const auto& w : workers_) {
+      WorkerHealth wh;
+      wh.local_rank = w.local_rank;
+      wh.rank = w.global_rank;
+      wh.pid = w.pid;
+      wh.state = w.running         ? "running"
+                 : w.stopped       ? "stopped"
+                 : w.exitcode == 0 ? "succeeded"
+                                   : "failed";
+      if (!w.running) wh.exitcode = w.exitcode;
+      h.workers.push_back(wh);
+    }
+    return h;
   }
 
   int LiveWorkers() const {
@@ -525,15 +682,20 @@ class LocalAgent::Impl {
   void Evaluate() {
     if (!failures_.empty()) {
       const auto& root = failures_[RootCause(failures_)];
-      rdzv_->Failed(fmt::format("rank {} (local_rank {}, pid {}) exited with {}", root.global_rank,
-                                root.local_rank, root.pid, root.exitcode));
+      restart_cause_ = "failure";
+      restart_reason_ = fmt::format("rank {} (local_rank {}, pid {}) exited with {}",
+                                    root.global_rank, root.local_rank, root.pid, root.exitcode);
+      telemetry_.GroupStopping("failure", restart_reason_, SIGTERM);
+      rdzv_->Failed(restart_reason_);
       StopWorkers(SIGTERM, [this] { AfterFailure(); });
       return;
     }
     if (LiveWorkers() == 0) {
       CloseAttempt();
+      telemetry_.GroupSucceeded();
       // The exit barrier: done once every node of the round is.
       state_ = State::kWaiting;
+      succeeded_ = true;
       rdzv_->Succeeded([this] { Finish(kExitSuccess); });
     }
   }
@@ -547,7 +709,7 @@ class LocalAgent::Impl {
     // The rendezvous counts the failed round against the job's budget and
     // answers with the next round or with the news that it is spent.
     state_ = State::kWaiting;
-    rdzv_->Ready();
+    AskForRound();
   }
 
   void ReportFinalFailure() {
@@ -583,6 +745,7 @@ class LocalAgent::Impl {
       Finish(128 + sig);
       return;
     }
+    telemetry_.GroupStopping("signal", "received " + proc::SignalName(sig), sig);
     StopWorkers(sig, [this, sig] {
       CloseAttempt();
       Finish(128 + sig);
@@ -621,6 +784,7 @@ class LocalAgent::Impl {
   // Ends an attempt: whatever is left of each worker's process group
   // (grandchildren) is killed, output is drained, files are closed.
   void CloseAttempt() {
+    if (timers_) timers_->Clear();
     for (auto& w : workers_) {
       if (w.pid > 0) {
         ::kill(-w.pid, SIGKILL);
@@ -638,6 +802,7 @@ class LocalAgent::Impl {
   void Finish(int code) {
     state_ = State::kDone;
     exit_code_ = code;
+    telemetry_.Shutdown(code);
     KillOrphans();
     grace_timer_.cancel();
     // A host lingers until the other nodes have read how the job ended; a
@@ -680,6 +845,9 @@ class LocalAgent::Impl {
   asio::steady_timer grace_timer_;
 
   std::optional<proc::Sentinel> sentinel_;
+  Telemetry telemetry_;
+  std::unique_ptr<FileTimerServer> timers_;  // the watchdog, when enabled
+  std::string watchdog_dir_;                 // its private directory, when we made one
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;
   bool stopped_ = false;  // Stop() ran: the loop is ending
   std::optional<rendezvous::Round> round_;
@@ -692,6 +860,11 @@ class LocalAgent::Impl {
   std::vector<std::string> shared_env_;
 
   State state_ = State::kWaiting;
+  bool succeeded_ = false;  // every worker exited 0; in the exit barrier
+  int attempts_ = 0;        // groups started by this agent
+  // Why the group is being restarted, for the next round's event.
+  std::string restart_cause_;
+  std::string restart_reason_;
   int pending_signal_ = 0;
   int exit_code_ = kExitLaunchError;
   std::vector<Worker> workers_;

@@ -1,5 +1,6 @@
 #include "common/net.h"
 
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -7,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace trun {
 
@@ -50,6 +53,36 @@ bool IsLocalAddress(const std::string& host) {
   }
   freeaddrinfo(res);
   return local;
+}
+
+Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, int port,
+                 std::string_view what) {
+  using asio::ip::tcp;
+  std::vector<std::pair<tcp::endpoint, bool>> candidates;  // endpoint, dual stack
+  const auto p = static_cast<uint16_t>(port);
+  if (host.empty() || host == "::") {
+    candidates = {{tcp::endpoint(asio::ip::address_v6::any(), p), true},
+                  {tcp::endpoint(asio::ip::address_v4::any(), p), false}};
+  } else {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(host, ec);
+    if (ec)
+      return Status::InvalidArgument(fmt::format("{}: '{}' is not an IP address", what, host));
+    candidates = {{tcp::endpoint(addr, p), false}};
+  }
+  std::error_code ec;
+  for (const auto& [ep, dual] : candidates) {
+    acceptor.close(ec);
+    ec.clear();
+    acceptor.open(ep.protocol(), ec);
+    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && dual) acceptor.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) return Status::OK();
+  }
+  return Status::IOError(fmt::format("{}: cannot listen on {}:{}: {}", what,
+                                     host.empty() ? "*" : host, port, ec.message()));
 }
 
 }  // namespace trun

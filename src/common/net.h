@@ -1,8 +1,13 @@
-// Host names as the launcher needs them.
-// Thread-safety: pure functions over the OS's resolver.
+// Host names as the launcher needs them, and listening sockets.
+// Thread-safety: pure functions over the OS's resolver; ListenTcp touches
+// only the acceptor it is given.
 #pragma once
 
+#include <asio.hpp>
 #include <string>
+#include <string_view>
+
+#include "common/status.h"
 
 namespace trun {
 
@@ -14,5 +19,13 @@ std::string FqdnHostname();
 // address a socket here can bind. torchrun's c10d backend asks the same to
 // decide which agent hosts the store.
 bool IsLocalAddress(const std::string& host);
+
+// Opens, binds (SO_REUSEADDR) and listens `acceptor` on `host`:`port`. ""
+// or "::" is every address, IPv6 and IPv4 at once (IPv4 alone where the
+// kernel has IPv6 off), as torch's libuv store listens; anything else must
+// be an IP literal. `what` names the server in errors: an InvalidArgument
+// for a host that is not an IP, an IOError for a port that cannot be bound.
+Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, int port,
+                 std::string_view what);
 
 }  // namespace trun

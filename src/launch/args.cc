@@ -41,7 +41,15 @@ constexpr OptionRow kOptions[] = {
      "Accepted for compatibility; trun sees worker exits as they happen."},
     {"--start-method,--start_method", "start_method",
      "spawn, fork or forkserver (function entrypoints only)."},
-    {"--event-log-handler,--event_log_handler", "event_log_handler", "null (default) or console."},
+    {"--event-log-handler,--event_log_handler", "event_log_handler",
+     "null (default) or console: the agent's events as JSON lines on stderr."},
+    {"--event-log-file,--event_log_file", "event_log_file",
+     "Append the agent's events to this file as JSON lines (also TRUN_EVENT_LOG)."},
+    {"--health-check-port,--health_check_port", "health_check_port",
+     "Serve /health and /metrics over HTTP on this port, 0 for a free one (also "
+     "TORCHELASTIC_HEALTH_CHECK_PORT)."},
+    {"--health-check-addr,--health_check_addr", "health_check_addr",
+     "The IP address the health server binds (default every address)."},
     {"--role", "role", "User-defined role of the workers (default default)."},
     {"-m,--module", "module", "Run the script as a Python module (python -m).", true},
     {"--no-python,--no_python", "no_python", "Run the script as a program, without python.", true},
@@ -375,6 +383,27 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
                         c.event_log_handler));
     }
   }
+  c.event_log_file = given("event_log_file") ? value("event_log_file") : Env("TRUN_EVENT_LOG");
+  std::string health_port = given("health_check_port") ? value("health_check_port")
+                                                       : Env("TORCHELASTIC_HEALTH_CHECK_PORT");
+  if (!health_port.empty()) {
+    auto n = ParseInt(health_port);
+    if (!n || *n < 0 || *n > 65535) {
+      p.Add(fmt::format("--health-check-port: expected a port 0-65535 (0: a free one), got '{}'",
+                        health_port));
+    } else {
+      c.health_check_port = static_cast<int>(*n);
+    }
+  }
+  if (given("health_check_addr")) {
+    c.health_check_addr = value("health_check_addr");
+    if (health_port.empty()) {
+      p.Add("--health-check-addr needs --health-check-port (or TORCHELASTIC_HEALTH_CHECK_PORT)");
+    }
+  }
+  // torch's LocalElasticAgent starts its watchdog for exactly "1".
+  c.file_timer = Env("TORCHELASTIC_ENABLE_FILE_TIMER") == "1";
+  c.timer_file = Env("TORCHELASTIC_TIMER_FILE");
   if (given("role")) c.role = value("role");
 
   bool module = flags["module"], no_python = flags["no_python"], run_path = flags["run_path"];

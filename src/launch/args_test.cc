@@ -154,5 +154,68 @@ TEST(ArgsTest, RdzvConf) {
   EXPECT_FALSE(Parse({"--rdzv-conf", "novalue", "--no-python", "true"}).ok());
 }
 
+// The observability flags and the variables behind them.
+class ObservabilityArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Clear(); }
+  void TearDown() override { Clear(); }
+  static void Clear() {
+    for (const char* v :
+         {"TRUN_EVENT_LOG", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_ENABLE_FILE_TIMER",
+          "TORCHELASTIC_TIMER_FILE", "PET_EVENT_LOG_FILE", "PET_HEALTH_CHECK_PORT"}) {
+      unsetenv(v);
+    }
+  }
+};
+
+TEST_F(ObservabilityArgsTest, OffByDefault) {
+  auto p = Parse({"--no-python", "true"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config.event_log_file, "");
+  EXPECT_FALSE(p->config.health_check_port);
+  EXPECT_FALSE(p->config.file_timer);
+}
+
+TEST_F(ObservabilityArgsTest, FlagsWinOverVariables) {
+  setenv("TRUN_EVENT_LOG", "/tmp/env.jsonl", 1);
+  setenv("TORCHELASTIC_HEALTH_CHECK_PORT", "8000", 1);
+  auto env = Parse({"--no-python", "true"});
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->config.event_log_file, "/tmp/env.jsonl");
+  EXPECT_EQ(env->config.health_check_port, 8000);
+  auto flags = Parse({"--event-log-file", "/tmp/flag.jsonl", "--health_check_port", "0",
+                      "--health-check-addr", "127.0.0.1", "--event-log-handler", "console",
+                      "--no-python", "true"});
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(flags->config.event_log_file, "/tmp/flag.jsonl");
+  EXPECT_EQ(flags->config.health_check_port, 0);
+  EXPECT_EQ(flags->config.health_check_addr, "127.0.0.1");
+  EXPECT_EQ(flags->config.event_log_handler, "console");
+}
+
+TEST_F(ObservabilityArgsTest, BadValuesAreUsageErrors) {
+  auto port = Parse({"--health-check-port", "http", "--no-python", "true"});
+  ASSERT_FALSE(port.ok());
+  EXPECT_NE(port.status().message().find("--health-check-port"), std::string::npos);
+  setenv("TORCHELASTIC_HEALTH_CHECK_PORT", "70000", 1);
+  EXPECT_FALSE(Parse({"--no-python", "true"}).ok());
+  unsetenv("TORCHELASTIC_HEALTH_CHECK_PORT");
+  auto addr = Parse({"--health-check-addr", "::1", "--no-python", "true"});
+  ASSERT_FALSE(addr.ok());
+  EXPECT_NE(addr.status().message().find("needs --health-check-port"), std::string::npos);
+  EXPECT_FALSE(Parse({"--event-log-handler", "file", "--no-python", "true"}).ok());
+}
+
+TEST_F(ObservabilityArgsTest, FileTimerAsTorchReadsIt) {
+  setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "true", 1);
+  EXPECT_FALSE(Parse({"--no-python", "true"})->config.file_timer);  // torch wants exactly 1
+  setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "1", 1);
+  setenv("TORCHELASTIC_TIMER_FILE", "/tmp/my_timer", 1);
+  auto p = Parse({"--no-python", "true"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->config.file_timer);
+  EXPECT_EQ(p->config.timer_file, "/tmp/my_timer");
+}
+
 }  // namespace
 }  // namespace trun::launch

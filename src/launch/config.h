@@ -52,6 +52,16 @@ struct LaunchConfig {
   double monitor_interval = 0.1;  // accepted; failure detection never waits for it
   std::string start_method = "spawn";
   std::string event_log_handler = "null";
+  // --event-log-file or TRUN_EVENT_LOG: events appended as JSON lines; "" for none.
+  std::string event_log_file;
+  // --health-check-port or TORCHELASTIC_HEALTH_CHECK_PORT (0: a free port):
+  // /health and /metrics over HTTP, bound to health_check_addr ("": every address).
+  std::optional<int> health_check_port;
+  std::string health_check_addr;
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: the watchdog, at TORCHELASTIC_TIMER_FILE
+  // ("": a fresh FIFO in a private directory under $TMPDIR).
+  bool file_timer = false;
+  std::string timer_file;
   std::string role = "default";
 
   EntrypointKind entrypoint_kind = EntrypointKind::kScript;

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -16,6 +17,12 @@
 namespace trun::store {
 
 using asio::ip::tcp;
+
+namespace {
+// ProcessStoreStats' counters.
+std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
+std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0};
+}  // namespace
 
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
  public:
@@ -198,6 +205,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     void Close() {
       if (closed) return;
       closed = true;
+      g_closed.fetch_add(1, std::memory_order_relaxed);
       std::error_code ec;
       socket.shutdown(tcp::socket::shutdown_both, ec);
       socket.close(ec);
@@ -226,6 +234,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
         self->connections_.insert(c);
+        g_accepted.fetch_add(1, std::memory_order_relaxed);
         c->Start();
         return self->Accept();
       }
@@ -251,6 +260,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
     if (c->closed) return;
     if (!why.empty()) {
+      g_dropped.fetch_add(1, std::memory_order_relaxed);
       std::error_code ec;
       auto ep = c->socket.remote_endpoint(ec);
       log::Warning(
@@ -393,6 +403,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
     current_conn_ = c->id;
+    g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
     std::string o;
     auto& a = r.args;
     switch (r.op) {
@@ -594,6 +605,16 @@ void StoreServerThread::RunOnLoop(const std::function<void(StoreServer&)>& fn) {
     done.set_value();
   });
   done.get_future().wait();
+}
+
+StoreStats ProcessStoreStats() {
+  StoreStats s;
+  for (size_t i = 0; i < kNumOps; ++i)
+    s.requests[i] = g_requests[i].load(std::memory_order_relaxed);
+  s.connections_accepted = g_accepted.load(std::memory_order_relaxed);
+  s.connections_closed = g_closed.load(std::memory_order_relaxed);
+  s.clients_dropped = g_dropped.load(std::memory_order_relaxed);
+  return s;
 }
 
 size_t RaiseOpenFileLimit() {

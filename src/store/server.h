@@ -14,7 +14,9 @@
 // one thread (StoreServerThread below gives it a thread of its own).
 #pragma once
 
+#include <array>
 #include <asio.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -107,6 +109,19 @@ class StoreServerThread {
   std::thread thread_;
   int port_ = 0;
 };
+
+// Totals over every StoreServer of this process, for the agent's /metrics:
+// the agent reaches its store only through the rendezvous, and a store taken
+// over after its host died is a new server whose counts must add up.
+// Thread-safety: any thread (relaxed atomic counters).
+inline constexpr size_t kNumOps = static_cast<size_t>(Op::kQueueLen) + 1;
+struct StoreStats {
+  std::array<uint64_t, kNumOps> requests{};  // handled, by Op
+  uint64_t connections_accepted = 0;
+  uint64_t connections_closed = 0;
+  uint64_t clients_dropped = 0;  // for breaking the protocol or a limit
+};
+StoreStats ProcessStoreStats();
 
 // Raises the soft open-file limit to the hard one, so that thousands of
 // clients can connect. Returns the new soft limit.

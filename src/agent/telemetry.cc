@@ -1,0 +1,352 @@
+#include "agent/telemetry.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "common/log.h"
+#include "proc/signals.h"
+#include "store/server.h"
+
+namespace trun::agent {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+ojson SignalOrNull(int sig) { return sig > 0 ? ojson(proc::SignalName(sig)) : ojson(nullptr); }
+
+const char* CauseName(FailureCause c) {
+  switch (c) {
+    case FailureCause::kExitCode:
+      return "exit_code";
+    case FailureCause::kSignal:
+      return "signal";
+    case FailureCause::kWatchdog:
+      return "watchdog";
+  }
+  return "exit_code";
+}
+
+// The declared metrics, in the order /metrics shows them.
+struct MetricRow {
+  const char* name;
+  MetricType type;
+  const char* help;
+};
+constexpr MetricRow kMetrics[] = {
+    {"trun_agent_info", MetricType::kGauge, "Always 1; the labels describe the agent."},
+    {"trun_group_healthy", MetricType::kGauge, "1 while /health answers 200, else 0."},
+    {"trun_round", MetricType::kGauge, "The current round (TORCHELASTIC_RESTART_COUNT)."},
+    {"trun_node_rank", MetricType::kGauge, "This node's rank in the current round."},
+    {"trun_world_size", MetricType::kGauge, "Workers in the current round, on every node."},
+    {"trun_workers", MetricType::kGauge, "This node's workers of the current attempt, by state."},
+    {"trun_worker_starts_total", MetricType::kCounter, "Workers this agent started."},
+    {"trun_worker_failures_total", MetricType::kCounter,
+     "Workers that failed the group, by cause (exit_code, signal, watchdog)."},
+    {"trun_restarts_total", MetricType::kCounter,
+     "Times this agent restarted its group, by cause (failure, peer_failure, membership)."},
+    {"trun_restarts_spent", MetricType::kGauge,
+     "Failed rounds counted against --max-restarts, job-wide."},
+    {"trun_rendezvous_duration_seconds", MetricType::kSummary,
+     "Time from asking the rendezvous for a round to getting it."},
+    {"trun_rendezvous_last_duration_seconds", MetricType::kGauge, "The last rendezvous' duration."},
+    {"trun_rendezvous_failures_total", MetricType::kCounter,
+     "Rendezvous that gave no round, by kind (timeout, error)."},
+    {"trun_store_requests_total", MetricType::kCounter,
+     "Requests this agent's store handled, by operation."},
+    {"trun_store_connections", MetricType::kGauge, "Clients connected to this agent's store."},
+    {"trun_store_connections_total", MetricType::kCounter, "Clients this agent's store accepted."},
+    {"trun_store_clients_dropped_total", MetricType::kCounter,
+     "Clients the store dropped for breaking the protocol or a limit."},
+    {"trun_log_bytes_total", MetricType::kCounter,
+     "Bytes of worker output that passed through the agent (teed streams), by stream."},
+    {"trun_watchdog_timers", MetricType::kGauge, "Watchdog timers held."},
+    {"trun_watchdog_requests_total", MetricType::kCounter,
+     "Watchdog requests, by result (set, released, rejected, malformed)."},
+    {"trun_watchdog_expired_total", MetricType::kCounter, "Watchdog timers that expired."},
+    {"trun_watchdog_signal_delay_seconds", MetricType::kSummary,
+     "Time from a timer's expiration to its signal."},
+    {"trun_http_responses_total", MetricType::kCounter,
+     "Responses of the health server, by status code."},
+    {"trun_http_timeouts_total", MetricType::kCounter,
+     "Health-server clients closed for not finishing in time."},
+    {"trun_http_evicted_total", MetricType::kCounter,
+     "Health-server clients closed to make room for a new one."},
+};
+
+}  // namespace
+
+bool IsHealthy(const GroupHealth& h) { return h.state == "HEALTHY" || h.state == "SUCCEEDED"; }
+
+std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
+  ojson workers = ojson::array();
+  for (const auto& w : h.workers) {
+    ojson j;
+    j["local_rank"] = w.local_rank;
+    j["rank"] = w.rank;
+    j["pid"] = w.pid;
+    j["state"] = w.state;
+    j["exitcode"] = w.exitcode ? ojson(*w.exitcode) : ojson(nullptr);
+    j["restarts"] = std::max(0, h.attempts - 1);
+    workers.push_back(std::move(j));
+  }
+  ojson j;
+  j["status"] = IsHealthy(h) ? "healthy" : "unhealthy";
+  j["state"] = h.state;
+  j["run_id"] = o.run_id;
+  j["hostname"] = o.hostname;
+  j["round"] = h.round ? ojson(*h.round) : ojson(nullptr);
+  j["node_rank"] = h.node_rank ? ojson(*h.node_rank) : ojson(nullptr);
+  j["restarts"] = h.restarts;
+  j["max_restarts"] = o.max_restarts;
+  j["workers"] = std::move(workers);
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
+                        std::function<GroupHealth()> health) {
+  options_ = std::move(options);
+  health_ = std::move(health);
+  auto sink = EventSink::Open(options_.console_events, options_.event_file);
+  if (!sink.ok()) return sink.status();
+  sink_ = std::move(*sink);
+  for (const auto& m : kMetrics) metrics_.Declare(m.name, m.type, m.help);
+  metrics_.Set("trun_agent_info", 1,
+               {{"run_id", options_.run_id}, {"role", options_.role}, {"version", TRUN_VERSION}});
+  if (options_.health_port) {
+    HttpServer::Options ho;
+    ho.host = options_.health_addr;
+    ho.port = *options_.health_port;
+    auto server = HttpServer::Start(io, ho, [this](const HttpRequest& req) { return Serve(req); });
+    if (!server.ok()) {
+      return Status::InvalidArgument(
+          server.status().code() == StatusCode::kInvalidArgument
+              ? fmt::format("{}; give --health-check-addr an IP such as 127.0.0.1 or ::",
+                            server.status().message())
+              : fmt::format("{}; pick another --health-check-port (0: a free one)",
+                            server.status().message()));
+    }
+    http_ = std::move(*server);
+    log::Info("health check at http://{}:{}/health, metrics at /metrics",
+              options_.health_addr.empty() ? options_.hostname : options_.health_addr,
+              http_->port());
+  }
+  return Status::OK();
+}
+
+int Telemetry::health_port() const { return http_ ? http_->port() : 0; }
+
+void Telemetry::Emit(std::string_view name, ojson fields) {
+  if (!sink_.enabled()) return;
+  ojson md;
+  md["run_id"] = options_.run_id;
+  md["hostname"] = options_.hostname;
+  md["agent_pid"] = ::getpid();
+  md["role"] = options_.role;
+  md["round"] = round_ ? ojson(round_->number) : ojson(nullptr);
+  md["node_rank"] = round_ ? ojson(round_->group_rank) : ojson(nullptr);
+  for (auto& [k, v] : fields.items()) md[k] = std::move(v);
+  sink_.Write(EncodeEvent(name, NowMs(), md));
+}
+
+void Telemetry::AgentStarted(const std::string& timer_file) {
+  Emit("trun.agent.started",
+       {{"version", TRUN_VERSION},
+        {"max_restarts", options_.max_restarts},
+        {"health_port", http_ ? ojson(http_->port()) : ojson(nullptr)},
+        {"timer_file", timer_file.empty() ? ojson(nullptr) : ojson(timer_file)}});
+}
+
+void Telemetry::RendezvousStarted() {
+  rdzv_started_ = std::chrono::steady_clock::now();
+  Emit("trun.rendezvous.started", ojson::object());
+}
+
+void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
+  double seconds =
+      rdzv_started_
+          ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *rdzv_started_).count()
+          : 0;
+  metrics_.Observe("trun_rendezvous_duration_seconds", seconds);
+  metrics_.Set("trun_rendezvous_last_duration_seconds", seconds);
+  metrics_.Set("trun_round", static_cast<double>(round.number));
+  metrics_.Set("trun_node_rank", round.group_rank);
+  metrics_.Set("trun_world_size", round.world_size());
+  metrics_.Set("trun_restarts_spent", static_cast<double>(round.failures));
+
+  std::optional<rendezvous::Round> previous = std::move(round_);
+  round_ = round;
+  ojson ids = ojson::array();
+  for (const auto& p : round.participants) ids.push_back(p.id);
+  Emit("trun.rendezvous.completed",
+       {{"nodes", round.participants.size()},
+        {"world_size", round.world_size()},
+        {"participants", ids},
+        {"store", fmt::format("{}:{}", round.store_addr, round.store_port)},
+        {"restarts", round.failures},
+        {"duration_ms", static_cast<int64_t>(seconds * 1000)}});
+
+  if (!previous) return;
+  std::set<std::string> before, after;
+  for (const auto& p : previous->participants) before.insert(p.id);
+  for (const auto& p : round.participants) after.insert(p.id);
+  if (before == after) return;
+  ojson joined = ojson::array(), left = ojson::array();
+  for (const auto& id : after) {
+    if (!before.count(id)) joined.push_back(id);
+  }
+  for (const auto& id : before) {
+    if (!after.count(id)) left.push_back(id);
+  }
+  Emit("trun.membership.changed",
+       {{"nodes", round.participants.size()}, {"joined", joined}, {"left", left}});
+}
+
+void Telemetry::RendezvousFailed(const Status& why) {
+  // The coordinator's timeout reaches the agent as its message.
+  const bool timeout =
+      why.code() == StatusCode::kTimeout || why.message().find("timed out") != std::string::npos;
+  metrics_.Add("trun_rendezvous_failures_total", 1, {{"kind", timeout ? "timeout" : "error"}});
+  Emit(timeout ? "trun.rendezvous.timed_out" : "trun.rendezvous.failed",
+       {{"reason", why.message()}});
+}
+
+void Telemetry::WorkerStarted(int local_rank, int rank, pid_t pid) {
+  metrics_.Add("trun_worker_starts_total", 1);
+  Emit("trun.worker.started", {{"local_rank", local_rank}, {"rank", rank}, {"pid", pid}});
+}
+
+void Telemetry::WorkerExited(int local_rank, int rank, pid_t pid, int exitcode, bool stopped,
+                             FailureCause cause) {
+  const bool failed = !stopped && exitcode != 0;
+  if (failed) metrics_.Add("trun_worker_failures_total", 1, {{"cause", CauseName(cause)}});
+  Emit("trun.worker.exited", {{"local_rank", local_rank},
+                              {"rank", rank},
+                              {"pid", pid},
+                              {"exitcode", exitcode},
+                              {"signal", SignalOrNull(exitcode < 0 ? -exitcode : 0)},
+                              {"outcome", failed    ? "failed"
+                                          : stopped ? "stopped"
+                                                    : "succeeded"},
+                              {"cause", failed ? ojson(CauseName(cause)) : ojson(nullptr)}});
+}
+
+void Telemetry::GroupStopping(std::string_view cause, std::string_view reason, int signal) {
+  Emit("trun.group.stopping",
+       {{"cause", cause}, {"reason", reason}, {"signal", SignalOrNull(signal)}});
+}
+
+void Telemetry::Restarting(std::string_view cause, std::string_view reason) {
+  metrics_.Add("trun_restarts_total", 1, {{"cause", std::string(cause)}});
+  Emit("trun.group.restarting", {{"cause", cause},
+                                 {"reason", reason},
+                                 {"restarts", round_ ? round_->failures : 0},
+                                 {"max_restarts", options_.max_restarts}});
+}
+
+void Telemetry::GroupSucceeded() { Emit("trun.group.succeeded", ojson::object()); }
+
+void Telemetry::GroupFailed(std::string_view reason) {
+  Emit("trun.group.failed", {{"reason", reason},
+                             {"restarts", round_ ? round_->failures : 0},
+                             {"max_restarts", options_.max_restarts}});
+}
+
+void Telemetry::WatchdogExpired(const TimerRequest& timer, int local_rank, double sent_at,
+                                int error) {
+  const double delay = std::max(0.0, sent_at - timer.expiration_time);
+  if (timer.signal > 0 && error == 0) metrics_.Observe("trun_watchdog_signal_delay_seconds", delay);
+  Emit("trun.watchdog.expired",
+       {{"pid", timer.pid},
+        {"local_rank", local_rank >= 0 ? ojson(local_rank) : ojson(nullptr)},
+        {"scope_id", timer.scope_id},
+        {"signal", SignalOrNull(timer.signal)},
+        {"expiration_time", timer.expiration_time},
+        {"signalled_at", sent_at},
+        {"delay_ms", delay * 1000},
+        {"error", error ? ojson(std::strerror(error)) : ojson(nullptr)}});
+}
+
+void Telemetry::Shutdown(int exit_code) {
+  const char* outcome = exit_code == 0    ? "succeeded"
+                        : exit_code == 1  ? "failed"
+                        : exit_code == 2  ? "usage_error"
+                        : exit_code < 128 ? "launch_error"
+                                          : "signal";
+  Emit("trun.agent.shutdown", {{"exit_code", exit_code},
+                               {"outcome", outcome},
+                               {"signal", SignalOrNull(exit_code > 128 ? exit_code - 128 : 0)}});
+}
+
+void Telemetry::Collect() {
+  GroupHealth h = health_();
+  metrics_.Set("trun_group_healthy", IsHealthy(h) ? 1 : 0);
+  for (const char* state : {"running", "succeeded", "failed", "stopped"}) {
+    int n = 0;
+    for (const auto& w : h.workers) n += w.state == state ? 1 : 0;
+    metrics_.Set("trun_workers", n, {{"state", state}});
+  }
+  store::StoreStats s = store::ProcessStoreStats();
+  for (size_t op = 0; op < store::kNumOps; ++op) {
+    metrics_.Set("trun_store_requests_total", static_cast<double>(s.requests[op]),
+                 {{"op", store::OpName(static_cast<store::Op>(op))}});
+  }
+  metrics_.Set("trun_store_connections",
+               static_cast<double>(s.connections_accepted - s.connections_closed));
+  metrics_.Set("trun_store_connections_total", static_cast<double>(s.connections_accepted));
+  metrics_.Set("trun_store_clients_dropped_total", static_cast<double>(s.clients_dropped));
+  metrics_.Set("trun_log_bytes_total", static_cast<double>(log_bytes_[0]), {{"stream", "stdout"}});
+  metrics_.Set("trun_log_bytes_total", static_cast<double>(log_bytes_[1]), {{"stream", "stderr"}});
+  if (timers_) {
+    FileTimerServer::Stats t = timers_->stats();
+    metrics_.Set("trun_watchdog_timers", static_cast<double>(t.active));
+    metrics_.Set("trun_watchdog_expired_total", static_cast<double>(t.expired));
+    const std::pair<const char*, uint64_t> results[] = {{"set", t.set},
+                                                        {"released", t.released},
+                                                        {"rejected", t.rejected},
+                                                        {"malformed", t.malformed}};
+    for (const auto& [result, n] : results) {
+      metrics_.Set("trun_watchdog_requests_total", static_cast<double>(n), {{"result", result}});
+    }
+  }
+  if (http_) {
+    const HttpServer::Stats& hs = http_->stats();
+    for (const auto& [code, n] : hs.responses) {
+      metrics_.Set("trun_http_responses_total", static_cast<double>(n),
+                   {{"code", std::to_string(code)}});
+    }
+    metrics_.Set("trun_http_timeouts_total", static_cast<double>(hs.timed_out));
+    metrics_.Set("trun_http_evicted_total", static_cast<double>(hs.evicted));
+  }
+}
+
+HttpResponse Telemetry::Serve(const HttpRequest& req) {
+  HttpResponse r;
+  if (req.path == "/health") {
+    GroupHealth h = health_();
+    r.status = IsHealthy(h) ? 200 : 503;
+    r.content_type = "application/json";
+    r.body = EncodeHealth(h, options_) + "\n";
+  } else if (req.path == "/metrics") {
+    Collect();
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_.Render();
+  } else if (req.path == "/") {
+    r.body = "trun agent: /health (200 while the worker group is healthy, else 503), /metrics\n";
+  } else {
+    r.status = 404;
+    r.body = "not found; try /health or /metrics\n";
+  }
+  return r;
+}
+
+}  // namespace trun::agent

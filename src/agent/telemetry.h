@@ -1,0 +1,123 @@
+// Telemetry: what the agent tells about itself. The agent's state machine
+// (agent.cc) calls one method per transition; each writes that transition's
+// event (events.h) and moves its metrics (metrics.h). When asked for, an
+// HTTP server (http.h) on the same loop answers /health from the agent's
+// state, read through a callback at request time, and /metrics. Names,
+// fields and the health document are in docs/events.md.
+//
+// Thread-safety: the agent's loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/events.h"
+#include "agent/file_timer.h"
+#include "agent/http.h"
+#include "agent/metrics.h"
+#include "common/status.h"
+#include "rendezvous/rendezvous.h"
+
+namespace trun::agent {
+
+struct TelemetryOptions {
+  bool console_events = false;  // --event-log-handler console
+  std::string event_file;       // --event-log-file / TRUN_EVENT_LOG
+  std::optional<int> health_port;
+  std::string health_addr;
+  std::string run_id;
+  std::string role;
+  std::string hostname;
+  int max_restarts = 0;
+};
+
+// The agent's state as /health shows it.
+struct WorkerHealth {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  std::string state;  // running | succeeded | failed | stopped
+  std::optional<int> exitcode;
+};
+struct GroupHealth {
+  // torch's WorkerState names: INIT (waiting for a round), HEALTHY,
+  // UNHEALTHY (stopping after a failure or the round's end), STOPPED (on a
+  // signal), SUCCEEDED, FAILED.
+  std::string state = "INIT";
+  std::optional<int64_t> round;
+  std::optional<int> node_rank;
+  int64_t restarts = 0;  // failed rounds, job-wide
+  int attempts = 0;      // groups this agent started
+  std::vector<WorkerHealth> workers;
+};
+
+// 200 (healthy) or 503, and the JSON body.
+bool IsHealthy(const GroupHealth& h);
+std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o);
+
+// Why a worker's exit failed the group.
+enum class FailureCause { kExitCode, kSignal, kWatchdog };
+
+class Telemetry {
+ public:
+  // Opens the event sink and starts the HTTP server when a port is given.
+  // A file that cannot be opened or an address that is not an IP is an
+  // InvalidArgument; a port that cannot be bound an IOError.
+  Status Start(asio::io_context& io, TelemetryOptions options, std::function<GroupHealth()> health);
+  // The port /health is served on; 0 when it is not.
+  int health_port() const;
+  // The watchdog, whose counters /metrics shows; null when there is none.
+  void set_timer_server(const FileTimerServer* timers) { timers_ = timers; }
+
+  void AgentStarted(const std::string& timer_file);
+  void RendezvousStarted();
+  void RendezvousCompleted(const rendezvous::Round& round);
+  // The rendezvous gave no round: it timed out or failed.
+  void RendezvousFailed(const Status& why);
+  void WorkerStarted(int local_rank, int rank, pid_t pid);
+  // `stopped`: the agent had asked it to stop. `cause` matters only for a
+  // failure (not stopped, exit code not 0).
+  void WorkerExited(int local_rank, int rank, pid_t pid, int exitcode, bool stopped,
+                    FailureCause cause);
+  // The agent stops its workers: cause is failure | round_ended | signal |
+  // launch_error.
+  void GroupStopping(std::string_view cause, std::string_view reason, int signal);
+  // A new round starts the group again; cause is failure, peer_failure or
+  // membership.
+  void Restarting(std::string_view cause, std::string_view reason);
+  void GroupSucceeded();
+  void GroupFailed(std::string_view reason);
+  void WatchdogExpired(const TimerRequest& timer, int local_rank, double sent_at, int error);
+  void Shutdown(int exit_code);
+  // Bytes of worker output that passed through the agent.
+  void LogBytes(bool is_stderr, size_t n) { log_bytes_[is_stderr ? 1 : 0] += n; }
+
+ private:
+  void Emit(std::string_view name, nlohmann::ordered_json fields);
+  HttpResponse Serve(const HttpRequest& req);
+  // Copies counters kept elsewhere (store, watchdog, HTTP, logs) into the
+  // registry, just before it is rendered.
+  void Collect();
+
+  TelemetryOptions options_;
+  std::function<GroupHealth()> health_;
+  EventSink sink_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<HttpServer> http_;
+  const FileTimerServer* timers_ = nullptr;
+  std::optional<rendezvous::Round> round_;
+  std::optional<std::chrono::steady_clock::time_point> rdzv_started_;
+  uint64_t log_bytes_[2] = {0, 0};
+};
+
+}  // namespace trun::agent

@@ -1,0 +1,126 @@
+#include "agent/telemetry.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace trun::agent {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(HealthTest, EncodesTheGroup) {
+  GroupHealth h;
+  h.state = "HEALTHY";
+  h.round = 3;
+  h.node_rank = 1;
+  h.restarts = 2;
+  h.attempts = 3;
+  h.workers = {{0, 4, 100, "running", std::nullopt}, {1, 5, 101, "failed", -9}};
+  TelemetryOptions o;
+  o.run_id = "job";
+  o.hostname = "node1";
+  o.max_restarts = 5;
+  EXPECT_TRUE(IsHealthy(h));
+  auto j = json::parse(EncodeHealth(h, o));
+  EXPECT_EQ(j["status"], "healthy");
+  EXPECT_EQ(j["state"], "HEALTHY");
+  EXPECT_EQ(j["run_id"], "job");
+  EXPECT_EQ(j["round"], 3);
+  EXPECT_EQ(j["node_rank"], 1);
+  EXPECT_EQ(j["restarts"], 2);
+  EXPECT_EQ(j["max_restarts"], 5);
+  ASSERT_EQ(j["workers"].size(), 2u);
+  EXPECT_EQ(j["workers"][0], json::parse(R"({"local_rank":0,"rank":4,"pid":100,)"
+                                         R"("state":"running","exitcode":null,"restarts":2})"));
+  EXPECT_EQ(j["workers"][1]["exitcode"], -9);
+
+  GroupHealth init;
+  EXPECT_FALSE(IsHealthy(init));
+  auto k = json::parse(EncodeHealth(init, o));
+  EXPECT_EQ(k["status"], "unhealthy");
+  EXPECT_TRUE(k["round"].is_null());
+  EXPECT_TRUE(k["workers"].empty());
+  for (const char* s : {"UNHEALTHY", "STOPPED", "FAILED"}) {
+    init.state = s;
+    EXPECT_FALSE(IsHealthy(init)) << s;
+  }
+  init.state = "SUCCEEDED";
+  EXPECT_TRUE(IsHealthy(init));
+}
+
+rendezvous::Round MakeRound(int64_t number, std::vector<std::string> ids, int64_t failures) {
+  rendezvous::Round r;
+  r.number = number;
+  r.failures = failures;
+  for (auto& id : ids) r.participants.push_back({id, "10.0.0.1", 2});
+  r.store_addr = "10.0.0.1";
+  r.store_port = 29500;
+  return r;
+}
+
+TEST(TelemetryTest, WritesEachTransitionAndCountsIt) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("telemetry_test_" + std::to_string(getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  asio::io_context io;
+  Telemetry t;
+  TelemetryOptions o;
+  o.event_file = path.string();
+  o.run_id = "job";
+  o.role = "trainer";
+  o.hostname = "node1";
+  o.max_restarts = 3;
+  ASSERT_TRUE(t.Start(io, o, [] { return GroupHealth{}; }).ok());
+  EXPECT_EQ(t.health_port(), 0);
+
+  t.AgentStarted("");
+  t.RendezvousStarted();
+  t.RendezvousCompleted(MakeRound(0, {"a", "b"}, 0));
+  t.WorkerStarted(0, 2, 100);
+  t.WorkerExited(0, 2, 100, -9, false, FailureCause::kWatchdog);
+  t.GroupStopping("failure", "rank 2 exited with -9", SIGTERM);
+  t.RendezvousStarted();
+  t.RendezvousCompleted(MakeRound(1, {"b", "c"}, 1));
+  t.Restarting("failure", "rank 2 exited with -9");
+  t.RendezvousFailed(Status::Internal("rendezvous 'job' timed out after 600 s (join_timeout)"));
+  t.Shutdown(143);
+
+  std::ifstream in(path);
+  std::vector<json> events;
+  for (std::string line; std::getline(in, line);) events.push_back(json::parse(line));
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e["name"]);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{
+                "trun.agent.started", "trun.rendezvous.started", "trun.rendezvous.completed",
+                "trun.worker.started", "trun.worker.exited", "trun.group.stopping",
+                "trun.rendezvous.started", "trun.rendezvous.completed", "trun.membership.changed",
+                "trun.group.restarting", "trun.rendezvous.timed_out", "trun.agent.shutdown"}));
+  for (const auto& e : events) {
+    EXPECT_EQ(e["source"], "AGENT");
+    EXPECT_GT(e["timestamp"].get<int64_t>(), 0);
+    EXPECT_EQ(e["metadata"]["run_id"], "job");
+    EXPECT_EQ(e["metadata"]["role"], "trainer");
+    EXPECT_EQ(e["metadata"]["agent_pid"], getpid());
+  }
+  EXPECT_TRUE(events[0]["metadata"]["round"].is_null());
+  const auto& exited = events[4]["metadata"];
+  EXPECT_EQ(exited["signal"], "SIGKILL");
+  EXPECT_EQ(exited["outcome"], "failed");
+  EXPECT_EQ(exited["cause"], "watchdog");
+  EXPECT_EQ(exited["round"], 0);
+  const auto& membership = events[8]["metadata"];
+  EXPECT_EQ(membership["joined"], json::array({"c"}));
+  EXPECT_EQ(membership["left"], json::array({"a"}));
+  EXPECT_EQ(events[9]["metadata"]["restarts"], 1);
+  EXPECT_EQ(events[11]["metadata"]["outcome"], "signal");
+  EXPECT_EQ(events[11]["metadata"]["signal"], "SIGTERM");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace trun::agent
