@@ -846,12 +846,18 @@ int Main(int argc, char** argv) {
                     "The server's process: report its CPU time (and for load, its RSS growth)");
     sub->add_flag("--json", o.json, "Print one JSON object");
   };
+  // The modes that run for a time: how many connections, how long, after
+  // how long a warm-up.
+  auto timed = [&](CLI::App* sub, const char* count_flag, size_t& count, double& seconds,
+                   double& warmup) {
+    common(sub);
+    sub->add_option(count_flag, count, "Connections")->check(CLI::Range(1, 1000000));
+    sub->add_option("--seconds", seconds, "Seconds measured");
+    sub->add_option("--warmup", warmup, "Seconds run before measuring");
+  };
   LoadOptions lo;
   auto* load = app.add_subcommand("load", "latency of SET/GET/ADD with many connections open");
-  common(load);
-  load->add_option("--conns", lo.conns, "Connections")->check(CLI::Range(1, 1000000));
-  load->add_option("--seconds", lo.seconds, "Seconds measured");
-  load->add_option("--warmup", lo.warmup, "Seconds run before measuring");
+  timed(load, "--conns", lo.conns, lo.seconds, lo.warmup);
   load->add_option("--rate", lo.rate, "Requests per second, all connections together; 0: closed");
   load->add_option("--value-bytes", lo.value_bytes, "Size of each SET's value");
   BarrierOptions bo;
@@ -868,10 +874,7 @@ int Main(int argc, char** argv) {
                       "Spread the clients' ADDs evenly over this many ms (default: all at once)");
   OpsOptions po;
   auto* ops = app.add_subcommand("ops", "set+get operations per second");
-  common(ops);
-  ops->add_option("--clients", po.clients, "Clients")->check(CLI::Range(1, 1000000));
-  ops->add_option("--seconds", po.seconds, "Seconds measured");
-  ops->add_option("--warmup", po.warmup, "Seconds run before measuring");
+  timed(ops, "--clients", po.clients, po.seconds, po.warmup);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
