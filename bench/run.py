@@ -200,7 +200,7 @@ def bench_store(a, tmp):
         # 10,000 connections against trun's store: memory per idle
         # connection (on the fresh server), latency paced and saturated.
         conns, seconds = (2000, 3) if a.quick else (10000, 10)
-        rate = conns * 2
+        rate = conns  # each connection once a second
         paced = run("trun", servers, "load", "--conns", conns, "--seconds", seconds,
                     "--rate", rate)
         closed = run("trun", servers, "load", "--conns", conns, "--seconds", seconds)
@@ -225,7 +225,8 @@ def bench_store(a, tmp):
             lat = ", ".join(f"{op.upper()} {theirs[op]['p50_us'] / 1e3:.2f}/"
                             f"{theirs[op]['p99_us'] / 1e3:.2f}" for op in ("set", "get", "add"))
             rows.append((f"store: {conns:,} connections paced at {rate:,} req/s, p50/p99 ms: "
-                         "torch", f"{lat} ({theirs['ops_per_second']:,.0f} ops/s)", ""))
+                         "torch", f"{lat} ({theirs['ops_per_second']:,.0f} ops/s; server waited for "
+                         f"a CPU {theirs['server_wait_fraction'] * 100:.0f}% of the time)", ""))
 
         # set+get operations per second, trun and torch in turn; last, with
         # each request in one write (as torch 2.x's client sends them).
@@ -315,20 +316,26 @@ NOTES = """
     its first answer.
   - 10,000 connections: memory is the fresh server's RSS growth divided by
     the connections, idle. Each connection sends SET, GET and ADD in turn;
-    SET has no reply, so it is timed to a CHECK sent behind it. Paced: all
-    together at 2 requests per connection per second; closed loop: each sends
-    its next request when the last is answered (latency is then queueing).
+    SET has no reply, so it is timed to a CHECK sent behind it. Paced: each
+    connection once a second, spread evenly; closed loop: each sends its next
+    request when the last is answered (latency is then queueing).
   - Reading the barrier rows: on one 2-core machine the kernel's loopback TCP
-    work per message is most of either server's CPU (about 80% in perf), and
+    work per message is most of either server's CPU (75-95% in perf), and
     the client's side costs as much as the server's, so the two designs show
-    little in wall time, and torch's poll() server grows linearly too. The
-    0.13 / 1.3 / 7.8 s for 200 / 1,000 / 2,000 clients seen before came from
-    driving it with torch's Python client, a thread per client: torch's server
-    reads a request field by field with blocking reads, and stalls whenever
-    the thread that wrote an opcode waits for the GIL before writing the
-    rest. Where the servers differ here: connecting (torch accepts one
-    connection per poll() over every socket), server CPU when clients arrive
-    spread out (a poll() over every socket per request), and memory.
+    little in wall time: both grow 12-18x from 200 to 2,000 clients across
+    runs, torch's not consistently worse. The 0.13 / 1.3 / 7.8 s for 200 /
+    1,000 / 2,000 clients seen before were bound by torch's Python client (a
+    thread per client under one GIL; trun's store took as long under it), and
+    swung between runs: reruns gave torch 0.44 s and 0.60 s for 1,000 and
+    2,000 clients.
+  - Where the servers differ: connecting (torch's server accepts one
+    connection per poll() over every socket, so opening N costs N^2); server
+    CPU when clients arrive spread out, and latency with 10,000 connections
+    open (a poll() over every socket per wakeup); requests written whole, as
+    torch 2.x's client sends them (trun reads each in one go, torch field by
+    field). torch's server holds less per idle connection (a pollfd and a
+    descriptor; trun's, a connection object with a 512-byte read buffer and
+    asio's state).
   - Other work on this machine (shared by several builds) shows as the server
     waiting for a CPU; latencies then are the machine's as much as the
     server's.
