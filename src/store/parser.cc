@@ -221,6 +221,11 @@ RequestParser::Result RequestParser::Next(Request* out) {
   cur_off_ = 0;
   cur_arg_bytes_ = 0;
   in_message_ = false;
+  if (pos_ == buf_.size()) {
+    pos_ = 0;
+    buf_.clear();
+    if (buf_.capacity() > kKeepBufferBytes) std::string().swap(buf_);
+  }
   *out = std::move(cur_);
   return Result::kRequest;
 }

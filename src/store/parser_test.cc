@@ -265,5 +265,22 @@ TEST(ParserTest, ALargeValueInSmallPiecesIsParsedOnce) {
   EXPECT_EQ(p.buffered(), 0u);
 }
 
+TEST(ParserTest, ABufferGrownForALargeMessageIsGivenBack) {
+  RequestParser p;
+  std::string value(1 << 20, 'v');
+  // Whole, and in pieces that leave a partial field buffered each time.
+  for (size_t chunk : {size_t{1} << 21, size_t{1000}}) {
+    auto reqs =
+        ParseAll(Op1(v1::kSet) + Str("k") + Str(value) + Op1(v1::kGet) + Str("k"), chunk, p);
+    ASSERT_EQ(reqs.size(), 2u);
+    EXPECT_EQ(reqs[0].args[1], value);
+    EXPECT_LE(p.allocated(), kKeepBufferBytes);
+  }
+  // Small messages keep their buffer: no allocation per message.
+  auto reqs = ParseAll(Op1(v1::kGet) + Str(std::string(100, 'k')), 1000, p);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_GT(p.allocated(), 100u);
+}
+
 }  // namespace
 }  // namespace trun::store

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -107,6 +108,12 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return CompareSet(key, expected, std::move(desired));
   }
 
+  size_t connection_buffer_bytes() const {
+    size_t n = 0;
+    for (const auto& c : connections_) n += c->BufferBytes();
+    return n;
+  }
+
   size_t num_wait_index_entries() const {
     size_t n = 0;
     for (const auto& [key, list] : waiters_) n += list.waiters.size();
@@ -142,35 +149,66 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
           parser(server.options_.limits),
           id(++server.last_conn_id_) {}
 
-    void Start() { Read(); }
-
-    void Read() {
-      socket.async_read_some(
-          asio::buffer(buf, sizeof buf), [self = shared_from_this()](std::error_code ec, size_t n) {
-            if (ec) {
-              bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
-                           ec == asio::error::connection_reset;
-              self->server.Drop(self, quiet ? "" : ec.message());
-              return;
-            }
-            self->OnBytes(n);
-          });
+    void Start() {
+      // A read that fills the small buffer is followed by reads that must
+      // fail rather than wait when the socket is empty (OnBytes).
+      std::error_code ec;
+      socket.non_blocking(true, ec);
+      Read();
     }
 
+    void Read() {
+      socket.async_read_some(asio::buffer(buf, sizeof buf),
+                             [self = shared_from_this()](std::error_code ec, size_t n) {
+                               if (ec) return self->OnReadError(ec);
+                               self->OnBytes(n);
+                             });
+    }
+
+    void OnReadError(std::error_code ec) {
+      bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
+                   ec == asio::error::connection_reset;
+      server.Drop(shared_from_this(), quiet ? "" : ec.message());
+    }
+
+    // Each connection reads into a small buffer of its own: an idle one
+    // then holds little, which is what thousands of them mostly are. A read
+    // that filled it may have left more behind; that is read at once
+    // through the server's large buffer until the socket is empty, or for
+    // at most 16 of those reads (1 MiB) before the other connections get
+    // their turn.
     void OnBytes(size_t n) {
-      if (closed) return;
-      if (!parser.Append(buf, n)) return server.Drop(shared_from_this(), parser.error());
+      if (!Consume(buf, n)) return;
+      bool more = n == sizeof buf;
+      for (int turn = 0; more && turn < 16; ++turn) {
+        std::error_code ec;
+        size_t k = socket.read_some(asio::buffer(server.read_buf_), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+        if (ec) return OnReadError(ec);
+        if (!Consume(server.read_buf_.data(), k)) return;
+        more = k == server.read_buf_.size();
+      }
+      Read();
+    }
+
+    // Parses and handles what arrived; false when the connection is gone.
+    bool Consume(const char* data, size_t n) {
+      if (closed) return false;
+      if (!parser.Append(data, n)) {
+        server.Drop(shared_from_this(), parser.error());
+        return false;
+      }
       Request req;
       while (true) {
         auto r = parser.Next(&req);
-        if (r == RequestParser::Result::kNeedMore) break;
+        if (r == RequestParser::Result::kNeedMore) return true;
         if (r == RequestParser::Result::kError) {
-          return server.Drop(shared_from_this(), parser.error());
+          server.Drop(shared_from_this(), parser.error());
+          return false;
         }
         server.Handle(shared_from_this(), req);
-        if (closed) return;
+        if (closed) return false;
       }
-      Read();
     }
 
     // Queues reply bytes; one write is in flight at a time, and everything
@@ -193,6 +231,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
           socket, asio::buffer(sending), [self = shared_from_this()](std::error_code ec, size_t) {
             self->writing = false;
             self->sending.clear();
+            if (self->sending.capacity() > kKeepBufferBytes) std::string().swap(self->sending);
             if (ec) {
               bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
                            ec == asio::error::connection_reset;
@@ -211,13 +250,18 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       socket.close(ec);
     }
 
+    // What this connection's buffers hold, capacity included.
+    size_t BufferBytes() const {
+      return sizeof buf + parser.allocated() + out.capacity() + sending.capacity();
+    }
+
     Impl& server;
     // Handlers still queued after the server is destroyed must find it.
     std::shared_ptr<Impl> keep_server;
     tcp::socket socket;
     RequestParser parser;
     const uint64_t id;
-    char buf[16 * 1024];
+    char buf[512];
     std::string out, sending;
     bool writing = false;
     bool closed = false;
@@ -532,6 +576,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   ServerOptions options_;
+  // Shared by every connection for the reads after a full small buffer;
+  // one thread, and the bytes are copied into the parser before anything
+  // else runs.
+  std::array<char, 64 * 1024> read_buf_;
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
   bool out_of_descriptors_ = false;
@@ -563,6 +611,7 @@ size_t StoreServer::num_keys() const { return impl_->num_keys(); }
 size_t StoreServer::num_connections() const { return impl_->num_connections(); }
 size_t StoreServer::num_waits() const { return impl_->num_waits(); }
 size_t StoreServer::num_wait_index_entries() const { return impl_->num_wait_index_entries(); }
+size_t StoreServer::connection_buffer_bytes() const { return impl_->connection_buffer_bytes(); }
 void StoreServer::Observe(std::string prefix, Observer observer,
                           std::function<void(uint64_t)> on_disconnect) {
   impl_->Observe(std::move(prefix), std::move(observer), std::move(on_disconnect));

@@ -60,6 +60,8 @@ class StoreServer {
   // never unboundedly). For tests.
   size_t num_waits() const;
   size_t num_wait_index_entries() const;
+  // Bytes the connections' buffers hold, capacity included. For tests.
+  size_t connection_buffer_bytes() const;
 
   // The rendezvous coordinator lives beside the server, on its loop, and
   // learns of its nodes' messages as they arrive instead of polling.

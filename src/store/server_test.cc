@@ -395,6 +395,42 @@ TEST_F(ServerTest, AClientThatNeverReadsIsDropped) {
   EXPECT_TRUE(c.Ping().ok());
 }
 
+TEST_F(ServerTest, ConnectionsGiveBackBuffersGrownForALargeValue) {
+  // Every client SETs and GETs a 512 KiB value once, then idles: each
+  // connection's input and reply buffers must shrink back, or thousands of
+  // idle ranks would hold a copy or two of the value each.
+  constexpr int kClients = 8;
+  std::string value(512 * 1024, 'v');
+  std::vector<StoreClient> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(Connect());
+    ASSERT_TRUE(clients.back().Set("big", value).ok());
+    EXPECT_EQ(*clients.back().Get("big"), value);
+  }
+  // The last reply's write completes on the server's loop a moment after
+  // the client has read it.
+  size_t bytes = 0;
+  EXPECT_TRUE(Eventually([&] {
+    server_->RunOnLoop([&](StoreServer& s) { bytes = s.connection_buffer_bytes(); });
+    return bytes <= kClients * 4 * kKeepBufferBytes;
+  })) << bytes;
+}
+
+TEST_F(ServerTest, PipelinedRequestsLongerThanOneReadAreAllServed) {
+  // 20000 GETNUMKEYS in one write: far more than a connection's own read
+  // buffer, read through the shared one; every reply comes, in order.
+  Raw r(port());
+  constexpr int kRequests = 20000;
+  ASSERT_TRUE(r.Send(std::string(kRequests, static_cast<char>(v1::kGetNumKeys))));
+  std::string replies = r.Recv(8 * kRequests);
+  ASSERT_EQ(replies.size(), 8u * kRequests);
+  EXPECT_EQ(replies, [] {
+    std::string s;
+    for (int i = 0; i < kRequests; ++i) s += U64(0);
+    return s;
+  }());
+}
+
 TEST_F(ServerTest, DualStackListensOnIpv4AndIpv6) {
   Start({}, 1 << 20, "::");
   Raw v4(port());
