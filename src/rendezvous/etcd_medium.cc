@@ -305,8 +305,11 @@ class EtcdMedium final : public Medium {
     s_->etcd.timeout = o.heartbeat_timeout;
     s_->prefix = fmt::format("{}/trun/{}/", o.etcd_prefix, o.run_id);
     s_->coord_key = s_->prefix + "coord";
-    s_->ttl = std::chrono::seconds(std::max<int64_t>(
-        2, (o.heartbeat_timeout.count() + 999) / 1000));  // etcd's minimum is about 2 s
+    // etcd looks for expired leases every 500 ms, so a lease of the timeout
+    // less that (in whole seconds; etcd's minimum is 2 s) is found expired
+    // within the heartbeat timeout.
+    s_->ttl = std::chrono::seconds(
+        std::max<int64_t>(2, (o.heartbeat_timeout.count() - 500) / 1000));
   }
 
   Status Start() override {
