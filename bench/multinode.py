@@ -11,6 +11,7 @@ c10d at --monitor_interval 0.1 where torchrun can do the same thing.
 
 Used by bench/run.py (`--only job8 rdzv recovery`).
 """
+import contextlib
 import os
 import pathlib
 import signal
@@ -60,21 +61,47 @@ def job8(a, tmp, torchrun, env):
 def rdzv(a, tmp):
     scale = str(pathlib.Path(a.trun).parent / "rdzv_scale")
     env = dict(os.environ, TRUN_LOG_LEVEL="error")
-    rows, prev = [], None
-    for n in (10, 100, 250, 500, 1000):
-        runs = []
-        for _ in range(1 if a.quick else 3):
-            out = subprocess.run([scale, str(n), "c10d", str(free_port())], env=env,
-                                 capture_output=True, text=True, timeout=600)
-            if out.returncode != 0:
-                raise SystemExit(f"bench: rdzv_scale {n}: {out.stderr[-2000:]}")
-            runs.append(float(out.stdout))
-        t = statistics.median(runs)
-        growth = f" ({t / prev[1]:.1f}x for {n / prev[0]:.1f}x the agents)" if prev else ""
-        rows.append((f"rendezvous of {n} agents (c10d, one process)", f"{t * 1e3:.0f} ms{growth}",
-                     "<= 2 s" if n == 1000 else ""))
-        prev = (n, t)
+
+    def series(backend, endpoint, sizes, target):
+        rows, prev = [], None
+        for n in sizes:
+            runs = []
+            for _ in range(1 if a.quick else 3):
+                out = subprocess.run([scale, str(n), backend, endpoint()], env=env,
+                                     capture_output=True, text=True, timeout=600)
+                if out.returncode != 0:
+                    raise SystemExit(f"bench: rdzv_scale {n} {backend}: {out.stderr[-2000:]}")
+                runs.append(float(out.stdout))
+            t = statistics.median(runs)
+            growth = f" ({t / prev[1]:.1f}x for {n / prev[0]:.1f}x the agents)" if prev else ""
+            rows.append((f"rendezvous of {n} agents ({backend}, one process)",
+                         f"{t * 1e3:.0f} ms{growth}", target if n == 1000 else ""))
+            prev = (n, t)
+        return rows
+
+    rows = series("c10d", lambda: str(free_port()), (10, 100, 250, 500, 1000), "<= 2 s")
+    with etcd_server(tmp) as endpoint:
+        if endpoint:
+            rows += series("etcd", lambda: endpoint, (10, 100, 1000), "")
     return rows
+
+
+@contextlib.contextmanager
+def etcd_server(tmp):
+    """A real etcd on loopback (tools/etcd-server) for the block; its
+    endpoint, or None (with a note) where it cannot start."""
+    etcd_dir = tmp / f"etcd{time.time_ns()}"
+    port = free_port()
+    up = subprocess.run([str(ROOT / "tools" / "etcd-server"), "up", str(etcd_dir), str(port),
+                         "127.0.0.1", str(free_port())], capture_output=True, text=True)
+    if up.returncode != 0:
+        print(f"bench: no etcd ({up.stderr.strip()}); etcd rows skipped", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(ROOT / "tools" / "etcd-server"), "down", str(etcd_dir)])
 
 
 def stamps(path):
@@ -141,27 +168,19 @@ def recovery(a, tmp, build_c, env):
                               for _ in range(runs))
         rows.append((f"recovery, {label}, heartbeat_timeout 1 s", f"{t:.0f} ms", target))
 
-    etcd_dir = tmp / "etcd"
-    port = free_port()
-    up = subprocess.run([str(ROOT / "tools" / "etcd-server"), "up", str(etcd_dir), str(port),
-                         "127.0.0.1", str(free_port())], capture_output=True, text=True)
-    if up.returncode != 0:
-        print(f"bench: recovery: no etcd ({up.stderr.strip()}); etcd rows skipped",
-              file=sys.stderr)
-        return rows
-    try:
+    with etcd_server(tmp) as endpoint:
+        if not endpoint:
+            return rows
         for label, victim in (("etcd, kill -9 of an agent", "ordinary"),
                               ("etcd, kill -9 of the coordinating agent", "host")):
             def etcd_args():
-                return ["--rdzv-backend", "etcd", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                return ["--rdzv-backend", "etcd", "--rdzv-endpoint", endpoint,
                         "--rdzv-id", f"rec{time.time_ns()}", "--rdzv-conf",
                         "heartbeat_interval=0.5,heartbeat_timeout=3,last_call_timeout=5"]
             t = statistics.median(recover_once(a, tmp, stamp, etcd_args(), "kill", victim, env)
                                   for _ in range(runs))
             rows.append((f"recovery, {label}, heartbeat_timeout 3 s (a 2 s lease)",
                          f"{t:.0f} ms", "<= 3 s + 100 ms"))
-    finally:
-        subprocess.run([str(ROOT / "tools" / "etcd-server"), "down", str(etcd_dir)])
     return rows
 
 
@@ -173,7 +192,8 @@ NOTES = """
   agent is a real Rendezvous made from real launch flags, with its own loop,
   threads and store connections, all in one process on these 2 cores, so the
   total work of N agents (each reads an N-node round) shares 2 cores; on N
-  hosts each agent's share runs in parallel.
+  hosts each agent's share runs in parallel. The etcd rows share the same 2
+  cores with etcd itself, whose every write is a raft commit with fsync.
 - recovery: median of 5; from the signal to the survivor's new worker's
   first instruction (its clock_gettime). kill -9 closes the dead agent's
   connections, so the store's host knows at once; SIGSTOP leaves them open

@@ -209,6 +209,16 @@ Result<int64_t> EtcdClient::Put(const std::string& key, const std::string& value
   return Int((*j)["header"], "revision");
 }
 
+Status EtcdClient::PutMany(const std::vector<std::pair<std::string, std::string>>& kvs,
+                           int64_t lease) {
+  if (kvs.size() > kMaxOps) {
+    return Status::InvalidArgument(fmt::format("etcd: {} puts in one transaction", kvs.size()));
+  }
+  json success = json::array();
+  for (const auto& [k, v] : kvs) success.push_back({{"request_put", PutRequest(k, v, lease)}});
+  return ParseAnswer(Call("/v3/kv/txn", json{{"success", success}}.dump()), "etcd put").status();
+}
+
 Result<EtcdClient::Snapshot> EtcdClient::Get(const std::vector<KeyRange>& ranges) {
   json success = json::array();
   for (const auto& r : ranges) success.push_back({{"request_range", RangeRequest(r)}});

@@ -73,6 +73,10 @@ class EtcdClient {
 
   // Puts; returns the store's revision after the put.
   Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);
+  // Puts up to kMaxOps keys in one transaction (etcd's default limit of
+  // operations per transaction is 128).
+  static constexpr size_t kMaxOps = 128;
+  Status PutMany(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0);
   // The keys of each range, read at one revision (returned in `revision`).
   struct Snapshot {
     std::vector<std::vector<KeyValue>> ranges;

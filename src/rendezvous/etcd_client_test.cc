@@ -102,6 +102,19 @@ TEST_F(EtcdClientTest, PutGetAndCreateIfAbsent) {
   EXPECT_TRUE(c.Get({{"/t/", PrefixEnd("/t/")}})->ranges[0].empty());
 }
 
+TEST_F(EtcdClientTest, PutManyIsOneTransaction) {
+  EtcdClient c(Options());
+  std::vector<std::pair<std::string, std::string>> kvs;
+  for (size_t i = 0; i < EtcdClient::kMaxOps; ++i) kvs.emplace_back("/m/" + std::to_string(i), "v");
+  ASSERT_TRUE(c.PutMany(kvs).ok());
+  auto snap = c.Get({{"/m/", PrefixEnd("/m/")}});
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->ranges[0].size(), EtcdClient::kMaxOps);
+  EXPECT_EQ(snap->ranges[0][0].mod_revision, snap->ranges[0].back().mod_revision);
+  kvs.emplace_back("/m/x", "v");
+  EXPECT_EQ(c.PutMany(kvs).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(EtcdClientTest, LeasedKeysGoWithTheirLease) {
   EtcdClient c(Options());
   auto lease = c.GrantLease(5s);

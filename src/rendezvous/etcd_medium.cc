@@ -239,17 +239,35 @@ class EtcdHost {
       std::deque<Write> batch;
       batch.swap(writes_);
       lk.unlock();
+      // Plain writes go in transactions of up to kMaxOps (a round of a
+      // thousand nodes is a few commits, not a thousand), in order; a
+      // create-if-absent goes alone. The lease is renewed between them, so
+      // a long batch cannot let it expire.
       Status s = Status::OK();
+      std::vector<std::pair<std::string, std::string>> puts;
+      auto flush = [&] {
+        if (s.ok() && !puts.empty()) s = write_client_.PutMany(puts, epoch_.lease);
+        puts.clear();
+      };
+      auto keepalive = [&] {
+        if (s.ok() && std::chrono::steady_clock::now() >= next_keepalive) {
+          s = write_client_.KeepAlive(epoch_.lease);
+          next_keepalive = std::chrono::steady_clock::now() + s_->o.heartbeat_interval;
+        }
+      };
       for (const auto& w : batch) {
-        const std::string key = keys_ + w.key;
-        s = w.if_absent ? write_client_.PutIfAbsent(key, w.value, epoch_.lease).status()
-                        : write_client_.Put(key, w.value, epoch_.lease).status();
         if (!s.ok()) break;
+        if (w.if_absent) {
+          flush();
+          if (s.ok()) s = write_client_.PutIfAbsent(keys_ + w.key, w.value, epoch_.lease).status();
+        } else {
+          puts.emplace_back(keys_ + w.key, w.value);
+          if (puts.size() == EtcdClient::kMaxOps) flush();
+        }
+        keepalive();
       }
-      if (s.ok() && std::chrono::steady_clock::now() >= next_keepalive) {
-        s = write_client_.KeepAlive(epoch_.lease);
-        next_keepalive = std::chrono::steady_clock::now() + s_->o.heartbeat_interval;
-      }
+      flush();
+      keepalive();
       lk.lock();
       if (!s.ok() && !stopping_) {
         lk.unlock();
@@ -308,8 +326,8 @@ class EtcdMedium final : public Medium {
     // etcd looks for expired leases every 500 ms, so a lease of the timeout
     // less that (in whole seconds; etcd's minimum is 2 s) is found expired
     // within the heartbeat timeout.
-    s_->ttl = std::chrono::seconds(
-        std::max<int64_t>(2, (o.heartbeat_timeout.count() - 500) / 1000));
+    s_->ttl =
+        std::chrono::seconds(std::max<int64_t>(2, (o.heartbeat_timeout.count() - 500) / 1000));
   }
 
   Status Start() override {
