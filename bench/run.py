@@ -250,13 +250,17 @@ def bench_store(a, tmp):
         reps = 1 if a.quick else 3
         wall = {}
         for n in sizes:
-            got = {s: {"rounds": [], "cpu": [], "open": []} for s in ("trun", "torch")}
+            got = {s: {"rounds": [], "cpu": [], "open": [], "startup": []}
+                   for s in ("trun", "torch")}
             for _ in range(reps):
                 for server, g in got.items():
                     r = run(server, servers, "barrier", "--clients", n, "--repeat", 5)
                     g["rounds"] += r["rounds_seconds"]
                     g["cpu"] += r["server_cpu_seconds"]
                     g["open"].append(r["open_seconds"])
+                    # A job's start-up barrier: its ranks connect, then meet
+                    # (the run's connecting, then its first round).
+                    g["startup"].append(r["open_seconds"] + r["rounds_seconds"][0])
             t, r = median(got["trun"]["rounds"]), median(got["torch"]["rounds"])
             wall[n] = (t, r)
             tc, rc = median(got["trun"]["cpu"]), median(got["torch"]["cpu"])
@@ -268,6 +272,9 @@ def bench_store(a, tmp):
                          f"{tc * 1e3:.1f} ms / {rc * 1e3:.1f} ms = {rc / tc:.2f}x less", ""))
             rows.append((f"store: connecting {n} clients ({2 * n} connections): trun / torch",
                          f"{to * 1e3:.0f} ms / {ro * 1e3:.0f} ms = {ro / to:.1f}x faster", ""))
+            ts, rs = median(got["trun"]["startup"]), median(got["torch"]["startup"])
+            rows.append((f"store: start-up barrier (connect, ADD, WAIT), {n} clients: trun / torch",
+                         f"{ts * 1e3:.0f} ms / {rs * 1e3:.0f} ms = {rs / ts:.1f}x faster", ""))
         lo, hi = sizes[0], sizes[-1]
         rows.append((f"store: barrier growth {lo} -> {hi} clients ({hi // lo}x): trun, torch",
                      f"{wall[hi][0] / wall[lo][0]:.1f}x, {wall[hi][1] / wall[lo][1]:.1f}x",
@@ -314,7 +321,10 @@ NOTES = """
     "arriving over 200 ms": the ADDs spread evenly over 200 ms instead of
     sent at once; 3 runs of 3 rounds.
     "connecting": opening the 2N connections, at most 256 at once, each until
-    its first answer.
+    its first answer. "start-up barrier": a job's first barrier as its ranks
+    meet it, the connecting and then the first round of the same run (torch's
+    server accepts one connection per poll() over every socket, so its
+    connecting grows with N squared).
   - 10,000 connections: memory is the fresh server's RSS growth divided by
     the connections, idle. Each connection sends SET, GET and ADD in turn;
     SET has no reply, so it is timed to a CHECK sent behind it. Paced: each
