@@ -51,7 +51,6 @@ demo: build
 bench: build
 	@./scripts/install-deps.sh --bench
 	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --write
-	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/observability.py --trun $(BUILD)/trun --write
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h' '*.c')

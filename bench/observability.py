@@ -1,7 +1,5 @@
-#!/usr/bin/env python3
-"""The watchdog and the idle agent, side by side with torch 1.13's torchrun.
-
-    bench/observability.py --trun build/trun [--quick] [--write]
+"""The watchdog and the idle agent (issue 7), side by side with torch 1.13's
+torchrun. Used by bench/run.py (`--only watchdog idle`).
 
 - watchdog: how long after its timer's deadline a worker is dead. The worker
   (bench/timer_worker.c) writes torch's FileTimerClient line for a SIGKILL
@@ -10,26 +8,14 @@
 - idle: the agent's own CPU time (all its threads, /proc/<pid>/task/*/schedstat,
   in ns) and wake-ups over a window in which its one worker only sleeps, with
   the health server and the watchdog on.
-
-Prints a markdown table; --write puts it in bench/RESULTS.md under its own
-heading, replacing an earlier copy and leaving the rest of the file alone.
 """
-import argparse
-import datetime
 import json
 import os
 import pathlib
 import select
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import ROOT, TORCHRUN, build_c, env_for  # noqa: E402
-
-HEADING = "## Watchdog and idle agent"
 
 
 def watch_deaths(stamps, count, proc):
@@ -69,7 +55,7 @@ def watchdog_delays(cmd, env, count, tmp, name):
     return delays
 
 
-def bench_watchdog(a, tmp):
+def bench_watchdog(a, tmp, torchrun, build_c, env_for):
     worker = build_c("timer_worker.c", tmp / "timer_worker")
     n = 5 if a.quick else 20
     env = env_for()
@@ -80,7 +66,7 @@ def bench_watchdog(a, tmp):
     sent = [json.loads(line)["metadata"]["delay_ms"] for line in events.read_text().splitlines()
             if '"trun.watchdog.expired"' in line]
     nt = 3 if a.quick else 10
-    theirs = watchdog_delays([*TORCHRUN, "--max_restarts", str(nt), "--monitor_interval", "0.1",
+    theirs = watchdog_delays([*torchrun, "--max_restarts", str(nt), "--monitor_interval", "0.1",
                               "--no_python", worker], env, nt, tmp, "torchrun")
     med, tmed = statistics.median(ours), statistics.median(theirs)
     return [
@@ -127,13 +113,13 @@ def idle_cpu(cmd, env, window, settle=3.0):
     return (c1 - c0) / (window * 1e9) * 100, (w1 - w0) / window
 
 
-def bench_idle(a, tmp):
+def bench_idle(a, tmp, torchrun, env_for):
     window = 5 if a.quick else 10
     sleep = str(int(window + 10))
     env = env_for(TORCHELASTIC_ENABLE_FILE_TIMER="1")
     ours, ours_wake = idle_cpu([a.trun, "--health-check-port", "0", "--health-check-addr",
                                 "127.0.0.1", "--no-python", "sleep", sleep], env, window)
-    theirs, theirs_wake = idle_cpu([*TORCHRUN, "--monitor_interval", "0.1", "--no_python", "sleep",
+    theirs, theirs_wake = idle_cpu([*torchrun, "--monitor_interval", "0.1", "--no_python", "sleep",
                                     sleep], env, window, settle=5.0)
     return [
         (f"idle agent CPU over {window} s, health server + watchdog on: trun",
@@ -155,43 +141,3 @@ NOTES = """
   voluntary_ctxt_switches, of the launcher's process only (not the worker),
   after a few seconds to settle.
 """
-
-
-def write_section(table, cmd):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "?")
-    load = os.getloadavg()[0]
-    section = (f"{HEADING}\n\nDate: {datetime.date.today()}. Machine: {os.cpu_count()} cores, "
-               f"{cpu}, load average {load:.1f} at the end.\n"
-               f"Command: `{cmd}` (also run by `make bench`).\n\n" + "\n".join(table) + "\n" +
-               NOTES)
-    path = ROOT / "bench" / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    start = text.find(HEADING)
-    if start >= 0:
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + (text[end + 1:] if end >= 0 else "")
-    path.write_text(text.rstrip("\n") + "\n\n" + section)
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--trun", default=str(ROOT / "build" / "trun"))
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
-    a = p.parse_args()
-    a.trun = str(pathlib.Path(a.trun).resolve())
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
-        for name, bench in (("watchdog", bench_watchdog), ("idle", bench_idle)):
-            print(f"bench: {name} ...", file=sys.stderr, flush=True)
-            rows += bench(a, pathlib.Path(d))
-    table = ["| measure | result | target |", "| --- | --- | --- |"]
-    table += [f"| {m} | {r} | {t} |" for m, r, t in rows]
-    print("\n".join(table))
-    if a.write:
-        write_section(table, "bench/observability.py " + " ".join(sys.argv[1:]))
-
-
-if __name__ == "__main__":
-    main()

@@ -20,6 +20,7 @@ import tempfile
 import time
 
 import multinode
+import observability
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
@@ -353,6 +354,14 @@ NOTES = """
 """
 
 
+def bench_watchdog(a, tmp):
+    return observability.bench_watchdog(a, tmp, TORCHRUN, build_c, env_for)
+
+
+def bench_idle(a, tmp):
+    return observability.bench_idle(a, tmp, TORCHRUN, env_for)
+
+
 def bench_job8(a, tmp):
     return multinode.job8(a, tmp, TORCHRUN, env_for())
 
@@ -367,9 +376,10 @@ def bench_recovery(a, tmp):
 
 BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
            "logs": bench_logs, "store": bench_store, "job8": bench_job8, "rdzv": bench_rdzv,
-           "recovery": bench_recovery}
+           "recovery": bench_recovery, "watchdog": bench_watchdog, "idle": bench_idle}
 # How each bench's rows start in RESULTS.md, where not with its name.
-ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of"}
+ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of",
+              "idle": "idle agent"}
 
 
 def write_results(a, table):
@@ -384,7 +394,7 @@ def write_results(a, table):
             f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores, {cpu}.\n"
             f"Peer: torch 1.13.1's torchrun (tools/torchrun113), `--monitor_interval 0.1`.\n\n"
             f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n" + NOTES +
-            multinode.NOTES)
+            multinode.NOTES + observability.NOTES)
         return
     # The rows of the benches run replace theirs where they stood, and a line
     # under the command says when and how they were measured.
@@ -406,7 +416,7 @@ def write_results(a, table):
         last = max(i for i, line in enumerate(out) if line.startswith("|"))
         out[last + 1:last + 1] = table[2:]
     head = re.sub(r"\n{3,}", "\n\n", "\n".join(out)).rstrip("\n")
-    path.write_text(head + "\n" + NOTES + multinode.NOTES)
+    path.write_text(head + "\n" + NOTES + multinode.NOTES + observability.NOTES)
 
 
 def main():

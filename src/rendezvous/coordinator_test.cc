@@ -205,6 +205,15 @@ TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
   EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
 }
 
+// Nodes a (1) and b (2) join and are ready; round 0 closes with both.
+void FormRoundOfTwo(Harness& h) {
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(1100ms);
+}
+
 // etcd learns of a dead node when its lease expires, after its peers'
 // workers have failed on their broken connections: the loss is what
 // happened, and it spends nothing.
@@ -212,11 +221,7 @@ TEST(CoordinatorTest, AFailureFollowedByTheLossOfANodeIsAMembershipChange) {
   auto o = Elastic(1, 2);
   o.max_restarts = 0;
   Harness h(o);
-  h.Join(1, "a");
-  h.Ready(1, 1);
-  h.Join(2, "b");
-  h.Ready(2, 1);
-  h.Advance(1100ms);
+  FormRoundOfTwo(h);
   ASSERT_TRUE(h.Get("round/0"));
   h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
   h.Ready(1, 2);
@@ -231,11 +236,7 @@ TEST(CoordinatorTest, AFailureIsJudgedAtTheCloseTimeoutIfANodeNeverComesBack) {
   auto o = Elastic(1, 2);
   o.max_restarts = 0;
   Harness h(o);
-  h.Join(1, "a");
-  h.Ready(1, 1);
-  h.Join(2, "b");
-  h.Ready(2, 1);
-  h.Advance(1100ms);
+  FormRoundOfTwo(h);
   h.Put(101, "end/0", "failure: a: rank 0 exited with 1");
   h.Ready(1, 2);
   for (int i = 0; i < 4; ++i) {  // b heartbeats but never comes back

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "store/encode.h"
 
@@ -31,39 +32,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       : options_(std::move(options)), acceptor_(io), accept_retry_(io) {}
 
   Status Listen() {
-    std::error_code ec;
-    auto try_bind = [&](const tcp::endpoint& ep, bool dual_stack) {
-      ec.clear();
-      acceptor_.close(ec);
-      acceptor_.open(ep.protocol(), ec);
-      if (ec) return false;
-      acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (dual_stack) acceptor_.set_option(asio::ip::v6_only(false), ec);
-      acceptor_.bind(ep, ec);
-      if (ec) return false;
-      acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-      return !ec;
-    };
-    const auto port = static_cast<uint16_t>(options_.port);
-    bool ok;
-    if (options_.host.empty() || options_.host == "::") {
-      // As torch's libuv server: every address over IPv6 and IPv4 at once,
-      // or IPv4 alone where the kernel has IPv6 off.
-      ok = try_bind(tcp::endpoint(asio::ip::address_v6::any(), port), true) ||
-           try_bind(tcp::endpoint(asio::ip::address_v4::any(), port), false);
-    } else {
-      auto addr = asio::ip::make_address(options_.host, ec);
-      if (ec) {
-        return Status::InvalidArgument(
-            fmt::format("store host '{}' is not an IP address", options_.host));
-      }
-      ok = try_bind(tcp::endpoint(addr, port), false);
-    }
-    if (!ok) {
-      return Status::IOError(fmt::format("store: cannot listen on {}:{}: {}",
-                                         options_.host.empty() ? "*" : options_.host, port,
-                                         ec.message()));
-    }
+    // As torch's libuv server: "" or "::" is every address over IPv6 and
+    // IPv4 at once, or IPv4 alone where the kernel has IPv6 off.
+    TRUN_RETURN_IF_ERROR(ListenTcp(acceptor_, options_.host, options_.port, "store"));
     port_ = acceptor_.local_endpoint().port();
     Accept();
     return Status::OK();

@@ -132,6 +132,23 @@ def agents(tmp_path):
 NETNS = ROOT / "tools" / "netns-hosts"
 
 
+def kill_one_of_two(agents, args, hosting, victim):
+    """Two agents running tests/fixtures/elastic_train.py with `args`, the
+    first started alone until its log says `hosting`; once they train
+    together, kill -9 of the first ("host") or the second ("ordinary").
+    Returns the survivor, its first step line in the world of 1, and the
+    seconds from the kill to that line."""
+    first = agents("first", *args)
+    first.wait_for(hosting)
+    second = agents("second", *args)
+    first.wait_for(r"attempt 0 world 2 step 5")
+    dead, survivor = (second, first) if victim == "ordinary" else (first, second)
+    killed_at = time.time()
+    dead.kill()
+    m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
+    return survivor, m, time.time() - killed_at
+
+
 @pytest.fixture
 def hosts():
     """Three hosts in network namespaces (10.200.0.1, .2, .3), for root only."""

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT, free_port, trun
+from conftest import EXAMPLES, FIXTURES, ROOT, free_port, kill_one_of_two, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -78,17 +78,9 @@ def test_etcd_v2_name_and_restart_budget(agents, etcd, tmp_path):
 
 @pytest.mark.parametrize("victim", ["ordinary", "coordinator"])
 def test_kill_9_of_an_agent_and_the_survivor_carries_on(agents, etcd, tmp_path, victim):
-    ckpt = tmp_path / "ckpt.pt"
-    run_id = f"kill-{victim}"
-    first = agents("first", *elastic(etcd, run_id, ckpt))
-    first.wait_for("coordinating job")
-    second = agents("second", *elastic(etcd, run_id, ckpt))
-    first.wait_for(r"attempt 0 world 2 step 5")
-    dead, survivor = (second, first) if victim == "ordinary" else (first, second)
-    killed_at = time.time()
-    dead.kill()
-    m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
-    recovered = time.time() - killed_at
+    args = elastic(etcd, f"kill-{victim}", tmp_path / "ckpt.pt")
+    survivor, m, recovered = kill_one_of_two(agents, args, "coordinating job",
+                                             "ordinary" if victim == "ordinary" else "host")
     assert survivor.wait() == 0, survivor.text()
     out = survivor.text()
     assert "RESULT world=1 steps=40" in out

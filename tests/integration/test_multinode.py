@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, free_port, trun
+from conftest import EXAMPLES, FIXTURES, free_port, kill_one_of_two, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -95,17 +95,9 @@ def elastic(port, nnodes, ckpt, *extra):
 
 @pytest.mark.parametrize("victim", ["ordinary", "store_host"])
 def test_kill_9_of_an_agent_and_the_survivor_finishes_alone(agents, tmp_path, victim):
-    port = free_port()
-    ckpt = tmp_path / "ckpt.pt"
-    host = agents("host", *elastic(port, "1:2", ckpt))
-    host.wait_for("hosting the store")
-    other = agents("other", *elastic(port, "1:2", ckpt))
-    host.wait_for(r"attempt 0 world 2 step 5")
-    dead, survivor = (other, host) if victim == "ordinary" else (host, other)
-    killed_at = time.time()
-    dead.kill()
-    m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
-    recovered = time.time() - killed_at
+    args = elastic(free_port(), "1:2", tmp_path / "ckpt.pt")
+    survivor, m, recovered = kill_one_of_two(agents, args, "hosting the store",
+                                             "ordinary" if victim == "ordinary" else "host")
     assert survivor.wait() == 0, survivor.text()
     out = survivor.text()
     assert "RESULT world=1 steps=40" in out
