@@ -6,10 +6,12 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,22 +46,40 @@ const rlimit kStartNofile = [] {
 
 constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
 
+// The kernel's struct sigaction. The child changes its signal dispositions
+// through the kernel directly, not libc's sigaction(): it shares the
+// parent's memory (CLONE_VM), and a sanitizer's interceptor (ThreadSanitizer
+// keeps the handlers it wraps in user space) would change the parent's
+// bookkeeping, not just the child's, and the parent would lose its SIGCHLD.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
+void SetDefault(int sig) {
+  KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+  syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(uint64_t));
+}
+
 int ChildMain(void* raw) {
   auto* a = static_cast<ChildArgs*>(raw);
   // Undo the parent's signal handlers before unblocking anything: a handler
   // running here would run on the parent's memory.
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction sa;
-    if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN) {
-      signal(sig, SIG_DFL);
+  for (int sig = 1; sig <= 64; ++sig) {
+    KernelSigaction sa{};
+    if (syscall(SYS_rt_sigaction, sig, nullptr, &sa, sizeof(uint64_t)) == 0 &&
+        sa.handler != SIG_DFL && sa.handler != SIG_IGN) {
+      SetDefault(sig);
     }
   }
   // What trun ignores for itself the worker must not inherit: a worker
   // writing to a closed pipe should die of SIGPIPE, as under Python's
   // subprocess (restore_signals), and see the open-file limit trun started
   // with, not the one the store raised.
-  signal(SIGPIPE, SIG_DFL);
-  signal(SIGXFSZ, SIG_DFL);
+  SetDefault(SIGPIPE);
+  SetDefault(SIGXFSZ);
   setrlimit(RLIMIT_NOFILE, &a->nofile);
   if (a->new_process_group && setpgid(0, 0) != 0) {
     a->error = errno;
@@ -83,7 +103,8 @@ int ChildMain(void* raw) {
       _exit(127);
     }
   }
-  sigprocmask(SIG_SETMASK, &a->child_mask, nullptr);
+  // The kernel's mask is the first 64 bits of glibc's sigset_t.
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &a->child_mask, nullptr, sizeof(uint64_t));
   execve(a->path, a->argv, a->envp);
   a->error = errno;
   a->step = 4;
