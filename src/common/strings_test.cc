@@ -31,5 +31,14 @@ TEST(StringsTest, ClosestMatchFindsTypos) {
   EXPECT_EQ(ClosestMatch("--completely-different", opts), "");
 }
 
+TEST(StringsTest, ShellQuoteIsShlexQuote) {
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("main.py"), "main.py");
+  EXPECT_EQ(ShellQuote("--lr=0.1,a:b@c%d+e/f-g"), "--lr=0.1,a:b@c%d+e/f-g");
+  EXPECT_EQ(ShellQuote("a b"), "'a b'");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\"'\"'s'");
+  EXPECT_EQ(ShellQuote("$HOME"), "'$HOME'");
+}
+
 }  // namespace
 }  // namespace trun

@@ -18,8 +18,8 @@ void SubstituteJson(nlohmann::json& j, const MacroValues& v) {
 
 }  // namespace
 
-std::string SafeSubstitute(std::string_view text,
-                           const std::map<std::string, std::string>& values) {
+std::string SafeSubstitute(std::string_view text, const std::map<std::string, std::string>& values,
+                           bool keep_escapes) {
   std::string out;
   out.reserve(text.size());
   size_t i = 0;
@@ -32,7 +32,7 @@ std::string SafeSubstitute(std::string_view text,
     }
     char next = text[i + 1];
     if (next == '$') {
-      out += '$';
+      out += keep_escapes ? "$$" : "$";
       i += 2;
       continue;
     }

@@ -44,6 +44,8 @@ struct MacroValues {
 
 // string.Template.safe_substitute over `values`: identifiers are
 // [_A-Za-z][_A-Za-z0-9]*; an unknown or malformed placeholder stays as is.
-std::string SafeSubstitute(std::string_view text, const std::map<std::string, std::string>& values);
+// `keep_escapes` leaves "$$" as it is, for a later pass to turn into "$".
+std::string SafeSubstitute(std::string_view text, const std::map<std::string, std::string>& values,
+                           bool keep_escapes = false);
 
 }  // namespace trun::specs
