@@ -56,4 +56,10 @@ Status WriteFileAtomic(const std::string& path, const std::string& data) {
   return Status::OK();
 }
 
+std::string SelfExecutable() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "trun";
+}
+
 }  // namespace trun

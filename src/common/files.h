@@ -15,4 +15,8 @@ Result<std::string> ReadFile(const std::string& path);
 // the old content or the new, never half of it.
 Status WriteFileAtomic(const std::string& path, const std::string& data);
 
+// The absolute path of the running program (/proc/self/exe), e.g. for a
+// process that runs trun again.
+std::string SelfExecutable();
+
 }  // namespace trun

@@ -1,10 +1,8 @@
 #include "components/builtins.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <regex>
@@ -364,12 +362,6 @@ Result<JSpec> ParseJ(std::string_view j) {
         fmt::format("-j {}: needs 1 <= MIN <= MAX nodes and at least 1 process per node", j));
   }
   return out;
-}
-
-std::string TrunExecutable() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "trun";
 }
 
 std::vector<Component> Builtins(const std::string& trun_path) {

@@ -43,9 +43,6 @@ struct JSpec {
 };
 Result<JSpec> ParseJ(std::string_view j);
 
-// The absolute path of the running trun (/proc/self/exe).
-std::string TrunExecutable();
-
 // Every builtin, sorted by name. dist.ddp and dist.spmd run `trun_path`.
 std::vector<Component> Builtins(const std::string& trun_path);
 
