@@ -1,9 +1,11 @@
 // `trun run`: component -> AppDef -> scheduler request -> submitted app.
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "cli/app_helpers.h"
@@ -78,11 +80,26 @@ std::string Summary(const specs::RoleStatus& rs) {
   return s;
 }
 
+// What Ctrl-C during --wait says: the app is detached and keeps running;
+// only the waiting stops. Written by the handler, so prepared beforehand.
+char interrupt_note[512];
+
+void OnInterrupt(int sig) {
+  (void)!::write(2, interrupt_note, std::strlen(interrupt_note));
+  ::_exit(128 + sig);
+}
+
 // Waits for the app to end. On a terminal (and without logs on it) one line
 // per role is redrawn in place; otherwise a line is printed per role when
 // its counts change. Returns 0 if the app SUCCEEDED, else 1.
 int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
   const std::string handle = s.Handle(app_id);
+  fmt::format_to_n(interrupt_note, sizeof interrupt_note - 1,
+                   "\ntrun: stopped waiting; {} keeps running (`trun cancel {}` stops it)\n",
+                   handle, handle);
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  ::sigaction(SIGINT, &sa, nullptr);
   const bool redraw = live && ::isatty(2);
   std::vector<std::string> shown;
   size_t drawn = 0;

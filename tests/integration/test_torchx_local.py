@@ -9,7 +9,7 @@ import select
 import signal
 import time
 
-from conftest import EXAMPLES, FIXTURES, live_processes_with
+from conftest import EXAMPLES, FIXTURES, TRUN, live_processes_with
 from torchx_helpers import free_port, jobs  # noqa: F401 (fixture)
 
 DDP = EXAMPLES / "ddp_train.py"
@@ -151,23 +151,29 @@ def test_component_files_and_retry_policies(jobs):
     assert "replica worker/1 exited with 4" in r.err
 
 
-def test_the_app_outlives_the_terminal_that_started_it(jobs):
+def run_on_a_terminal(jobs, *args, until):
+    """Starts `trun run --wait ARGS` on a new pseudo-terminal (its own
+    session, the terminal its controlling one) and reads its output until
+    `until` appears. Returns (pid, master fd, text so far)."""
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(jobs.tmp)
-        os.execve(jobs.env["TRUN"] if "TRUN" in jobs.env else str(__import__("conftest").TRUN),
-                  ["trun", "run", "--wait", "utils.sh", "--", "sh", "-c",
-                   "sleep 3; echo survived"], jobs.env)
+        os.execve(TRUN, ["trun", "run", "--wait", *map(str, args)], jobs.env)
     seen = b""
     deadline = time.time() + 60
-    while time.time() < deadline and b"sh: 0 pending, 1 running" not in seen:
+    while time.time() < deadline and until.encode() not in seen:
         ready, _, _ = select.select([fd], [], [], 1)
         if ready:
             try:
                 seen += os.read(fd, 4096)
             except OSError:
                 break
-    text = seen.decode(errors="replace")
+    return pid, fd, seen.decode(errors="replace")
+
+
+def test_the_app_outlives_the_terminal_that_started_it(jobs):
+    pid, fd, text = run_on_a_terminal(jobs, "utils.sh", "--", "sh", "-c", "sleep 3; echo survived",
+                                      until="sh: 0 pending, 1 running")
     handle = re.search(r"local://trun/[\w.-]+", text).group(0)
     # On a terminal the role's line is redrawn in place.
     assert "\x1b[F" in text and "sh: 0 pending, 1 running" in text, text
@@ -177,6 +183,19 @@ def test_the_app_outlives_the_terminal_that_started_it(jobs):
     st = jobs.wait(handle)
     assert st["state"] == "SUCCEEDED", st
     assert jobs.trun("log", handle).out == "sh/0 survived\n"
+
+
+def test_ctrl_c_stops_waiting_not_the_app(jobs):
+    pid, fd, text = run_on_a_terminal(jobs, "utils.sh", "--", "sh", "-c", "sleep 2; echo on",
+                                      until="sh: 0 pending, 1 running")
+    handle = re.search(r"local://trun/[\w.-]+", text).group(0)
+    os.write(fd, b"\x03")
+    _, status = os.waitpid(pid, 0)
+    note = os.read(fd, 4096).decode(errors="replace")
+    os.close(fd)
+    assert os.WEXITSTATUS(status) == 130
+    assert f"stopped waiting; {handle} keeps running" in note, note
+    assert jobs.wait(handle)["state"] == "SUCCEEDED"
 
 
 def test_trunconfig_supplies_component_scheduler_and_options(jobs):
