@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "proc/pipe_reader.h"
 #include "proc/pump.h"
 #include "proc/sentinel.h"
 #include "proc/signals.h"
@@ -84,11 +85,7 @@ std::string SubstitutePrefix(std::string tmpl, const std::string& role, int loca
 }
 
 // One worker stream read through a pipe by the event loop.
-struct Stream {
-  int fd = -1;
-  std::unique_ptr<asio::posix::stream_descriptor> watch;
-  std::unique_ptr<proc::LinePump> pump;
-};
+using Stream = proc::PipeReader;
 
 struct Worker {
   int local_rank = 0;
@@ -418,42 +415,7 @@ class LocalAgent::Impl {
 
   // ---- worker output --------------------------------------------------------
 
-  void Watch(const std::shared_ptr<Stream>& s) {
-    if (s->fd < 0) return;
-    if (!s->watch) s->watch = std::make_unique<asio::posix::stream_descriptor>(io_, s->fd);
-    s->watch->async_wait(asio::posix::stream_descriptor::wait_read, [this, s](std::error_code ec) {
-      if (ec || s->fd < 0) return;
-      if (Drain(*s)) Watch(s);
-    });
-  }
-
-  // Reads whatever the pipe holds now. Returns false once it reached EOF (and
-  // closed the stream).
-  bool Drain(Stream& s) {
-    if (s.fd < 0) return false;
-    while (true) {
-      ssize_t n = ::read(s.fd, read_buf_, sizeof read_buf_);
-      if (n > 0) {
-        s.pump->Feed(std::string_view(read_buf_, static_cast<size_t>(n)));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      CloseStream(s);
-      return false;
-    }
-  }
-
-  void CloseStream(Stream& s) {
-    if (s.fd < 0) return;
-    s.pump->Finish();
-    if (s.watch) {
-      s.watch->cancel();
-      s.watch->release();
-    }
-    ::close(s.fd);
-    s.fd = -1;
-  }
+  void Watch(const std::shared_ptr<Stream>& s) { proc::WatchPipe(io_, s); }
 
   // ---- events ---------------------------------------------------------------
 
@@ -496,8 +458,8 @@ class LocalAgent::Impl {
     w.exited_at = NowSeconds();
     // Everything the worker wrote is in its pipes by now: take it before
     // anything is reported, so a crash never loses its last lines.
-    Drain(*w.out);
-    Drain(*w.err);
+    proc::DrainPipe(*w.out);
+    proc::DrainPipe(*w.err);
     if (state_ == State::kRunning && w.exitcode != 0) {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
@@ -617,10 +579,10 @@ class LocalAgent::Impl {
         ::kill(-w.pid, SIGKILL);
         sentinel_->Unregister(w.pid);
       }
-      Drain(*w.out);
-      Drain(*w.err);
-      CloseStream(*w.out);
-      CloseStream(*w.err);
+      proc::DrainPipe(*w.out);
+      proc::DrainPipe(*w.err);
+      proc::ClosePipe(*w.out);
+      proc::ClosePipe(*w.err);
       for (int fd : w.owned_fds) ::close(fd);
       w.owned_fds.clear();
     }
@@ -679,7 +641,6 @@ class LocalAgent::Impl {
   std::vector<Worker> workers_;
   std::vector<WorkerFailure> failures_;
   std::function<void()> after_stop_;
-  char read_buf_[64 * 1024];
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config)

@@ -33,6 +33,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "proc/pipe_reader.h"
 #include "proc/pump.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
@@ -46,11 +47,7 @@ namespace {
 
 using specs::AppState;
 
-struct Stream {
-  int fd = -1;
-  std::unique_ptr<asio::posix::stream_descriptor> watch;
-  std::unique_ptr<proc::LinePump> pump;
-};
+using Stream = proc::PipeReader;
 
 struct Replica {
   size_t role = 0;
@@ -193,41 +190,8 @@ class Supervisor {
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
     s->fd = fd;
     s->pump = std::make_unique<proc::LinePump>("", combined_fd, file_fd);
-    s->watch = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
-    Watch(s);
+    proc::WatchPipe(io_, s, [this] { MaybeExit(); });
     return s;
-  }
-
-  void Watch(const std::shared_ptr<Stream>& s) {
-    s->watch->async_wait(asio::posix::stream_descriptor::wait_read, [this, s](std::error_code ec) {
-      if (ec || s->fd < 0) return;
-      if (Drain(*s)) Watch(s);
-      MaybeExit();
-    });
-  }
-
-  // Reads what the pipe holds; false once it is closed.
-  bool Drain(Stream& s) {
-    while (s.fd >= 0) {
-      ssize_t n = ::read(s.fd, buf_, sizeof buf_);
-      if (n > 0) {
-        s.pump->Feed(std::string_view(buf_, static_cast<size_t>(n)));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      Close(s);
-    }
-    return false;
-  }
-
-  void Close(Stream& s) {
-    if (s.fd < 0) return;
-    s.pump->Finish();
-    s.watch->cancel();
-    s.watch->release();
-    ::close(s.fd);
-    s.fd = -1;
   }
 
   // ---- events -----------------------------------------------------------------
@@ -260,8 +224,8 @@ class Supervisor {
     rep.running = false;
     int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
     rep.state->exitcode = code;
-    Drain(*rep.out);
-    Drain(*rep.err);
+    proc::DrainPipe(*rep.out);
+    proc::DrainPipe(*rep.err);
     // Whatever the replica left in its group (a shell's children) goes too.
     ::kill(-rep.pid, SIGKILL);
     const std::string name = fmt::format("{}/{}", req_.roles[rep.role].name, rep.req->id);
@@ -458,10 +422,10 @@ class Supervisor {
         drain_timer_.async_wait([this](std::error_code ec) {
           if (ec) return;
           for (auto& r : replicas_) {
-            Drain(*r.out);
-            Drain(*r.err);
-            Close(*r.out);
-            Close(*r.err);
+            proc::DrainPipe(*r.out);
+            proc::DrainPipe(*r.err);
+            proc::ClosePipe(*r.out);
+            proc::ClosePipe(*r.err);
           }
           MaybeExit();
         });
@@ -499,7 +463,6 @@ class Supervisor {
   std::vector<Replica*> pending_failures_;
   std::map<const Replica*, std::string> failure_msgs_;
   int devnull_ = -1;
-  char buf_[65536];
 };
 
 }  // namespace

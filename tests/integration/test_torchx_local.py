@@ -62,8 +62,10 @@ def test_a_failure_is_the_status_root_cause(jobs):
     assert st["state"] == "FAILED"
     assert "ValueError: boom" in st["structured_error_msg"]
     assert '"errorCode":1' in st["structured_error_msg"]
+    # The agent whose worker raised failed; the other one either failed on
+    # its own (the job's rendezvous ended) or was stopped (CANCELLED).
     states = sorted(r["state"] for r in st["roles"][0]["replicas"])
-    assert states == [5, 6], st  # the failed agent; the other one, stopped
+    assert states[0] == 5 and states[1] in (5, 6), st
     assert re.search(r"replica ddp_train/[01] exited with 1", st["msg"])
     text = jobs.trun("status", handle).out
     assert "FAILED (exitcode: 1)" in text and "error_msg: ValueError: boom" in text
