@@ -229,15 +229,20 @@ class Supervisor {
     // Whatever the replica left in its group (a shell's children) goes too.
     ::kill(-rep.pid, SIGKILL);
     const std::string name = fmt::format("{}/{}", req_.roles[rep.role].name, rep.req->id);
-    if (rep.stopping) {
-      rep.state->state = AppState::kCancelled;
-    } else if (code == 0) {
+    std::string error;
+    if (code != 0) {
+      auto text = ReadFile(rep.req->ErrorFile());
+      if (text.ok()) error = std::string(Trim(*text));
+    }
+    // A replica being stopped that wrote an error file failed on its own
+    // before the stop reached it (another replica's exit came first).
+    if (code == 0 && !rep.stopping) {
       rep.state->state = AppState::kSucceeded;
+    } else if (rep.stopping && error.empty()) {
+      rep.state->state = AppState::kCancelled;
     } else {
       rep.state->state = AppState::kFailed;
-      auto text = ReadFile(rep.req->ErrorFile());
-      if (text.ok() && !Trim(*text).empty())
-        rep.state->structured_error_msg = std::string(Trim(*text));
+      if (!error.empty()) rep.state->structured_error_msg = error;
       failure_msgs_[&rep] =
           code < 0 ? fmt::format("replica {} was killed by {}", name, proc::SignalName(-code))
                    : fmt::format("replica {} exited with {}", name, code);
@@ -272,12 +277,12 @@ class Supervisor {
   void OnFailure(Replica& rep) {
     // While failing, a later failure may bring the error file the first
     // one lacked.
-    if (phase_ == Phase::kFailing) RecordRootCause(rep);
+    if (phase_ == Phase::kFailing && RecordRootCause(rep)) st_.msg = failure_msgs_[&rep];
     if (phase_ != Phase::kRunning) return;
     const auto& role_req = req_.roles[rep.role];
     auto& role_st = st_.roles[rep.role];
     st_.structured_error_msg = std::string(specs::kNone);
-    root_cause_has_file_ = false;
+    root_cause_ = 0;
     if (role_st.restarts >= role_req.max_retries) {
       RecordRootCause(rep);
       st_.msg = failure_msgs_[&rep] + (role_req.max_retries > 0
@@ -324,13 +329,13 @@ class Supervisor {
   }
 
   // The first failure with an error file is the root cause; until one has
-  // a file, the first failure.
-  void RecordRootCause(const Replica& rep) {
-    bool has_file = rep.state->structured_error_msg != specs::kNone;
-    if (!root_cause_has_file_ && (has_file || st_.structured_error_msg == specs::kNone)) {
-      st_.structured_error_msg = rep.state->structured_error_msg;
-      root_cause_has_file_ = has_file;
-    }
+  // a file, the first failure. Returns whether `rep` is the root cause now.
+  bool RecordRootCause(const Replica& rep) {
+    int rank = rep.state->structured_error_msg != specs::kNone ? 2 : 1;
+    if (rank <= root_cause_) return false;
+    st_.structured_error_msg = rep.state->structured_error_msg;
+    root_cause_ = rank;
+    return true;
   }
 
   void OnCancel(int sig) {
@@ -458,7 +463,9 @@ class Supervisor {
   bool stopping_ = false;
   bool exited_ = false;
   bool draining_ = false;
-  bool root_cause_has_file_ = false;
+  // The root cause so far: 0 none, 1 a failure without error file, 2 one
+  // with an error file (it wins over an earlier one without).
+  int root_cause_ = 0;
   std::function<void()> after_stop_;
   std::vector<Replica*> pending_failures_;
   std::map<const Replica*, std::string> failure_msgs_;
