@@ -322,7 +322,14 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
   TRUN_RETURN_IF_ERROR(
       WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n"));
   TRUN_RETURN_IF_ERROR(local::WriteState(req->app_dir, st));
-  TRUN_RETURN_IF_ERROR(StartSupervisor(req->app_dir));
+  Status started = StartSupervisor(req->app_dir);
+  if (!started.ok()) {
+    st.state = AppState::kFailed;
+    st.msg = started.message();
+    st.finished_at = local::Now();
+    (void)local::WriteState(req->app_dir, st);
+    return started;
+  }
   return req->app_id;
 }
 

@@ -166,18 +166,21 @@ Status WriteState(const std::string& app_dir, const State& s) {
   return WriteFileAtomic(app_dir + "/state.json", ToJson(s).dump(2) + "\n");
 }
 
-uint64_t ProcessStartTime(pid_t pid) {
-  if (pid <= 0) return 0;
+std::vector<std::string> ProcStat(pid_t pid) {
+  if (pid <= 0) return {};
   auto stat = ReadFile(fmt::format("/proc/{}/stat", pid));
-  if (!stat.ok()) return 0;
+  if (!stat.ok()) return {};
   // The command name may hold spaces and parentheses: fields start after
-  // the last ')'. starttime is field 22, the 20th after it.
+  // the last ')'.
   size_t close = stat->rfind(')');
-  if (close == std::string::npos) return 0;
-  auto fields = Split(std::string_view(*stat).substr(close + 2), ' ');
-  if (fields.size() < 20) return 0;
+  if (close == std::string::npos || close + 2 > stat->size()) return {};
+  return Split(std::string_view(*stat).substr(close + 2), ' ');
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  auto fields = ProcStat(pid);
   // A zombie has finished; it is not running anything.
-  if (fields[0] == "Z") return 0;
+  if (fields.size() < 20 || fields[0] == "Z") return 0;
   auto v = ParseInt(fields[19]);
   return v ? static_cast<uint64_t>(*v) : 0;
 }

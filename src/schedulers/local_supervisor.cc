@@ -438,12 +438,31 @@ class Supervisor {
       return;
     }
     exited_ = true;
+    KillOrphans();
     st_.finished_at = local::Now();
     Save();
     signals_.cancel();
     stop_timer_.cancel();
     drain_timer_.cancel();
     io_.stop();
+  }
+
+  // Processes that left their replica's group were reparented to us (a
+  // subreaper); nothing of the app outlives it.
+  void KillOrphans() {
+    const std::string me = std::to_string(::getpid());
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      auto pid = ParseInt(e.path().filename().string());
+      if (!pid) continue;
+      auto fields = local::ProcStat(static_cast<pid_t>(*pid));
+      if (fields.size() > 1 && fields[1] == me) {
+        log::Warning("killing pid {}, left behind by a replica", *pid);
+        ::kill(static_cast<pid_t>(*pid), SIGKILL);
+      }
+    }
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
   }
 
   void Save() {

@@ -95,6 +95,17 @@ def test_cancel_from_another_process_stops_every_process(jobs):
     assert jobs.status(handle)["state"] == "CANCELLED"
 
 
+def test_nothing_of_an_app_outlives_it(jobs):
+    # The replica leaves a process in a session of its own behind.
+    r = jobs.trun("run", "--wait", "utils.sh", "--", "sh", "-c", "setsid sleep 300 & echo left")
+    assert r.returncode == 0, r.err
+    app_id = r.out.splitlines()[0].rsplit("/", 1)[1]
+    deadline = time.time() + 10
+    while live_processes_with(app_id) and time.time() < deadline:
+        time.sleep(0.1)
+    assert live_processes_with(app_id) == []
+
+
 def test_max_retries_restart_the_app(jobs):
     script = "test -e marker || { touch marker; echo failing; exit 3; }; echo done"
     r = jobs.trun("run", "--wait", "utils.sh", "--max_retries", 1, "--", "sh", "-c", script)
