@@ -221,7 +221,10 @@ std::string HelpText(const CLI::App& app) {
   text +=
       "\ntrun runs training_script on nproc-per-node workers, as torchrun does: every torchrun\n"
       "flag is accepted in dash and underscore spellings, and PET_<FLAG> sets its default.\n"
-      "See docs/cli.md for each flag and trun's exit codes.\n";
+      "See docs/cli.md for each flag and trun's exit codes.\n"
+      "\nSubcommands (each with --help): run, status, log, cancel, list, describe, builtins,\n"
+      "runopts, configure (jobs of TorchX components, e.g. trun run dist.ddp -j 2x4 --script\n"
+      "train.py); store; version.\n";
   return text;
 }
 
