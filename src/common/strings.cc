@@ -35,6 +35,14 @@ std::optional<long long> ParseInt(std::string_view s) {
   return v;
 }
 
+std::optional<bool> ParseBool(std::string_view s) {
+  std::string l(Trim(s));
+  for (auto& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
+  if (l == "false" || l == "0" || l == "no" || l == "off") return false;
+  return std::nullopt;
+}
+
 std::optional<double> ParseDouble(std::string_view s) {
   s = Trim(s);
   double v = 0;

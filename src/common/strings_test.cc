@@ -31,6 +31,13 @@ TEST(StringsTest, ClosestMatchFindsTypos) {
   EXPECT_EQ(ClosestMatch("--completely-different", opts), "");
 }
 
+TEST(StringsTest, ParseBoolTakesTheIniWords) {
+  for (const char* t : {"true", "TRUE", "1", "yes", "On", " on "})
+    EXPECT_EQ(ParseBool(t), true) << t;
+  for (const char* f : {"false", "False", "0", "no", "OFF"}) EXPECT_EQ(ParseBool(f), false) << f;
+  for (const char* x : {"", "maybe", "2", "t", "y"}) EXPECT_FALSE(ParseBool(x)) << x;
+}
+
 TEST(StringsTest, ShellQuoteIsShlexQuote) {
   EXPECT_EQ(ShellQuote(""), "''");
   EXPECT_EQ(ShellQuote("main.py"), "main.py");

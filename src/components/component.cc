@@ -14,11 +14,6 @@ namespace {
 
 using specs::CfgValue;
 
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // argparse reads "-1" and "-.5" as positional values, not options, when no
 // option looks like a number (none of ours does).
 bool LooksLikeNegativeNumber(const std::string& s) {
@@ -63,12 +58,9 @@ Result<CfgValue> Decode(const Param& p, const std::string& text) {
     case ParamType::kFloat:
       if (auto v = ParseDouble(text)) return CfgValue(*v);
       return bad("float");
-    case ParamType::kBool: {
-      std::string l = Lower(std::string(Trim(text)));
-      if (l == "true" || l == "1" || l == "yes" || l == "on") return CfgValue(true);
-      if (l == "false" || l == "0" || l == "no" || l == "off") return CfgValue(false);
+    case ParamType::kBool:
+      if (auto b = ParseBool(text)) return CfgValue(*b);
       return bad("bool (true or false)");
-    }
     case ParamType::kList: {
       if (text.empty()) return CfgValue();
       return CfgValue(specs::ToList(text));

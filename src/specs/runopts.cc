@@ -11,12 +11,6 @@
 namespace trun::specs {
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // "logDir" -> "log_dir" (TorchX's cases.camel_to_snake).
 std::string CamelToSnake(std::string_view name) {
   std::string out;
@@ -146,12 +140,9 @@ Result<CfgValue> RunOpts::Cast(const RunOpt& opt, std::string_view text) {
     case OptType::kFloat:
       if (auto v = ParseDouble(text)) return CfgValue(*v);
       return bad("a number");
-    case OptType::kBool: {
-      std::string l = Lower(Trim(text));
-      if (l == "true" || l == "1" || l == "yes" || l == "on") return CfgValue(true);
-      if (l == "false" || l == "0" || l == "no" || l == "off") return CfgValue(false);
+    case OptType::kBool:
+      if (auto b = ParseBool(text)) return CfgValue(*b);
       return bad("true/1/yes/on or false/0/no/off");
-    }
     case OptType::kListStr: {
       std::string s(text);
       std::replace(s.begin(), s.end(), ';', ',');
