@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -103,6 +104,7 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
   const bool redraw = live && ::isatty(2);
   std::vector<std::string> shown;
   size_t drawn = 0;
+  std::chrono::milliseconds poll(10);
   while (true) {
     auto d = s.Describe(app_id);
     if (!d.ok()) return Fail(d.status());
@@ -133,7 +135,9 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
       }
       return 0;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Short apps end soon: look again quickly at first, then every 200 ms.
+    std::this_thread::sleep_for(poll);
+    poll = std::min(poll * 2, std::chrono::milliseconds(200));
   }
 }
 
