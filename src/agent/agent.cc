@@ -494,6 +494,7 @@ class LocalAgent::Impl {
   void AfterFailure() {
     CloseAttempt();
     if (pending_signal_ != 0) {
+      WriteRootCause();
       Finish(128 + pending_signal_);
       return;
     }
@@ -504,7 +505,6 @@ class LocalAgent::Impl {
   }
 
   void ReportFinalFailure() {
-    const auto& root = failures_[RootCause(failures_)];
     const int64_t restarts = round_ ? round_->failures : 0;
     std::string table = FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
     log::Error("worker group failed{}:{}",
@@ -512,10 +512,16 @@ class LocalAgent::Impl {
                    ? fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s")
                    : "",
                table);
-    if (!own_error_file_.empty()) {
-      Status s = WriteAgentErrorFile(own_error_file_, root);
-      if (!s.ok()) log::Warning("{}", s.message());
-    }
+    WriteRootCause();
+  }
+
+  // The agent's own error file gets the attempt's root cause, also when a
+  // signal (a scheduler stopping the job) ends trun after a worker failed:
+  // whoever stopped it still learns why the job failed.
+  void WriteRootCause() {
+    if (own_error_file_.empty() || failures_.empty()) return;
+    Status s = WriteAgentErrorFile(own_error_file_, failures_[RootCause(failures_)]);
+    if (!s.ok()) log::Warning("{}", s.message());
   }
 
   void OnSignal(int sig) {
@@ -533,6 +539,7 @@ class LocalAgent::Impl {
       return;
     }
     if (state_ == State::kWaiting) {
+      WriteRootCause();
       Finish(128 + sig);
       return;
     }
