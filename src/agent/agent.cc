@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "proc/pipe_reader.h"
 #include "proc/pump.h"
 #include "proc/sentinel.h"
 #include "proc/signals.h"
@@ -91,12 +92,7 @@ std::string SubstitutePrefix(std::string tmpl, const std::string& role, int loca
 }
 
 // One worker stream read through a pipe by the event loop.
-struct Stream {
-  int fd = -1;
-  bool is_stderr = false;
-  std::unique_ptr<asio::posix::stream_descriptor> watch;
-  std::unique_ptr<proc::LinePump> pump;
-};
+using Stream = proc::PipeReader;
 
 struct Worker {
   int local_rank = 0;
@@ -480,7 +476,9 @@ class LocalAgent::Impl {
     const bool redirect = tee || has(config_.redirects.ForRank(lr));
     const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr);
     child_fd = -1;
-    s.is_stderr = console_fd == STDERR_FILENO;
+    s.on_bytes = [this, is_stderr = console_fd == STDERR_FILENO](size_t n) {
+      telemetry_.LogBytes(is_stderr, n);
+    };
     if (!redirect && shown) return Status::OK();  // straight to our console, as torchrun
 
     int file_fd = -1;
@@ -508,43 +506,7 @@ class LocalAgent::Impl {
 
   // ---- worker output --------------------------------------------------------
 
-  void Watch(const std::shared_ptr<Stream>& s) {
-    if (s->fd < 0) return;
-    if (!s->watch) s->watch = std::make_unique<asio::posix::stream_descriptor>(io_, s->fd);
-    s->watch->async_wait(asio::posix::stream_descriptor::wait_read, [this, s](std::error_code ec) {
-      if (ec || s->fd < 0) return;
-      if (Drain(*s)) Watch(s);
-    });
-  }
-
-  // Reads whatever the pipe holds now. Returns false once it reached EOF (and
-  // closed the stream).
-  bool Drain(Stream& s) {
-    if (s.fd < 0) return false;
-    while (true) {
-      ssize_t n = ::read(s.fd, read_buf_, sizeof read_buf_);
-      if (n > 0) {
-        telemetry_.LogBytes(s.is_stderr, static_cast<size_t>(n));
-        s.pump->Feed(std::string_view(read_buf_, static_cast<size_t>(n)));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      CloseStream(s);
-      return false;
-    }
-  }
-
-  void CloseStream(Stream& s) {
-    if (s.fd < 0) return;
-    s.pump->Finish();
-    if (s.watch) {
-      s.watch->cancel();
-      s.watch->release();
-    }
-    ::close(s.fd);
-    s.fd = -1;
-  }
+  void Watch(const std::shared_ptr<Stream>& s) { proc::WatchPipe(io_, s); }
 
   // ---- events ---------------------------------------------------------------
 
@@ -588,8 +550,8 @@ class LocalAgent::Impl {
     w.stopped = state_ != State::kRunning;
     // Everything the worker wrote is in its pipes by now: take it before
     // anything is reported, so a crash never loses its last lines.
-    Drain(*w.out);
-    Drain(*w.err);
+    proc::DrainPipe(*w.out);
+    proc::DrainPipe(*w.err);
     if (timers_) timers_->ClearPid(w.pid);
     telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped,
                             !w.watchdog.empty() ? FailureCause::kWatchdog
@@ -703,6 +665,7 @@ class LocalAgent::Impl {
   void AfterFailure() {
     CloseAttempt();
     if (pending_signal_ != 0) {
+      WriteRootCause();
       Finish(128 + pending_signal_);
       return;
     }
@@ -713,7 +676,6 @@ class LocalAgent::Impl {
   }
 
   void ReportFinalFailure() {
-    const auto& root = failures_[RootCause(failures_)];
     const int64_t restarts = round_ ? round_->failures : 0;
     std::string table = FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
     log::Error("worker group failed{}:{}",
@@ -721,10 +683,16 @@ class LocalAgent::Impl {
                    ? fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s")
                    : "",
                table);
-    if (!own_error_file_.empty()) {
-      Status s = WriteAgentErrorFile(own_error_file_, root);
-      if (!s.ok()) log::Warning("{}", s.message());
-    }
+    WriteRootCause();
+  }
+
+  // The agent's own error file gets the attempt's root cause, also when a
+  // signal (a scheduler stopping the job) ends trun after a worker failed:
+  // whoever stopped it still learns why the job failed.
+  void WriteRootCause() {
+    if (own_error_file_.empty() || failures_.empty()) return;
+    Status s = WriteAgentErrorFile(own_error_file_, failures_[RootCause(failures_)]);
+    if (!s.ok()) log::Warning("{}", s.message());
   }
 
   void OnSignal(int sig) {
@@ -742,6 +710,7 @@ class LocalAgent::Impl {
       return;
     }
     if (state_ == State::kWaiting) {
+      WriteRootCause();
       Finish(128 + sig);
       return;
     }
@@ -790,10 +759,10 @@ class LocalAgent::Impl {
         ::kill(-w.pid, SIGKILL);
         sentinel_->Unregister(w.pid);
       }
-      Drain(*w.out);
-      Drain(*w.err);
-      CloseStream(*w.out);
-      CloseStream(*w.err);
+      proc::DrainPipe(*w.out);
+      proc::DrainPipe(*w.err);
+      proc::ClosePipe(*w.out);
+      proc::ClosePipe(*w.err);
       for (int fd : w.owned_fds) ::close(fd);
       w.owned_fds.clear();
     }
@@ -870,7 +839,6 @@ class LocalAgent::Impl {
   std::vector<Worker> workers_;
   std::vector<WorkerFailure> failures_;
   std::function<void()> after_stop_;
-  char read_buf_[64 * 1024];
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config)

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/files.h"
 #include "proc/signals.h"
 
 namespace trun::agent {
@@ -162,16 +163,8 @@ Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
              {"rank", root.global_rank},
              {"pid", root.pid}}}}}};
   }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Status::IOError("cannot write error file " + path);
-    out << j.dump();
-    if (!out) return Status::IOError("cannot write error file " + path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("cannot write error file " + path);
-  }
+  Status s = WriteFileAtomic(path, j.dump());
+  if (!s.ok()) return Status::IOError("cannot write error file " + path + ": " + s.message());
   return Status::OK();
 }
 

@@ -1,11 +1,14 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "agent/agent.h"
+#include "cli/job_commands.h"
 #include "cli/store_command.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -13,8 +16,6 @@
 
 namespace trun::cli {
 namespace {
-
-using Args = std::vector<std::string>;
 
 int Launch(const Args& args) {
   auto parsed = launch::ParseLaunchArgs(args);
@@ -37,7 +38,7 @@ int Version(const Args&) {
 
 struct Command {
   const char* name;
-  const char* help;
+  const char* help;  // null: internal, not offered to users
   int (*run)(const Args&);
 };
 
@@ -45,7 +46,32 @@ struct Command {
 constexpr Command kCommands[] = {
     {"store", "run a standalone TCPStore-compatible key-value server", RunStoreCommand},
     {"version", "print trun's version", Version},
+    {"run", "run a component (dist.ddp, utils.sh, a YAML file) on a scheduler", RunCommand},
+    {"status", "the state of a submitted app", StatusCommand},
+    {"log", "the logs of an app's replicas", LogCommand},
+    {"cancel", "stop a submitted app", CancelCommand},
+    {"list", "the apps a scheduler knows", ListCommand},
+    {"describe", "the AppDef an app was submitted with", DescribeCommand},
+    {"builtins", "the builtin components", BuiltinsCommand},
+    {"runopts", "the run options of the schedulers", RunoptsCommand},
+    {"configure", "write a .trunconfig", ConfigureCommand},
+    {"local-supervisor", nullptr, LocalSupervisorCommand},
 };
+
+// A first word that is neither a subcommand nor a file, but close to a
+// subcommand's name, is a typo: `trun stauts` must not try to launch a
+// script called "stauts".
+std::string MistypedSubcommand(const std::string& word) {
+  if (word.empty() || word[0] == '-' || word.find_first_of("./") != std::string::npos ||
+      ::access(word.c_str(), F_OK) == 0) {
+    return "";
+  }
+  std::vector<std::string> names;
+  for (const auto& c : kCommands) {
+    if (c.help) names.push_back(c.name);
+  }
+  return ClosestMatch(word, names);
+}
 
 }  // namespace
 
@@ -55,6 +81,12 @@ int Main(int argc, char** argv) {
     if (args[0] == "--version") return Version({});
     for (const auto& c : kCommands) {
       if (args[0] == c.name) return c.run(Args(args.begin() + 1, args.end()));
+    }
+    std::string guess = MistypedSubcommand(args[0]);
+    if (!guess.empty()) {
+      log::Error("'{}' is neither a trun subcommand nor a file (did you mean 'trun {}'?)", args[0],
+                 guess);
+      return agent::kExitUsage;
     }
   }
   return Launch(args);

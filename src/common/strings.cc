@@ -1,6 +1,7 @@
 #include "common/strings.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
@@ -36,12 +37,38 @@ std::optional<long long> ParseInt(std::string_view s) {
   return v;
 }
 
+std::optional<bool> ParseBool(std::string_view s) {
+  std::string l(Trim(s));
+  for (auto& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
+  if (l == "false" || l == "0" || l == "no" || l == "off") return false;
+  return std::nullopt;
+}
+
 std::optional<double> ParseDouble(std::string_view s) {
   s = Trim(s);
   double v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
   return v;
+}
+
+std::string ShellQuote(std::string_view s) {
+  if (s.empty()) return "''";
+  bool safe = std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+  });
+  if (safe) return std::string(s);
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\"'\"'";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
 }
 
 namespace {

@@ -13,8 +13,13 @@ std::vector<std::string> Split(std::string_view s, char sep);
 std::string_view Trim(std::string_view s);
 // Parses a whole decimal integer (optional sign); nullopt on any junk.
 std::optional<long long> ParseInt(std::string_view s);
+// The INI words for a bool, in any case: true/1/yes/on, false/0/no/off.
+std::optional<bool> ParseBool(std::string_view s);
 // Parses a whole decimal number, e.g. "0.1", "30".
 std::optional<double> ParseDouble(std::string_view s);
+// Python's shlex.quote: `s` as one word for a POSIX shell ('' when empty,
+// as is when it has only [A-Za-z0-9_@%+=:,./-], else single-quoted).
+std::string ShellQuote(std::string_view s);
 // The candidate closest to `word` by edit distance, when it is close enough
 // to be a plausible typo ("did you mean ...?"); empty otherwise.
 std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);

@@ -51,5 +51,21 @@ TEST(StringsTest, Base64DecodeRejectsJunk) {
   EXPECT_FALSE(Base64Decode("Z=g="));
 }
 
+TEST(StringsTest, ParseBoolTakesTheIniWords) {
+  for (const char* t : {"true", "TRUE", "1", "yes", "On", " on "})
+    EXPECT_EQ(ParseBool(t), true) << t;
+  for (const char* f : {"false", "False", "0", "no", "OFF"}) EXPECT_EQ(ParseBool(f), false) << f;
+  for (const char* x : {"", "maybe", "2", "t", "y"}) EXPECT_FALSE(ParseBool(x)) << x;
+}
+
+TEST(StringsTest, ShellQuoteIsShlexQuote) {
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("main.py"), "main.py");
+  EXPECT_EQ(ShellQuote("--lr=0.1,a:b@c%d+e/f-g"), "--lr=0.1,a:b@c%d+e/f-g");
+  EXPECT_EQ(ShellQuote("a b"), "'a b'");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\"'\"'s'");
+  EXPECT_EQ(ShellQuote("$HOME"), "'$HOME'");
+}
+
 }  // namespace
 }  // namespace trun

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/problems.h"
 #include "common/strings.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
@@ -90,21 +91,6 @@ std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
-
-// Collects every problem of a command line so the user fixes them in one go.
-class Problems {
- public:
-  void Add(std::string msg) { msgs_.push_back(std::move(msg)); }
-  bool empty() const { return msgs_.empty(); }
-  Status ToStatus() const {
-    std::string all;
-    for (size_t i = 0; i < msgs_.size(); ++i) all += (i ? "\n" : "") + msgs_[i];
-    return Status::InvalidArgument(all);
-  }
-
- private:
-  std::vector<std::string> msgs_;
-};
 
 void ParseNnodes(const std::string& v, LaunchConfig& c, Problems& p) {
   auto parts = Split(v, ':');
@@ -243,7 +229,10 @@ std::string HelpText(const CLI::App& app) {
   text +=
       "\ntrun runs training_script on nproc-per-node workers, as torchrun does: every torchrun\n"
       "flag is accepted in dash and underscore spellings, and PET_<FLAG> sets its default.\n"
-      "See docs/cli.md for each flag and trun's exit codes.\n";
+      "See docs/cli.md for each flag and trun's exit codes.\n"
+      "\nSubcommands (each with --help): run, status, log, cancel, list, describe, builtins,\n"
+      "runopts, configure (jobs of TorchX components, e.g. trun run dist.ddp -j 2x4 --script\n"
+      "train.py); store; version.\n";
   return text;
 }
 

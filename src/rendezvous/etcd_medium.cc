@@ -190,7 +190,6 @@ class EtcdHost {
   }
 
   ~EtcdHost() {
-    alive_.reset();
     {
       std::lock_guard lk(mu_);
       stopping_ = true;
@@ -199,6 +198,9 @@ class EtcdHost {
     watch_client_.Abort();
     watcher_.join();
     writer_.join();
+    // The threads are gone (they read alive_ to post): what they posted and
+    // the loop has not run yet now finds this host gone.
+    alive_.reset();
     // Giving up the lease deletes `coord` and everything written under it:
     // the nodes see the coordinator go at once.
     (void)write_client_.Revoke(epoch_.lease);

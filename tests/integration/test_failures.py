@@ -1,9 +1,11 @@
 """Worker failures: siblings stopped at once, torchrun's table, error files, restarts."""
 import json
 import re
+import signal
+import subprocess
 import time
 
-from conftest import EXAMPLES, base_env, trun, worker
+from conftest import EXAMPLES, TRUN, base_env, trun, worker
 
 
 def test_first_failure_stops_siblings_and_prints_the_table():
@@ -71,3 +73,24 @@ def test_restarts_run_out():
     assert r.returncode == 1
     assert r.err.count("failed (exitcode: 2)") == 2
     assert "worker group failed after 1 restart" in r.err
+
+
+def test_a_signal_after_a_failure_still_writes_the_root_cause(tmp):
+    # A scheduler that stops trun after a worker failed (the local scheduler
+    # stops the other replicas of a failed job) must still learn the cause.
+    agent_file = tmp / "agent_error.json"
+    p = subprocess.Popen([TRUN, "--nproc-per-node", "2",
+                          *worker("ignore:TERM@0", "exit:3@1", "sleep:60")],
+                         stderr=subprocess.PIPE, env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
+    seen = b""
+    while b"failed (exitcode: 3)" not in seen:
+        line = p.stderr.readline()
+        assert line, seen
+        seen += line
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)  # the second one kills the worker that ignores the first
+    assert p.wait(timeout=60) == 143
+    p.stderr.close()
+    ours = json.loads(agent_file.read_text())
+    assert ours["message"]["errorCode"] == 3

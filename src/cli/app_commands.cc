@@ -1,0 +1,365 @@
+// The subcommands that ask about submitted apps (status, log, cancel, list,
+// describe) and about what there is (builtins, runopts, configure).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include "cli/app_helpers.h"
+#include "cli/flags.h"
+#include "cli/job_commands.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "components/builtins.h"
+#include "schedulers/local_scheduler.h"
+#include "specs/config.h"
+#include "specs/named_resources.h"
+#include "specs/serialize.h"
+
+namespace trun::cli {
+namespace {
+
+const Flag kHelp = {{"--help", "-h"}, false};
+
+int Usage(const char* text) {
+  std::fputs(text, stdout);
+  return 0;
+}
+
+// The one positional a command needs, else a usage error.
+Result<std::string> OnePositional(const char* command, const Flags& f, const char* what) {
+  if (f.positionals.size() == 1) return f.positionals[0];
+  if (f.positionals.empty()) {
+    return Status::InvalidArgument(fmt::format("{}: missing {}", command, what));
+  }
+  std::string extra;
+  for (size_t i = 1; i < f.positionals.size(); ++i) extra += " " + f.positionals[i];
+  return Status::InvalidArgument(fmt::format("{}: unexpected arguments:{}", command, extra));
+}
+
+void Print(const std::string& s) { std::fputs(s.c_str(), stdout); }
+
+// A simple table, as Python's tabulate prints one.
+std::string Table(const std::vector<std::string>& headers,
+                  const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(headers.size());
+  for (size_t i = 0; i < headers.size(); ++i) width[i] = headers[i].size();
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      std::string c = cells[i];
+      if (i + 1 < cells.size()) c.resize(width[i], ' ');
+      s += (i ? "  " : "") + c;
+    }
+    return s + "\n";
+  };
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  std::string out = line(headers) + line(rule);
+  for (const auto& r : rows) out += line(r);
+  return out;
+}
+
+}  // namespace
+
+int StatusCommand(const Args& args) {
+  auto f = ParseFlags("status", {kHelp, {{"--json"}, false}, {{"--roles"}, true}}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun status [--json] [--roles ROLE,...] HANDLE\n\n"
+        "The app's state, restarts, and each replica's state with its error file's message.\n"
+        "  --json        TorchX's AppStatus.to_json() as one line\n"
+        "  --roles A,B   only these roles\n");
+  }
+  auto handle = OnePositional("status", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
+  if (!handle.ok()) return Fail(handle.status());
+  auto app = OpenApp(*handle);
+  if (!app.ok()) return Fail(app.status());
+  auto d = app->scheduler->Describe(app->handle.app_id);
+  if (!d.ok()) return Fail(d.status());
+  std::vector<std::string> roles;
+  if (f->Has("--roles")) roles = Split(f->Get("--roles"), ',');
+  specs::AppStatus st = d->ToAppStatus();
+  Print(f->Has("--json") ? st.ToJson(roles).dump() + "\n" : st.Format(roles) + "\n");
+  return 0;
+}
+
+int LogCommand(const Args& args) {
+  auto f = ParseFlags(
+      "log", {kHelp, {{"--regex"}, true}, {{"--tail", "-t"}, false}, {{"--streams"}, true}}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun log [--regex REGEX] [-t|--tail] [--streams stdout|stderr|combined]\n"
+        "                SCHEDULER://[SESSION]/APP_ID[/ROLE[/REPLICA_ID,...]]\n\n"
+        "Prints replicas' logs, each line prefixed ROLE/REPLICA_ID.\n"
+        "  --regex REGEX  only lines that match\n"
+        "  -t, --tail     follow the logs until the app ends\n"
+        "  --streams S    which stream (default combined: stdout and stderr, whole lines)\n");
+  }
+  auto id = OnePositional("log", *f, "the app handle, SCHEDULER://SESSION/APP_ID[/ROLE[/IDS]]");
+  if (!id.ok()) return Fail(id.status());
+  static const std::regex kId(R"(^(\w+)://([^/]*)/([^/]+)(/([^/]+)(/((\d+,?)+))?)?$)");
+  std::smatch m;
+  if (!std::regex_match(*id, m, kId)) {
+    return Fail(Status::InvalidArgument(fmt::format(
+        "log: '{}' is not of the form SCHEDULER://[SESSION]/APP_ID[/ROLE[/REPLICA_IDS,...]]",
+        *id)));
+  }
+  schedulers::LogOptions options;
+  options.tail = f->Has("--tail");
+  options.regex = f->Get("--regex");
+  if (f->Has("--streams")) {
+    options.streams = schedulers::ParseStream(f->Get("--streams"));
+    if (!options.streams) {
+      return Fail(Status::InvalidArgument(fmt::format(
+          "log: --streams: expected stdout, stderr or combined, got '{}'", f->Get("--streams"))));
+    }
+  }
+  const std::string handle = fmt::format("{}://{}/{}", m.str(1), m.str(2), m.str(3));
+  auto app = OpenApp(handle);
+  if (!app.ok()) return Fail(app.status());
+  schedulers::Scheduler& s = *app->scheduler;
+  const std::string app_id = m.str(3), role = m.str(5);
+  std::vector<std::pair<std::string, int>> replicas;
+  if (m[7].matched) {
+    for (const auto& x : Split(m.str(7), ',')) {
+      if (!x.empty()) replicas.emplace_back(role, static_cast<int>(*ParseInt(x)));
+    }
+  } else {
+    auto d = s.Describe(app_id);
+    if (!d.ok()) return Fail(d.status());
+    replicas = ReplicasOf(*d, role);
+    if (replicas.empty()) {
+      std::string roles;
+      for (const auto& rs : d->roles_statuses) roles += (roles.empty() ? "" : ", ") + rs.role;
+      return Fail(Status::InvalidArgument(
+          fmt::format("log: app {} has no role '{}'; its roles are {}", app_id, role, roles)));
+    }
+  }
+  Status st = FollowLogs(s, app_id, replicas, options, 1);
+  if (!st.ok()) return Fail(st);
+  return 0;
+}
+
+int CancelCommand(const Args& args) {
+  auto f = ParseFlags("cancel", {kHelp}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun cancel HANDLE\n\n"
+        "Stops every replica (SIGTERM to its process group, SIGKILL after the scheduler's stop\n"
+        "timeout) and records the app CANCELLED. An app that has ended is left as it is.\n");
+  }
+  auto handle = OnePositional("cancel", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
+  if (!handle.ok()) return Fail(handle.status());
+  auto app = OpenApp(*handle);
+  if (!app.ok()) return Fail(app.status());
+  Status s = app->scheduler->Cancel(app->handle.app_id);
+  if (!s.ok()) return Fail(s);
+  auto d = app->scheduler->Describe(app->handle.app_id);
+  if (d.ok()) log::Info("{}: {}", *handle, specs::AppStateName(d->state));
+  return 0;
+}
+
+int ListCommand(const Args& args) {
+  auto f = ParseFlags("list",
+                      {kHelp,
+                       {{"--scheduler", "-s"}, true},
+                       {{"--scheduler_args", "-cfg", "--scheduler-args"}, true}},
+                      args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun list [-s SCHEDULER] [-cfg K=V,...]\n\n"
+        "The apps the scheduler knows, oldest first (default scheduler: [cli:list] scheduler\n"
+        "in .trunconfig, else local).\n");
+  }
+  if (!f->positionals.empty()) {
+    return Fail(Status::InvalidArgument("list: unexpected argument '" + f->positionals[0] + "'"));
+  }
+  auto config = specs::TrunConfig::Load();
+  if (!config.ok()) return Fail(config.status());
+  const std::string name =
+      f->Get("--scheduler", config->Get("cli:list", "scheduler").value_or("local"));
+  auto s = schedulers::CreateScheduler(name, std::string(schedulers::kDefaultSession));
+  if (!s.ok()) return Fail(s.status());
+  auto cfg = (*s)->RunOpts().CfgFromStr(f->Get("--scheduler_args"), name);
+  if (!cfg.ok()) return Fail(cfg.status());
+  auto apps = (*s)->List();
+  if (!apps.ok()) return Fail(apps.status());
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& a : *apps) {
+    rows.push_back({a.app_handle, a.name, std::string(specs::AppStateName(a.state))});
+  }
+  Print(Table({"APP HANDLE", "APP NAME", "APP STATUS"}, rows));
+  return 0;
+}
+
+int DescribeCommand(const Args& args) {
+  auto f = ParseFlags("describe", {kHelp, {{"--json"}, false}}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun describe [--json] HANDLE\n\n"
+        "The AppDef the app was submitted with, as YAML (or JSON).\n");
+  }
+  auto handle = OnePositional("describe", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
+  if (!handle.ok()) return Fail(handle.status());
+  auto app = OpenApp(*handle);
+  if (!app.ok()) return Fail(app.status());
+  auto d = app->scheduler->Describe(app->handle.app_id);
+  if (!d.ok()) return Fail(d.status());
+  specs::AppDef def{d->name, d->roles, {}};
+  Print(f->Has("--json") ? specs::ToJson(def).dump(2) + "\n" : specs::AppDefToYaml(def));
+  return 0;
+}
+
+int BuiltinsCommand(const Args& args) {
+  auto f = ParseFlags("builtins", {kHelp, {{"--print"}, true}, {{"--resources"}, false}}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun builtins [--print NAME] [--resources]\n\n"
+        "Lists the builtin components.\n"
+        "  --print NAME   the component's arguments (as `trun run NAME --help`)\n"
+        "  --resources    the named resources for -h (cpu/gpu/memMB)\n");
+  }
+  if (!f->positionals.empty()) {
+    return Fail(
+        Status::InvalidArgument("builtins: unexpected argument '" + f->positionals[0] + "'"));
+  }
+  const std::string trun = SelfExecutable();
+  if (f->Has("--print")) {
+    auto c = components::FindComponent(f->Get("--print"), trun);
+    if (!c.ok()) return Fail(c.status());
+    Print(components::ComponentHelp(*c));
+    return 0;
+  }
+  if (f->Has("--resources")) {
+    auto names = specs::NamedResourceNames();
+    if (!names.ok()) return Fail(names.status());
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& n : *names) {
+      auto r = specs::NamedResource(n);
+      if (!r.ok()) return Fail(r.status());
+      std::string devices;
+      for (const auto& [k, v] : r->devices)
+        devices += (devices.empty() ? "" : ",") + fmt::format("{}={}", k, v);
+      rows.push_back(
+          {n, std::to_string(r->cpu), std::to_string(r->gpu), std::to_string(r->mem_mb), devices});
+    }
+    Print(Table({"NAME", "CPU", "GPU", "MEMMB", "DEVICES"}, rows));
+    return 0;
+  }
+  auto all = components::Builtins(trun);
+  std::string out = fmt::format("Found {} builtin components:\n", all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    out += fmt::format(" {:2d}. {:<14} {}\n", i + 1, all[i].name, all[i].summary);
+  }
+  Print(out);
+  return 0;
+}
+
+int RunoptsCommand(const Args& args) {
+  auto f = ParseFlags("runopts", {kHelp}, args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun runopts [SCHEDULER]\n\n"
+        "The run options of each scheduler (or one): give them with `trun run -cfg K=V,...` or\n"
+        "in .trunconfig.\n");
+  }
+  if (f->positionals.size() > 1) {
+    return Fail(Status::InvalidArgument("runopts: give at most one scheduler"));
+  }
+  const std::string only = f->positionals.empty() ? "" : f->positionals[0];
+  if (!only.empty()) {
+    auto s = schedulers::CreateScheduler(only, std::string(schedulers::kDefaultSession));
+    if (!s.ok()) return Fail(s.status());
+  }
+  std::string out;
+  for (const auto& info : schedulers::Schedulers()) {
+    if (!only.empty() && only != info.name) continue;
+    if (!info.create) {
+      out += fmt::format("{}:\n    not available yet\n\n", info.name);
+      continue;
+    }
+    out += fmt::format("{}:\n{}\n\n", info.name,
+                       info.create(std::string(schedulers::kDefaultSession))->RunOpts().Format());
+  }
+  Print(out);
+  return 0;
+}
+
+int ConfigureCommand(const Args& args) {
+  auto f = ParseFlags("configure",
+                      {kHelp,
+                       {{"--schedulers", "-s"}, true},
+                       {{"--print"}, false},
+                       {{"--all", "-a"}, false},
+                       {{"--force"}, false}},
+                      args);
+  if (!f.ok()) return Fail(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun configure [-s SCHEDULER,...] [--print] [-a|--all] [--force]\n\n"
+        "Writes ./.trunconfig with a section per scheduler: required run options get a\n"
+        "#FIXME placeholder, and with --all the optional ones their defaults.\n"
+        "  --print   print it instead of writing the file\n"
+        "  --force   replace an existing .trunconfig\n");
+  }
+  if (!f->positionals.empty()) {
+    return Fail(
+        Status::InvalidArgument("configure: unexpected argument '" + f->positionals[0] + "'"));
+  }
+  std::vector<std::string> names;
+  if (f->Has("--schedulers")) {
+    names = Split(f->Get("--schedulers"), ',');
+  } else {
+    for (const auto& info : schedulers::Schedulers()) {
+      if (info.create) names.push_back(info.name);
+    }
+  }
+  std::vector<specs::IniSection> sections;
+  for (const auto& n : names) {
+    auto s = schedulers::CreateScheduler(n, std::string(schedulers::kDefaultSession));
+    if (!s.ok()) return Fail(s.status());
+    sections.push_back(specs::RunOptsSection(n, (*s)->RunOpts(), !f->Has("--all")));
+  }
+  std::string text = specs::FormatIni(sections);
+  if (f->Has("--print")) {
+    Print(text);
+    return 0;
+  }
+  const std::string path(specs::kConfigFile);
+  if (!f->Has("--force") && ::access(path.c_str(), F_OK) == 0) {
+    return Fail(Status::InvalidArgument(
+        "configure: ./.trunconfig exists; --print shows what would be written, --force replaces "
+        "it"));
+  }
+  Status s = WriteFileAtomic(path, text);
+  if (!s.ok()) return Fail(s);
+  log::Info("wrote {}", path);
+  return 0;
+}
+
+int LocalSupervisorCommand(const Args& args) {
+  auto fd = args.size() == 2 ? ParseInt(args[1]) : std::nullopt;
+  if (!fd) {
+    return Fail(Status::InvalidArgument(
+        "local-supervisor: expected APP_DIR READY_FD; the local scheduler starts it, not you"));
+  }
+  return schedulers::RunLocalSupervisor(args[0], static_cast<int>(*fd));
+}
+
+}  // namespace trun::cli

@@ -1,0 +1,231 @@
+// `trun run`: component -> AppDef -> scheduler request -> submitted app.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "cli/app_helpers.h"
+#include "cli/flags.h"
+#include "cli/job_commands.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "components/builtins.h"
+#include "proc/pump.h"
+#include "specs/config.h"
+#include "specs/macros.h"
+#include "specs/serialize.h"
+
+namespace trun::cli {
+namespace {
+
+using specs::AppState;
+
+constexpr const char* kRunUsage =
+    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun] [--wait] [--log] [--tee-logs]\n"
+    "                COMPONENT [COMPONENT ARGS...]\n"
+    "\n"
+    "Builds the app a component describes and submits it to a scheduler; prints the app's\n"
+    "handle, SCHEDULER://SESSION/APP_ID. COMPONENT is a builtin (`trun builtins`) or a\n"
+    "component file (./my_component.yaml); `trun run COMPONENT --help` shows its arguments.\n"
+    "\n"
+    "options:\n"
+    "  -s, --scheduler SCHEDULER   where the app runs (default: [cli:run] scheduler in\n"
+    "                              .trunconfig, else local)\n"
+    "  -cfg, --scheduler_args K=V,...\n"
+    "                              the scheduler's run options (`trun runopts SCHEDULER`)\n"
+    "  --dryrun                    print the AppDef and the scheduler's request; submit nothing\n"
+    "  --wait                      wait for the app to end; exit 0 only if it SUCCEEDED\n"
+    "  --log                       follow the replicas' logs (on stderr) until the app ends\n"
+    "  --tee-logs, --tee_logs      as --log\n"
+    "  -h, --help                  show this help\n";
+
+const std::vector<Flag> kRunFlags = {
+    {{"--scheduler", "-s"}, true},
+    {{"--scheduler_args", "-cfg", "--scheduler-args"}, true},
+    {{"--dryrun"}, false},
+    {{"--wait"}, false},
+    {{"--log"}, false},
+    {{"--tee_logs", "--tee-logs"}, false},
+    {{"--help", "-h"}, false},
+};
+
+std::string Summary(const specs::RoleStatus& rs) {
+  int pending = 0, running = 0, succeeded = 0, failed = 0, cancelled = 0;
+  for (const auto& r : rs.replicas) {
+    switch (r.state) {
+      case AppState::kRunning:
+        ++running;
+        break;
+      case AppState::kSucceeded:
+        ++succeeded;
+        break;
+      case AppState::kFailed:
+      case AppState::kUnknown:
+        ++failed;
+        break;
+      case AppState::kCancelled:
+        ++cancelled;
+        break;
+      default:
+        ++pending;
+    }
+  }
+  std::string s = fmt::format("{}: {} pending, {} running, {} succeeded, {} failed", rs.role,
+                              pending, running, succeeded, failed);
+  if (cancelled) s += fmt::format(", {} cancelled", cancelled);
+  return s;
+}
+
+// What Ctrl-C during --wait says: the app is detached and keeps running;
+// only the waiting stops. Written by the handler, so prepared beforehand.
+char interrupt_note[512];
+
+void OnInterrupt(int sig) {
+  (void)!::write(2, interrupt_note, std::strlen(interrupt_note));
+  ::_exit(128 + sig);
+}
+
+// Waits for the app to end. On a terminal (and without logs on it) one line
+// per role is redrawn in place; otherwise a line is printed per role when
+// its counts change. Returns 0 if the app SUCCEEDED, else 1.
+int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
+  const std::string handle = s.Handle(app_id);
+  fmt::format_to_n(interrupt_note, sizeof interrupt_note - 1,
+                   "\ntrun: stopped waiting; {} keeps running (`trun cancel {}` stops it)\n",
+                   handle, handle);
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  ::sigaction(SIGINT, &sa, nullptr);
+  const bool redraw = live && ::isatty(2);
+  std::vector<std::string> shown;
+  size_t drawn = 0;
+  std::chrono::milliseconds poll(10);
+  while (true) {
+    auto d = s.Describe(app_id);
+    if (!d.ok()) return Fail(d.status());
+    std::vector<std::string> lines;
+    lines.push_back(
+        fmt::format("{} {}{}", handle, specs::AppStateName(d->state),
+                    d->num_restarts > 0 ? fmt::format(" (restarts: {})", d->num_restarts) : ""));
+    for (const auto& rs : d->roles_statuses) lines.push_back("  " + Summary(rs));
+    if (redraw) {
+      std::string out;
+      for (size_t i = 0; i < drawn; ++i) out += "\033[F";
+      for (const auto& l : lines) out += "\r\033[2K" + l + "\n";
+      (void)proc::WriteAll(2, out);
+      drawn = lines.size();
+    } else if (live && lines != shown) {
+      std::string out;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (i < shown.size() && shown[i] == lines[i]) continue;
+        out += (i == 0 ? lines[i] : lines[0].substr(0, lines[0].find(' ')) + lines[i]) + "\n";
+      }
+      (void)proc::WriteAll(2, out);
+    }
+    shown = lines;
+    if (specs::IsTerminal(d->state)) {
+      if (d->state != AppState::kSucceeded) {
+        (void)proc::WriteAll(2, d->ToAppStatus().Format() + "\n");
+        return 1;
+      }
+      return 0;
+    }
+    // Short apps end soon: look again quickly at first, then every 200 ms.
+    std::this_thread::sleep_for(poll);
+    poll = std::min(poll * 2, std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+int RunCommand(const Args& args) {
+  auto flags = ParseFlags("run", kRunFlags, args, /*stop_at_positional=*/true);
+  if (!flags.ok()) return Fail(flags.status());
+  if (flags->Has("--help")) {
+    std::fputs(kRunUsage, stdout);
+    return 0;
+  }
+  auto config = specs::TrunConfig::Load();
+  if (!config.ok()) return Fail(config.status());
+
+  // The component and its arguments; [cli:run] component when the
+  // arguments start with an option.
+  std::vector<std::string> rest = flags->positionals;
+  std::string component_name;
+  if (!rest.empty() && !(rest[0].size() > 1 && rest[0][0] == '-')) {
+    component_name = rest[0];
+    rest.erase(rest.begin());
+  } else if (auto c = config->Get("cli:run", "component")) {
+    component_name = *c;
+  } else {
+    return Fail(Status::InvalidArgument(
+        "run: missing the component, e.g. `trun run utils.echo --msg hi`; `trun builtins` lists "
+        "the builtins (or set [cli:run] component in .trunconfig)"));
+  }
+  const std::string sched_name =
+      flags->Get("--scheduler", config->Get("cli:run", "scheduler").value_or("local"));
+
+  auto component = components::FindComponent(component_name, SelfExecutable());
+  if (!component.ok()) return Fail(component.status());
+  auto parsed = components::ParseComponentArgs(*component, rest,
+                                               config->Section("component:" + component_name));
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (parsed->help) {
+    std::fputs(components::ComponentHelp(*component).c_str(), stdout);
+    return 0;
+  }
+  auto scheduler =
+      schedulers::CreateScheduler(sched_name, std::string(schedulers::kDefaultSession));
+  if (!scheduler.ok()) return Fail(scheduler.status());
+  schedulers::Scheduler& s = **scheduler;
+
+  auto cfg = s.RunOpts().CfgFromStr(flags->Get("--scheduler_args"), sched_name);
+  if (!cfg.ok()) return Fail(cfg.status());
+  Status applied = config->ApplySchedulerSection(sched_name, s.RunOpts(), *cfg);
+  if (!applied.ok()) return Fail(applied);
+
+  auto app = components::Materialize(*component, parsed->args);
+  if (!app.ok()) return Fail(app.status());
+  // As TorchX's runner does: every replica knows its app's handle.
+  for (auto& role : app->roles) {
+    role.env["TORCHX_JOB_ID"] =
+        fmt::format("{}://{}/{}", sched_name, s.session(), specs::kMacroAppId);
+  }
+  auto info = s.SubmitDryRun(*app, *cfg);
+  if (!info.ok()) return Fail(info.status());
+  if (flags->Has("--dryrun")) {
+    std::string out = "=== APPLICATION ===\n" + specs::AppDefToYaml(info->app) +
+                      "\n=== SCHEDULER REQUEST ===\n" + info->Format();
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+  auto app_id = s.Schedule(*info);
+  if (!app_id.ok()) return Fail(app_id.status());
+  std::printf("%s\n", s.Handle(*app_id).c_str());
+  std::fflush(stdout);
+
+  const bool follow = flags->Has("--log") || flags->Has("--tee_logs");
+  if (!follow && !flags->Has("--wait")) return 0;
+  std::thread logs;
+  Status log_status;
+  if (follow) {
+    auto d = s.Describe(*app_id);
+    if (!d.ok()) return Fail(d.status());
+    schedulers::LogOptions options;
+    options.tail = true;
+    logs = std::thread([&, replicas = ReplicasOf(*d)] {
+      log_status = FollowLogs(s, *app_id, replicas, options, 2);
+    });
+  }
+  int rc = Wait(s, *app_id, /*live=*/!follow);
+  if (logs.joinable()) logs.join();
+  if (!log_status.ok()) log::Warning("{}", log_status.message());
+  return rc;
+}
+
+}  // namespace trun::cli

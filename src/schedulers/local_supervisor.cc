@@ -1,0 +1,512 @@
+// The local scheduler's supervisor: one detached process per app that runs
+// its replicas, pumps their output into the log files, applies the retry
+// policies and records every change in state.json.
+//
+// Its state machine, all on one asio event loop (SIGCHLD, the replicas'
+// pipes, SIGTERM/SIGINT for cancel, the stop timer):
+//
+//   RUNNING --a replica exits 0----------------> (all exited 0) SUCCEEDED
+//   RUNNING --a replica fails, retries left----> RESTARTING: stop what the
+//             policy restarts, then start it again -> RUNNING
+//   RUNNING --a replica fails, none left-------> FAILING: stop the rest -> FAILED
+//   any     --SIGTERM or SIGINT (cancel)-------> CANCELLING: stop all -> CANCELLED
+//
+// Stopping is SIGTERM to each replica's process group, SIGKILL after the
+// request's stop_timeout; a second cancel SIGKILLs at once. Replicas that
+// were stopped, not failed on their own, are CANCELLED.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "proc/pipe_reader.h"
+#include "proc/pump.h"
+#include "proc/signals.h"
+#include "proc/spawn.h"
+#include "schedulers/local_scheduler.h"
+#include "schedulers/local_state.h"
+
+extern char** environ;
+
+namespace trun::schedulers {
+namespace {
+
+using specs::AppState;
+
+using Stream = proc::PipeReader;
+
+struct Replica {
+  size_t role = 0;
+  const local::ReplicaRequest* req = nullptr;
+  local::ReplicaState* state = nullptr;
+  pid_t pid = -1;
+  bool running = false;
+  bool stopping = false;  // we asked it to stop
+  int attempt = 0;
+  int out_file = -1, err_file = -1, combined_file = -1;
+  std::shared_ptr<Stream> out = std::make_shared<Stream>();
+  std::shared_ptr<Stream> err = std::make_shared<Stream>();
+};
+
+class Supervisor {
+ public:
+  Supervisor(std::string dir, local::Request req, local::State st)
+      : dir_(std::move(dir)),
+        req_(std::move(req)),
+        st_(std::move(st)),
+        signals_(io_, SIGCHLD, SIGTERM, SIGINT),
+        stop_timer_(io_),
+        drain_timer_(io_) {}
+
+  int Run(int ready_fd) {
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    ::signal(SIGPIPE, SIG_IGN);
+    ::signal(SIGHUP, SIG_IGN);
+    devnull_ = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    st_.supervisor_pid = ::getpid();
+    st_.supervisor_start = local::ProcessStartTime(::getpid());
+    st_.state = AppState::kPending;
+    Save();
+    if (ready_fd >= 0) {
+      char ok = 'R';
+      (void)!::write(ready_fd, &ok, 1);
+      ::close(ready_fd);
+    }
+    for (size_t r = 0; r < req_.roles.size(); ++r) {
+      for (size_t k = 0; k < req_.roles[r].replicas.size(); ++k) {
+        Replica rep;
+        rep.role = r;
+        rep.req = &req_.roles[r].replicas[k];
+        rep.state = &st_.roles[r].replicas[k];
+        replicas_.push_back(std::move(rep));
+      }
+    }
+    WatchSignals();
+    for (auto& rep : replicas_) Start(rep);
+    phase_ = Phase::kRunning;
+    st_.state = AppState::kRunning;
+    Save();
+    Evaluate();
+    if (phase_ != Phase::kDone) io_.run();
+    log::Info("app {} ended {}", st_.app_id, specs::AppStateName(st_.state));
+    return 0;
+  }
+
+ private:
+  enum class Phase { kStarting, kRunning, kRestarting, kFailing, kCancelling, kDone };
+
+  // ---- replicas ---------------------------------------------------------------
+
+  void Start(Replica& rep) {
+    rep.stopping = false;
+    ++rep.attempt;
+    const auto& req = *rep.req;
+    // A restarted replica keeps its predecessor's error file under another name.
+    std::string err = req.ErrorFile();
+    if (rep.attempt > 1 && ::access(err.c_str(), F_OK) == 0) {
+      std::rename(err.c_str(),
+                  fmt::format("{}/error.{}.json", req.log_dir, rep.attempt - 1).c_str());
+    }
+    rep.state->structured_error_msg = std::string(specs::kNone);
+    rep.state->exitcode.reset();
+    Status s = Spawn(rep);
+    if (!s.ok()) {
+      std::string line = "trun: error: " + s.message() + "\n";
+      if (rep.combined_file >= 0) (void)proc::WriteAll(rep.combined_file, line);
+      if (rep.err_file >= 0) (void)proc::WriteAll(rep.err_file, line);
+      log::Error("{}/{}: {}", req_.roles[rep.role].name, req.id, s.message());
+      rep.state->state = AppState::kFailed;
+      rep.state->exitcode = 127;
+      failure_msgs_[&rep] = s.message();
+      pending_failures_.push_back(&rep);
+      return;
+    }
+    rep.state->state = AppState::kRunning;
+  }
+
+  Status Spawn(Replica& rep) {
+    const auto& req = *rep.req;
+    auto open_log = [&](const char* name, int& fd) -> Status {
+      if (fd >= 0) return Status::OK();
+      std::string path = req.log_dir + "/" + name;
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      return fd < 0 ? Status::FromErrno("cannot open " + path, errno) : Status::OK();
+    };
+    TRUN_RETURN_IF_ERROR(open_log("stdout.log", rep.out_file));
+    TRUN_RETURN_IF_ERROR(open_log("stderr.log", rep.err_file));
+    TRUN_RETURN_IF_ERROR(open_log("combined.log", rep.combined_file));
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      int e = errno;
+      ::close(out_pipe[0]);
+      ::close(out_pipe[1]);
+      return Status::FromErrno("pipe", e);
+    }
+    proc::SpawnOptions o;
+    o.argv = req.argv;
+    for (char** e = environ; *e; ++e) {
+      std::string_view kv(*e);
+      if (!req.env.count(std::string(kv.substr(0, kv.find('='))))) o.env.emplace_back(kv);
+    }
+    for (const auto& [k, v] : req.env) o.env.push_back(k + "=" + v);
+    o.stdin_fd = devnull_;
+    o.stdout_fd = out_pipe[1];
+    o.stderr_fd = err_pipe[1];
+    auto pid = proc::Spawn(o);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    if (!pid.ok()) {
+      ::close(out_pipe[0]);
+      ::close(err_pipe[0]);
+      return pid.status();
+    }
+    rep.pid = *pid;
+    rep.running = true;
+    rep.state->pid = *pid;
+    rep.out = NewStream(out_pipe[0], rep.combined_file, rep.out_file);
+    rep.err = NewStream(err_pipe[0], rep.combined_file, rep.err_file);
+    return Status::OK();
+  }
+
+  // stdout.log / stderr.log get the bytes as they come, combined.log whole
+  // lines of both streams, so lines of the two never mix.
+  std::shared_ptr<Stream> NewStream(int fd, int combined_fd, int file_fd) {
+    auto s = std::make_shared<Stream>();
+    ::fcntl(fd, F_SETFL, O_NONBLOCK);
+    s->fd = fd;
+    s->pump = std::make_unique<proc::LinePump>("", combined_fd, file_fd);
+    proc::WatchPipe(io_, s, [this] { MaybeExit(); });
+    return s;
+  }
+
+  // ---- events -----------------------------------------------------------------
+
+  void WatchSignals() {
+    signals_.async_wait([this](std::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD) {
+        Reap();
+      } else {
+        OnCancel(sig);
+      }
+      if (phase_ != Phase::kDone || !exited_) WatchSignals();
+    });
+  }
+
+  void Reap() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (auto& rep : replicas_) {
+        if (rep.running && rep.pid == pid) OnExit(rep, status);
+      }
+    }
+    Evaluate();
+  }
+
+  void OnExit(Replica& rep, int status) {
+    rep.running = false;
+    int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+    rep.state->exitcode = code;
+    proc::DrainPipe(*rep.out);
+    proc::DrainPipe(*rep.err);
+    // Whatever the replica left in its group (a shell's children) goes too.
+    ::kill(-rep.pid, SIGKILL);
+    const std::string name = fmt::format("{}/{}", req_.roles[rep.role].name, rep.req->id);
+    std::string error;
+    if (code != 0) {
+      auto text = ReadFile(rep.req->ErrorFile());
+      if (text.ok()) error = std::string(Trim(*text));
+    }
+    // A replica being stopped that wrote an error file failed on its own
+    // before the stop reached it (another replica's exit came first).
+    if (code == 0 && !rep.stopping) {
+      rep.state->state = AppState::kSucceeded;
+    } else if (rep.stopping && error.empty()) {
+      rep.state->state = AppState::kCancelled;
+    } else {
+      rep.state->state = AppState::kFailed;
+      if (!error.empty()) rep.state->structured_error_msg = error;
+      failure_msgs_[&rep] =
+          code < 0 ? fmt::format("replica {} was killed by {}", name, proc::SignalName(-code))
+                   : fmt::format("replica {} exited with {}", name, code);
+      log::Warning("{}", failure_msgs_[&rep]);
+      pending_failures_.push_back(&rep);
+    }
+    Save();
+  }
+
+  // Decides what the exits so far mean, in the order they happened.
+  void Evaluate() {
+    while (!pending_failures_.empty()) {
+      Replica* rep = pending_failures_.front();
+      pending_failures_.erase(pending_failures_.begin());
+      OnFailure(*rep);
+    }
+    if (phase_ == Phase::kRunning) {
+      bool all_done = true;
+      for (const auto& rep : replicas_) all_done &= rep.state->state == AppState::kSucceeded;
+      if (all_done) Finish(AppState::kSucceeded, "");
+    }
+    if (stopping_ && Live() == 0) {
+      stop_timer_.cancel();
+      stopping_ = false;
+      auto then = std::move(after_stop_);
+      after_stop_ = nullptr;
+      if (then) then();
+    }
+    MaybeExit();
+  }
+
+  void OnFailure(Replica& rep) {
+    // While failing, a later failure may bring the error file the first
+    // one lacked.
+    if (phase_ == Phase::kFailing && RecordRootCause(rep)) st_.msg = failure_msgs_[&rep];
+    if (phase_ != Phase::kRunning) return;
+    const auto& role_req = req_.roles[rep.role];
+    auto& role_st = st_.roles[rep.role];
+    st_.structured_error_msg = std::string(specs::kNone);
+    root_cause_ = 0;
+    if (role_st.restarts >= role_req.max_retries) {
+      RecordRootCause(rep);
+      st_.msg = failure_msgs_[&rep] + (role_req.max_retries > 0
+                                           ? fmt::format("; role {} has used its {} retries",
+                                                         role_req.name, role_req.max_retries)
+                                           : "");
+      phase_ = Phase::kFailing;
+      Stop(AllRunning(), [this] { Finish(AppState::kFailed, st_.msg); });
+      return;
+    }
+    ++role_st.restarts;
+    ++st_.num_restarts;
+    // Until the restarted replicas fail again, the status says why they
+    // were restarted.
+    st_.structured_error_msg = rep.state->structured_error_msg;
+    std::vector<Replica*> restart;
+    switch (role_req.retry_policy) {
+      case specs::RetryPolicy::kReplica:
+        restart = {&rep};
+        break;
+      case specs::RetryPolicy::kRole:
+        for (auto& r : replicas_) {
+          if (r.role == rep.role) restart.push_back(&r);
+        }
+        break;
+      case specs::RetryPolicy::kApplication:
+        for (auto& r : replicas_) restart.push_back(&r);
+        break;
+    }
+    st_.msg = fmt::format("{}; retry {} of {} ({} policy)", failure_msgs_[&rep], role_st.restarts,
+                          role_req.max_retries, specs::RetryPolicyName(role_req.retry_policy));
+    log::Warning("{}", st_.msg);
+    std::vector<Replica*> to_stop;
+    for (auto* r : restart) {
+      if (r->running) to_stop.push_back(r);
+    }
+    phase_ = Phase::kRestarting;
+    Stop(to_stop, [this, restart] {
+      phase_ = Phase::kRunning;
+      for (auto* r : restart) Start(*r);
+      Save();
+      Evaluate();
+    });
+  }
+
+  // The first failure with an error file is the root cause; until one has
+  // a file, the first failure. Returns whether `rep` is the root cause now.
+  bool RecordRootCause(const Replica& rep) {
+    int rank = rep.state->structured_error_msg != specs::kNone ? 2 : 1;
+    if (rank <= root_cause_) return false;
+    st_.structured_error_msg = rep.state->structured_error_msg;
+    root_cause_ = rank;
+    return true;
+  }
+
+  void OnCancel(int sig) {
+    if (phase_ == Phase::kDone) return;
+    if (phase_ == Phase::kCancelling) {
+      log::Warning("received {} again; killing the replicas now", proc::SignalName(sig));
+      for (auto& r : replicas_) {
+        if (r.running) ::kill(-r.pid, SIGKILL);
+      }
+      return;
+    }
+    log::Info("received {}; cancelling the app", proc::SignalName(sig));
+    phase_ = Phase::kCancelling;
+    st_.msg = "cancelled";
+    pending_failures_.clear();
+    Stop(AllRunning(), [this] {
+      for (auto& r : replicas_) {
+        if (!specs::IsTerminal(r.state->state)) r.state->state = AppState::kCancelled;
+      }
+      Finish(AppState::kCancelled, "cancelled");
+    });
+  }
+
+  std::vector<Replica*> AllRunning() {
+    std::vector<Replica*> out;
+    for (auto& r : replicas_) {
+      if (r.running) out.push_back(&r);
+    }
+    return out;
+  }
+
+  int Live() const {
+    int n = 0;
+    for (const auto& r : replicas_) n += r.running && r.stopping ? 1 : 0;
+    return n;
+  }
+
+  // SIGTERM to each replica's group, SIGKILL after the stop timeout; `then`
+  // runs once they have all exited. A later Stop joins the one under way.
+  void Stop(const std::vector<Replica*>& reps, std::function<void()> then) {
+    for (auto* r : reps) {
+      if (r->stopping || !r->running) continue;
+      r->stopping = true;
+      ::kill(-r->pid, SIGTERM);
+    }
+    after_stop_ = std::move(then);
+    if (!stopping_) {
+      stopping_ = true;
+      stop_timer_.expires_after(
+          std::chrono::milliseconds(static_cast<long long>(req_.stop_timeout_s * 1000)));
+      stop_timer_.async_wait([this](std::error_code ec) {
+        if (ec) return;
+        for (auto& r : replicas_) {
+          if (r.running && r.stopping) ::kill(-r.pid, SIGKILL);
+        }
+      });
+    }
+    Save();
+    // Nothing to wait for: go on at once (from the loop, not from here).
+    if (Live() == 0) asio::post(io_, [this] { Evaluate(); });
+  }
+
+  void Finish(AppState state, const std::string& msg) {
+    if (phase_ == Phase::kDone) return;
+    phase_ = Phase::kDone;
+    st_.state = state;
+    st_.msg = msg;
+    if (state == AppState::kSucceeded) st_.structured_error_msg = std::string(specs::kNone);
+    pending_failures_.clear();
+    MaybeExit();
+  }
+
+  // Once the app is decided and every pipe is drained, the final state is
+  // written and the loop ends: a reader that sees a terminal state finds
+  // every log line in the files.
+  void MaybeExit() {
+    if (phase_ != Phase::kDone || exited_) return;
+    bool open = false;
+    for (auto& r : replicas_) {
+      if (r.running) return;
+      open |= r.out->fd >= 0 || r.err->fd >= 0;
+    }
+    if (open) {
+      // A process that left its replica's group may hold a pipe open for
+      // ever: what it has written by now is kept, the rest is not waited for.
+      if (!draining_) {
+        draining_ = true;
+        drain_timer_.expires_after(std::chrono::seconds(2));
+        drain_timer_.async_wait([this](std::error_code ec) {
+          if (ec) return;
+          for (auto& r : replicas_) {
+            proc::DrainPipe(*r.out);
+            proc::DrainPipe(*r.err);
+            proc::ClosePipe(*r.out);
+            proc::ClosePipe(*r.err);
+          }
+          MaybeExit();
+        });
+      }
+      return;
+    }
+    exited_ = true;
+    KillOrphans();
+    st_.finished_at = local::Now();
+    Save();
+    signals_.cancel();
+    stop_timer_.cancel();
+    drain_timer_.cancel();
+    io_.stop();
+  }
+
+  // Processes that left their replica's group were reparented to us (a
+  // subreaper); nothing of the app outlives it.
+  void KillOrphans() {
+    const std::string me = std::to_string(::getpid());
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      auto pid = ParseInt(e.path().filename().string());
+      if (!pid) continue;
+      auto fields = local::ProcStat(static_cast<pid_t>(*pid));
+      if (fields.size() > 1 && fields[1] == me) {
+        log::Warning("killing pid {}, left behind by a replica", *pid);
+        ::kill(static_cast<pid_t>(*pid), SIGKILL);
+      }
+    }
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+  }
+
+  void Save() {
+    Status s = local::WriteState(dir_, st_);
+    if (!s.ok()) log::Error("{}", s.message());
+  }
+
+  std::string dir_;
+  local::Request req_;
+  local::State st_;
+  asio::io_context io_{1};
+  asio::signal_set signals_;
+  asio::steady_timer stop_timer_;
+  asio::steady_timer drain_timer_;
+  std::vector<Replica> replicas_;
+  Phase phase_ = Phase::kStarting;
+  bool stopping_ = false;
+  bool exited_ = false;
+  bool draining_ = false;
+  // The root cause so far: 0 none, 1 a failure without error file, 2 one
+  // with an error file (it wins over an earlier one without).
+  int root_cause_ = 0;
+  std::function<void()> after_stop_;
+  std::vector<Replica*> pending_failures_;
+  std::map<const Replica*, std::string> failure_msgs_;
+  int devnull_ = -1;
+};
+
+}  // namespace
+
+int RunLocalSupervisor(const std::string& app_dir, int ready_fd) {
+  auto text = ReadFile(app_dir + "/request.json");
+  if (!text.ok()) {
+    log::Error("{}", text.status().message());
+    return 3;
+  }
+  auto req = local::RequestFromJson(nlohmann::json::parse(*text, nullptr, false));
+  auto st = local::ReadState(app_dir);
+  if (!req.ok() || !st.ok()) {
+    log::Error("{}", !req.ok() ? req.status().message() : st.status().message());
+    return 3;
+  }
+  Supervisor sup(app_dir, std::move(*req), std::move(*st));
+  return sup.Run(ready_fd);
+}
+
+}  // namespace trun::schedulers

@@ -1,0 +1,74 @@
+"""Helpers for the TorchX-half tests: an isolated state directory per test,
+apps driven through the real binary, and cleanup of whatever is left."""
+import json
+import os
+import re
+import socket
+import time
+
+import pytest
+
+from conftest import base_env, trun
+
+HANDLE = re.compile(r"^local://trun/[\w.-]+$", re.M)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Jobs:
+    """Runs trun with XDG_STATE_HOME in the test's own directory."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.env = base_env(XDG_STATE_HOME=tmp / "state")
+        self.env.pop("TRUNCONFIG", None)
+
+    def trun(self, *args, timeout=120, **kw):
+        kw.setdefault("cwd", self.tmp)
+        return trun(*args, timeout=timeout, env=kw.pop("env", self.env), **kw)
+
+    def submit(self, *args, **kw):
+        r = self.trun("run", *args, **kw)
+        assert r.returncode == 0, (r.returncode, r.err)
+        m = HANDLE.search(r.out)
+        assert m, r.out
+        return m.group(0)
+
+    def status(self, handle):
+        r = self.trun("status", "--json", handle)
+        assert r.returncode == 0, r.err
+        return json.loads(r.out)
+
+    def wait(self, handle, timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.status(handle)
+            if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                return st
+            time.sleep(0.2)
+        raise AssertionError(f"{handle} did not end: {st}")
+
+    def wait_for_log(self, handle, pattern, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            out = self.trun("log", handle).out
+            if re.search(pattern, out):
+                return out
+            time.sleep(0.2)
+        raise AssertionError(f"no /{pattern}/ in the log of {handle}:\n{out}")
+
+    def cancel_all(self):
+        r = self.trun("list")
+        for handle in HANDLE.findall(r.out):
+            self.trun("cancel", handle, timeout=60)
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    j = Jobs(tmp_path)
+    yield j
+    j.cancel_all()
