@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, TRUN, base_env, live_processes_with, run, trun
-from torchx_helpers import free_port
+from conftest import EXAMPLES, ROOT, TRUN, base_env, live_processes_with, run
+from torchx_helpers import Jobs, free_port
 
 DDP = EXAMPLES / "ddp_train.py"
 TOOL = ROOT / "tools" / "slurm-cluster"
@@ -23,20 +23,18 @@ if os.geteuid() != 0:
     pytest.skip("the SLURM daemons of tools/slurm-cluster need root", allow_module_level=True)
 
 
-class Cluster:
-    """The cluster, and trun run in its own state and job directory."""
+class Cluster(Jobs):
+    """The cluster; trun run in the job directory `work`, with its state
+    under work/state."""
 
     def __init__(self, root):
         self.root = root
+        (root / "work").mkdir()
+        super().__init__(root / "work")
+        self.work = self.tmp
+        self.records = self.tmp / "state" / "trun" / "slurm"
         self.conf = root / "cluster" / "slurm.conf"
-        self.work = root / "work"
-        self.work.mkdir()
-        self.env = base_env(SLURM_CONF=self.conf, XDG_STATE_HOME=root / "state")
-        self.env.pop("TRUNCONFIG", None)
-
-    def trun(self, *args, timeout=120, env=None, **kw):
-        kw.setdefault("cwd", self.work)
-        return trun(*args, timeout=timeout, env=env or self.env, **kw)
+        self.env["SLURM_CONF"] = str(self.conf)
 
     def slurm(self, *cmd, timeout=60):
         r = run(list(map(str, cmd)), env=self.env, timeout=timeout)
@@ -45,25 +43,7 @@ class Cluster:
         return r
 
     def submit(self, *args, **kw):
-        r = self.trun("run", "-s", "slurm", *args, **kw)
-        assert r.returncode == 0, (r.returncode, r.err)
-        m = HANDLE.search(r.out)
-        assert m, r.out
-        return m.group(0)
-
-    def status(self, handle):
-        r = self.trun("status", "--json", handle)
-        assert r.returncode == 0, r.err
-        return json.loads(r.out)
-
-    def wait_for(self, handle, states, timeout=180):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            st = self.status(handle)
-            if st["state"] in states:
-                return st
-            time.sleep(0.3)
-        raise AssertionError(f"{handle} never reached {states}: {st}")
+        return super().submit("-s", "slurm", *args, **kw)
 
     def jobs(self):
         """squeue's view: (job id, name, state) of every job."""
@@ -89,7 +69,7 @@ def test_ddp_2x2_succeeds_with_world_4_on_two_nodes(cluster):
     handle = cluster.submit("dist.ddp", "-j", "2x2", "--rdzv_port", free_port(),
                             "--script", DDP, "--", "--steps", 5)
     job_id = handle.rsplit("/", 1)[1]
-    st = cluster.wait_for(handle, ("SUCCEEDED", "FAILED", "CANCELLED"))
+    st = cluster.wait(handle)
     assert st["state"] == "SUCCEEDED", st
     replicas = st["roles"][0]["replicas"]
     assert [r["state"] for r in replicas] == [4, 4]
@@ -153,7 +133,7 @@ def test_cancel_reaches_cancelled_and_stops_every_process(cluster):
     token = f"trun-slurm-cancel-{os.getpid()}"
     handle = cluster.submit("utils.sh", "--num_replicas", 2, "--env", f"TOKEN={token}", "--",
                             "sleep", 300)
-    cluster.wait_for(handle, ("RUNNING",))
+    cluster.wait(handle, states=("RUNNING",))
     deadline = time.time() + 30
     while len(live_processes_with(token)) < 2 and time.time() < deadline:
         time.sleep(0.2)
@@ -192,7 +172,7 @@ roles:
     assert dry.out.count("#SBATCH hetjob") == 2, dry.out
     handle = cluster.submit("./pair.yaml")
     job_id = handle.rsplit("/", 1)[1]
-    st = cluster.wait_for(handle, ("SUCCEEDED", "FAILED", "CANCELLED"))
+    st = cluster.wait(handle)
     assert st["state"] == "SUCCEEDED", st
     assert [(r["role"], len(r["replicas"])) for r in st["roles"]] == [("trainer", 2), ("reader", 1)]
     components = [j for j in cluster.jobs() if j[0].startswith(f"{job_id}+")]
@@ -205,9 +185,57 @@ roles:
     assert re.search(r"^reader/0 reader on node\d$", cluster.trun("log", handle).out, re.M)
 
 
+def test_log_tail_follows_the_replicas_until_the_job_ends(cluster):
+    handle = cluster.submit("utils.sh", "--num_replicas", 2, "--", "sh", "-c",
+                            'for i in 1 2 3; do echo "line $i"; echo "err $i" >&2; sleep 1; done')
+    r = cluster.trun("log", "--tail", handle)
+    assert r.returncode == 0, r.err
+    for k in (0, 1):
+        for i in (1, 2, 3):
+            assert f"sh/{k} line {i}" in r.out and f"sh/{k} err {i}" in r.out, r.out
+    assert cluster.status(handle)["state"] == "SUCCEEDED"
+    # --streams picks one file of each replica.
+    out = cluster.trun("log", "--streams", "stderr", f"{handle}/sh/1").out
+    assert out.splitlines() == ["sh/1 err 1", "sh/1 err 2", "sh/1 err 3"], out
+    # run --log follows every replica as the app runs, then exits as --wait.
+    r = cluster.trun("run", "-s", "slurm", "--log", "utils.echo", "--msg", "followed")
+    assert r.returncode == 0, r.err
+    assert "echo/0 followed" in r.err, r.err
+
+
+def test_squeue_without_json_falls_back_to_scontrol(cluster):
+    """Clusters whose squeue cannot print JSON (Slurm before 21.08, or no
+    openapi plugins): the same answers from `scontrol -o show job`."""
+    bin_dir = cluster.root / "old-squeue"
+    bin_dir.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v squeue"], capture_output=True,
+                          text=True).stdout.strip()
+    (bin_dir / "squeue").write_text(
+        "#!/bin/sh\ncase \"$*\" in *--json*) echo \"squeue: unrecognized option '--json'\" >&2;"
+        f" exit 1;; esac\nexec {real} \"$@\"\n")
+    (bin_dir / "squeue").chmod(0o755)
+    env = dict(cluster.env, PATH=f"{bin_dir}:{cluster.env['PATH']}")
+    handle = cluster.submit("utils.sh", "--num_replicas", 2, "--", "sleep", 30, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        r = cluster.trun("status", "--json", handle, env=env)
+        assert r.returncode == 0, r.err
+        st = json.loads(r.out)
+        if st["state"] == "RUNNING":
+            break
+        time.sleep(0.3)
+    assert st["state"] == "RUNNING", st
+    hosts = {r["hostname"] for r in st["roles"][0]["replicas"]}
+    assert len(hosts) == 2 and all(re.fullmatch(r"node\d", h) for h in hosts), st
+    listed = cluster.trun("list", "-s", "slurm", env=env).out
+    assert re.search(rf"^{re.escape(handle)}\s+sh\s+RUNNING$", listed, re.M), listed
+    r = cluster.trun("cancel", handle, env=env)
+    assert r.returncode == 0 and "CANCELLED" in r.err, r.err
+
+
 def test_list_shows_this_users_jobs_with_their_app_names(cluster):
     handle = cluster.submit("utils.echo", "--msg", "listed")
-    cluster.wait_for(handle, ("SUCCEEDED",))
+    cluster.wait(handle)
     r = cluster.trun("list", "-s", "slurm")
     assert r.returncode == 0, r.err
     assert re.search(rf"^{re.escape(handle)}\s+echo\s+SUCCEEDED$", r.out, re.M), r.out
@@ -235,7 +263,7 @@ def test_dryrun_prints_the_exact_script_and_submits_nothing(cluster):
     assert run(["bash", "-n", "-c", body]).returncode == 0
     assert cluster.jobs() == before
     assert not (cluster.work / "runs").exists()
-    assert not list((cluster.root / "state" / "trun" / "slurm").glob("submit-*"))
+    assert not list(cluster.records.glob("submit-*"))
 
 
 def test_srun_inside_an_allocation_needs_no_flags(cluster):
@@ -279,7 +307,7 @@ def test_bad_run_options_are_refused_and_submit_nothing(cluster, extra, code, ne
     assert r.returncode == code, (r.returncode, r.err)
     assert needle in r.err, r.err
     assert cluster.jobs() == before
-    assert not list((cluster.root / "state" / "trun" / "slurm").glob("submit-*"))
+    assert not list(cluster.records.glob("submit-*"))
 
 
 def test_a_bad_partition_names_the_partitions(cluster):
@@ -317,6 +345,20 @@ def test_the_controller_down(cluster):
     assert cluster.jobs() == before
     r = cluster.trun("list", "-s", "slurm", env=env)
     assert r.returncode == 4 and "cannot be reached" in r.err, r.err
+    r = cluster.trun("status", "slurm://trun/99999", env=env)
+    assert r.returncode == 4 and "cannot be reached" in r.err, r.err
+    # A job that has ended is in the job-completion file, which needs no
+    # controller.
+    handle = cluster.submit("utils.echo", "--msg", "ended")
+    cluster.wait(handle)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = cluster.trun("status", "--json", handle, env=env)
+        if r.returncode == 0:
+            break
+        time.sleep(0.3)
+    assert r.returncode == 0, r.err
+    assert json.loads(r.out)["state"] == "SUCCEEDED"
 
 
 def test_an_unknown_job(cluster):
@@ -353,16 +395,16 @@ def test_a_cut_off_sbatch_is_never_submitted_twice(cluster):
     listed = cluster.trun("list", "-s", "slurm").out
     handle = f"slurm://trun/{new[0][0]}"
     assert re.search(rf"^{re.escape(handle)}\s+echo\s", listed, re.M), listed
-    assert cluster.wait_for(handle, ("SUCCEEDED",))["state"] == "SUCCEEDED"
+    assert cluster.wait(handle)["state"] == "SUCCEEDED"
     assert [j for j in cluster.jobs() if j[0] not in before] == [(new[0][0], "echo", "COMPLETED")]
-    assert not list((cluster.root / "state" / "trun" / "slurm").glob("submit-*"))
+    assert not list(cluster.records.glob("submit-*"))
 
 
 def test_a_job_the_controller_forgot_is_read_from_sacct(cluster):
     """Last: restarting the controller from a clean state forgets every job;
     status falls back to the job-completion file (`sacct -c`)."""
     handle = cluster.submit("utils.echo", "--msg", "remembered")
-    assert cluster.wait_for(handle, ("SUCCEEDED",))["state"] == "SUCCEEDED"
+    assert cluster.wait(handle)["state"] == "SUCCEEDED"
     env = base_env(SLURM_MSG_TIMEOUT=3)
     assert run([str(TOOL), "down", str(cluster.root / "cluster")], env=env).returncode == 0
     assert run([str(TOOL), "up", str(cluster.root / "cluster"), "4"], env=env).returncode == 0
