@@ -62,7 +62,8 @@ std::string LastLine(std::string_view err) {
 }
 
 bool IsJobId(std::string_view s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos &&
+         ParseInt(s).has_value();
 }
 
 // "the SLURM controller cannot be reached" with what said so and the fix.
@@ -147,8 +148,10 @@ std::vector<SlurmJob> AccountingJobs(const std::vector<std::string>& ids) {
     auto r = Slurm(argv);
     if (!r.ok() || r->timed_out || r->exit_code != 0) continue;
     auto jobs = slurm::ParseSacct(r->out);
+    // A database names a heterogeneous job's components LEADER+K.
     std::erase_if(jobs, [&](const SlurmJob& j) {
-      return std::find(ids.begin(), ids.end(), j.job_id) == ids.end();
+      return std::find(ids.begin(), ids.end(), j.job_id) == ids.end() &&
+             std::find(ids.begin(), ids.end(), j.het_job_id) == ids.end();
     });
     if (!jobs.empty()) return jobs;
   }
@@ -213,6 +216,33 @@ struct App {
   std::string job_dir;
 };
 
+// A failed app's root cause: the earliest failure trun's agents recorded in
+// `attempt`'s error files. The replicas that wrote none were stopped with
+// the failed ones.
+void AddRootCause(App& app, int attempt) {
+  if (app.job_dir.empty()) return;
+  std::vector<agent::WorkerFailure> failures;
+  std::vector<specs::ReplicaStatus*> failed;
+  for (auto& rs : app.d.roles_statuses) {
+    for (auto& r : rs.replicas) {
+      std::string path = slurm::ErrorFile(app.job_dir, app.d.app_id, rs.role, r.id, attempt);
+      auto text = ReadFile(path);
+      if (!text.ok()) continue;
+      failures.push_back(
+          agent::DescribeFailure(r.id, static_cast<int>(failed.size()), 0, 1, path, 0));
+      r.structured_error_msg = std::string(Trim(*text));
+      failed.push_back(&r);
+    }
+  }
+  if (failures.empty()) return;
+  app.d.structured_error_msg = failed[agent::RootCause(failures)]->structured_error_msg;
+  for (auto& rs : app.d.roles_statuses) {
+    for (auto& r : rs.replicas) {
+      r.state = r.structured_error_msg != specs::kNone ? AppState::kFailed : AppState::kCancelled;
+    }
+  }
+}
+
 App Build(const std::string& app_id, std::vector<SlurmJob> jobs, const Record& record) {
   std::stable_sort(jobs.begin(), jobs.end(), [](const SlurmJob& a, const SlurmJob& b) {
     return a.het_offset < b.het_offset;
@@ -255,9 +285,6 @@ App Build(const std::string& app_id, std::vector<SlurmJob> jobs, const Record& r
     roles.emplace_back(lead.name, std::max<int>(1, static_cast<int>(hosts.size())));
   }
 
-  const int attempt = std::max(lead.restarts, 0);
-  std::vector<agent::WorkerFailure> failures;
-  std::vector<specs::ReplicaStatus*> failed;
   int index = 0;
   for (const auto& [role, count] : roles) {
     specs::RoleStatus rs{role, {}};
@@ -283,31 +310,7 @@ App Build(const std::string& app_id, std::vector<SlurmJob> jobs, const Record& r
     }
     d.roles_statuses.push_back(std::move(rs));
   }
-  // A failed app's root cause: the earliest failure trun's agents recorded
-  // in this attempt's error files.
-  if (d.state == AppState::kFailed && !app.job_dir.empty()) {
-    for (auto& rs : d.roles_statuses) {
-      for (auto& r : rs.replicas) {
-        std::string path = slurm::ErrorFile(app.job_dir, app_id, rs.role, r.id, attempt);
-        auto text = ReadFile(path);
-        if (!text.ok()) continue;
-        failures.push_back(
-            agent::DescribeFailure(r.id, static_cast<int>(failed.size()), 0, 1, path, 0));
-        r.structured_error_msg = std::string(Trim(*text));
-        failed.push_back(&r);
-      }
-    }
-    if (!failures.empty()) {
-      d.structured_error_msg = failed[agent::RootCause(failures)]->structured_error_msg;
-      // The replicas that did not fail themselves were stopped with them.
-      for (auto& rs : d.roles_statuses) {
-        for (auto& r : rs.replicas) {
-          r.state =
-              r.structured_error_msg != specs::kNone ? AppState::kFailed : AppState::kCancelled;
-        }
-      }
-    }
-  }
+  if (d.state == AppState::kFailed) AddRootCause(app, std::max(lead.restarts, 0));
   if (record.app) {
     d.roles = record.app->roles;
   } else {
@@ -582,7 +585,9 @@ Result<std::vector<ListAppResponse>> SlurmScheduler::List() {
   std::map<long long, ListAppResponse> apps;
   std::map<std::string, const SlurmJob*> by_script;
   for (const auto& j : *jobs) {
-    if (j.het_offset > 0 || (!j.user_id.empty() && j.user_id != uid)) continue;
+    if (!IsJobId(j.job_id) || j.het_offset > 0 || (!j.user_id.empty() && j.user_id != uid)) {
+      continue;
+    }
     apps[*ParseInt(j.job_id)] = {j.job_id, slurm::AppStateFromSlurm(j.state), Handle(j.job_id),
                                  j.name};
     by_script[j.command] = &j;
@@ -610,7 +615,8 @@ Result<std::vector<ListAppResponse>> SlurmScheduler::List() {
     if (record.app) it->second.name = record.app->name;
   }
   for (const auto& j : AccountingJobs(forgotten)) {
-    auto it = apps.find(*ParseInt(j.job_id));
+    if (j.het_offset > 0) continue;
+    auto it = apps.find(ParseInt(j.het_job_id.empty() ? j.job_id : j.het_job_id).value_or(-1));
     if (it != apps.end()) {
       it->second.state = slurm::AppStateFromSlurm(j.state);
       if (it->second.name.empty()) it->second.name = j.name;
