@@ -86,6 +86,8 @@ int ExitCode(const Status& s) {
       return 2;
     case StatusCode::kTimeout:
       return 1;
+    case StatusCode::kUnavailable:
+      return 4;
     default:
       return 3;
   }

@@ -36,7 +36,8 @@ Result<Flags> ParseFlags(std::string_view command, const std::vector<Flag>& flag
                          const std::vector<std::string>& args, bool stop_at_positional = false);
 
 // 2 when the problem is the user's input (a bad argument, an unknown app
-// or component, a scheduler not available yet), 1 for a timeout, else 3.
+// or component, a scheduler not available yet), 1 for a timeout, 4 when a
+// service cannot be reached (nothing was done; running again is safe), else 3.
 int ExitCode(const Status& s);
 
 // Prints `s` as "trun: error: ..." lines and returns ExitCode(s).

@@ -7,7 +7,8 @@
 // SUCCEEDED); 1 the app ended otherwise, or a cancel did not finish; 2 bad
 // input (a flag, a component or its arguments, a spec, a run option, an
 // unknown app, a scheduler that is not available yet); 3 trun could not do
-// it (the state directory, starting the supervisor).
+// it (the state directory, starting the supervisor, no sbatch on PATH); 4 the
+// scheduler's service cannot be reached (the SLURM controller), nothing done.
 //
 // Thread-safety: each runs once per process, on the calling thread (log
 // following starts one thread per replica and joins them).

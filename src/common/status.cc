@@ -24,6 +24,8 @@ std::string Status::ToString() const {
       return "timed out: " + message_;
     case StatusCode::kInternal:
       return "internal error: " + message_;
+    case StatusCode::kUnavailable:
+      return "unavailable: " + message_;
   }
   return message_;
 }

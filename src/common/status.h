@@ -24,6 +24,7 @@ enum class StatusCode {
   kUnsupported,  // valid input, not implemented (yet)
   kTimeout,
   kInternal,
+  kUnavailable,  // a service trun needs (the SLURM controller) cannot be reached: exit 4
 };
 
 class [[nodiscard]] Status {
@@ -40,6 +41,9 @@ class [[nodiscard]] Status {
   }
   static Status Timeout(std::string msg) { return Status(StatusCode::kTimeout, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
+  static Status Unavailable(std::string msg) {
+    return Status(StatusCode::kUnavailable, std::move(msg));
+  }
   // An IOError carrying strerror(err), prefixed with what was being done.
   static Status FromErrno(const std::string& what, int err);
 

@@ -12,6 +12,7 @@
 
 #include "common/problems.h"
 #include "common/strings.h"
+#include "launch/slurm_env.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
 
@@ -334,10 +335,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     c.training_script_args.assign(rest.begin() + 1, rest.end());
   }
 
-  auto given = [&](const char* dest) {
+  auto user_given = [&](const char* dest) {
     return opts[dest]->count() > 0 || !Env(("PET_" + Upper(dest)).c_str()).empty();
   };
   auto value = [&](const char* dest) -> const std::string& { return values[dest]; };
+  // Under srun, SLURM's environment says what the user did not (slurm_env.h).
+  std::set<std::string> from_slurm;
+  if (!flags["standalone"]) {
+    auto slurm = SlurmLaunchDefaults([](const char* name) { return Env(name); },
+                                     user_given("rdzv_backend") ? value("rdzv_backend") : "",
+                                     user_given("nnodes"));
+    if (!slurm.ok()) p.Add(slurm.status().message());
+    for (const auto& [dest, v] : slurm.ok() ? *slurm : std::map<std::string, std::string>{}) {
+      if (!user_given(dest.c_str())) values[dest] = v, from_slurm.insert(dest);
+    }
+  }
+  auto given = [&](const char* dest) { return user_given(dest) || from_slurm.count(dest) > 0; };
 
   if (given("nnodes")) ParseNnodes(value("nnodes"), c, p);
   if (given("nproc_per_node")) ParseNproc(value("nproc_per_node"), c, p);

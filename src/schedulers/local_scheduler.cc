@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <thread>
 
 #include "common/files.h"
@@ -22,6 +21,7 @@
 #include "launch/args.h"
 #include "proc/spawn.h"
 #include "schedulers/local_state.h"
+#include "schedulers/log_files.h"
 #include "specs/macros.h"
 #include "specs/serialize.h"
 
@@ -385,52 +385,13 @@ Status LocalScheduler::Log(const std::string& app_id, const std::string& role, i
   const char* file = "combined.log";
   if (options.streams == Stream::kStdout) file = "stdout.log";
   if (options.streams == Stream::kStderr) file = "stderr.log";
-  const std::string path = rep->log_dir + "/" + file;
-  std::optional<std::regex> filter;
-  if (!options.regex.empty()) {
-    try {
-      filter.emplace(options.regex);
-    } catch (const std::regex_error& e) {
-      return Status::InvalidArgument(fmt::format("--regex '{}': {}", options.regex, e.what()));
-    }
-  }
-  auto emit = [&](std::string_view line) {
-    if (filter && !std::regex_search(line.begin(), line.end(), *filter)) return true;
-    return on_line(line);
-  };
-  int fd = -1;
-  std::string pending;
-  char buf[65536];
-  while (true) {
-    // Read the state before the file: once the app is terminal, everything
-    // its replicas wrote is in the file.
-    bool done = true;
-    if (options.tail) {
-      auto st = CurrentState(app_id);
-      done = !st.ok() || specs::IsTerminal(st->state);
-    }
-    if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      ssize_t n;
-      while ((n = ::read(fd, buf, sizeof buf)) > 0) {
-        pending.append(buf, static_cast<size_t>(n));
-        size_t start = 0, nl;
-        while ((nl = pending.find('\n', start)) != std::string::npos) {
-          if (!emit(std::string_view(pending).substr(start, nl - start))) {
-            ::close(fd);
-            return Status::OK();
-          }
-          start = nl + 1;
-        }
-        pending.erase(0, start);
-      }
-    }
-    if (done) break;
-    std::this_thread::sleep_for(kPoll);
-  }
-  if (fd >= 0) ::close(fd);
-  if (!pending.empty()) emit(pending);
-  return Status::OK();
+  return FollowFiles(
+      {rep->log_dir + "/" + file}, options,
+      [&] {
+        auto st = CurrentState(app_id);
+        return !st.ok() || specs::IsTerminal(st->state);
+      },
+      on_line);
 }
 
 Status LocalScheduler::Cancel(const std::string& app_id) {

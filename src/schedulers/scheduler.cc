@@ -9,11 +9,12 @@
 
 #include "common/strings.h"
 #include "schedulers/local_scheduler.h"
+#include "schedulers/slurm_scheduler.h"
 #include "specs/serialize.h"
 
 namespace trun::schedulers {
 
-std::string DryRunInfo::Format() const { return specs::ToYaml(request); }
+std::string DryRunInfo::Format() const { return text.empty() ? specs::ToYaml(request) : text; }
 
 specs::AppStatus DescribeAppResponse::ToAppStatus() const {
   specs::AppStatus s;
@@ -51,7 +52,10 @@ const std::vector<SchedulerInfo>& Schedulers() {
        [](const std::string& session) -> std::unique_ptr<Scheduler> {
          return std::make_unique<LocalScheduler>(session);
        }},
-      {"slurm", "one SLURM heterogeneous job per app", nullptr},
+      {"slurm", "one SLURM batch job per app, submitted with sbatch",
+       [](const std::string& session) -> std::unique_ptr<Scheduler> {
+         return std::make_unique<SlurmScheduler>(session);
+       }},
       {"kubernetes", "a Volcano job per app", nullptr},
   };
   return kSchedulers;

@@ -12,8 +12,8 @@
 // that submitted.
 //
 // Adding a scheduler: implement the class, add a row to the table in
-// scheduler.cc. `slurm` and `kubernetes` have rows without a factory and
-// answer "not available yet" (exit 2) until they are implemented.
+// scheduler.cc. `kubernetes` has a row without a factory and answers "not
+// available yet" (exit 2) until it is implemented.
 //
 // Thread-safety: a Scheduler is used from one thread, except Log(), which
 // may run on several threads at once (one per replica being followed).
@@ -41,6 +41,9 @@ struct DryRunInfo {
   // The exact request, as JSON: for the local scheduler every replica's
   // command line, environment additions, directory and log files.
   nlohmann::ordered_json request;
+  // When set, what `--dryrun` prints instead of `request` as YAML (the slurm
+  // scheduler's sbatch command and script, exactly).
+  std::string text;
   // The request as `--dryrun` prints it.
   std::string Format() const;
 };

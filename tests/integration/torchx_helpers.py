@@ -10,7 +10,7 @@ import pytest
 
 from conftest import base_env, trun
 
-HANDLE = re.compile(r"^local://trun/[\w.-]+$", re.M)
+HANDLE = re.compile(r"^(local|slurm)://trun/[\w.-]+$", re.M)
 
 
 def free_port():
@@ -43,11 +43,11 @@ class Jobs:
         assert r.returncode == 0, r.err
         return json.loads(r.out)
 
-    def wait(self, handle, timeout=180):
+    def wait(self, handle, timeout=180, states=("SUCCEEDED", "FAILED", "CANCELLED")):
         deadline = time.time() + timeout
         while time.time() < deadline:
             st = self.status(handle)
-            if st["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            if st["state"] in states:
                 return st
             time.sleep(0.2)
         raise AssertionError(f"{handle} did not end: {st}")
