@@ -431,7 +431,10 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for name in a.only or BENCHES:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
-            rows += BENCHES[name](a, pathlib.Path(d))
+            # A folder each: benches name their files alike (trun.stamps).
+            tmp = pathlib.Path(d) / name
+            tmp.mkdir()
+            rows += BENCHES[name](a, tmp)
     table = ["| measure | result | target |", "| --- | --- | --- |"]
     table += [f"| {m} | {r} | {t} |" for m, r, t in rows]
     print("\n".join(table))
