@@ -1,12 +1,11 @@
 #include "rendezvous/etcd_client.h"
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
+#include "rendezvous/libcurl.h"
 
 namespace trun::rendezvous {
 namespace {
@@ -57,11 +56,6 @@ Status ErrorIn(const json& j, const std::string& what) {
   return Status::IOError(what + ": " + msg);
 }
 
-void InitCurlOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 size_t OnData(char* data, size_t size, size_t n, void* user) {
   auto* f = static_cast<std::function<bool(std::string_view)>*>(user);
   // Returning less than given makes curl end the transfer (CURLE_WRITE_ERROR).
@@ -77,29 +71,41 @@ bool ConnectionFailed(CURLcode c) {
 }  // namespace
 
 struct EtcdClient::Curl {
+  // Why libcurl is missing or could not start, reported by every call.
+  Status loaded;
+  const CurlApi* api = nullptr;
   CURL* easy = nullptr;
   CURLM* multi = nullptr;
   curl_slist* headers = nullptr;
   ~Curl() {
-    if (headers) curl_slist_free_all(headers);
-    if (easy) curl_easy_cleanup(easy);
-    if (multi) curl_multi_cleanup(multi);
+    if (headers) api->slist_free_all(headers);
+    if (easy) api->easy_cleanup(easy);
+    if (multi) api->multi_cleanup(multi);
   }
 };
 
 EtcdClient::EtcdClient(EtcdOptions options)
     : options_(std::move(options)), curl_(std::make_unique<Curl>()) {
-  InitCurlOnce();
-  curl_->easy = curl_easy_init();
-  curl_->multi = curl_multi_init();
-  curl_->headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  auto api = Libcurl();
+  if (!api.ok()) {
+    curl_->loaded = api.status();
+    return;
+  }
+  const CurlApi& c = **api;
+  curl_->api = &c;
+  curl_->easy = c.easy_init();
+  curl_->multi = c.multi_init();
+  curl_->headers = c.slist_append(nullptr, "Content-Type: application/json");
+  if (!curl_->easy || !curl_->multi || !curl_->headers) {
+    curl_->loaded = Status::Internal("etcd: libcurl could not start (out of memory?)");
+  }
 }
 
 EtcdClient::~EtcdClient() = default;
 
 void EtcdClient::Abort() {
   aborted_ = true;
-  if (curl_->multi) curl_multi_wakeup(curl_->multi);
+  if (curl_->multi) curl_->api->multi_wakeup(curl_->multi);
 }
 
 std::string EtcdClient::LocalAddress() const { return local_address_; }
@@ -110,7 +116,8 @@ std::string EtcdClient::Endpoint() const {
 
 Status EtcdClient::Post(const std::string& path, const std::string& body,
                         const std::function<bool(std::string_view)>& on_data, bool streaming) {
-  if (!curl_->easy || !curl_->multi) return Status::Internal("etcd: libcurl could not start");
+  TRUN_RETURN_IF_ERROR(curl_->loaded);
+  const CurlApi& c = *curl_->api;
   if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
   std::string first_error;
   for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
@@ -124,54 +131,54 @@ Status EtcdClient::Post(const std::string& path, const std::string& body,
       return false;
     };
     CURL* e = curl_->easy;
-    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, curl_->headers);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnData);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                     streaming ? 0L : static_cast<long>(options_.timeout.count()));
+    c.easy_setopt(e, CURLOPT_URL, url.c_str());
+    c.easy_setopt(e, CURLOPT_HTTPHEADER, curl_->headers);
+    c.easy_setopt(e, CURLOPT_POSTFIELDS, body.c_str());
+    c.easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    c.easy_setopt(e, CURLOPT_WRITEFUNCTION, OnData);
+    c.easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+    c.easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                  streaming ? 0L : static_cast<long>(options_.timeout.count()));
     // A watch may be silent for as long as the job runs: let TCP notice a
     // dead peer (the rendezvous's heartbeats notice sooner).
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    if (!options_.cacert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options_.cacert.c_str());
-    if (!options_.cert.empty()) curl_easy_setopt(e, CURLOPT_SSLCERT, options_.cert.c_str());
-    if (!options_.key.empty()) curl_easy_setopt(e, CURLOPT_SSLKEY, options_.key.c_str());
+    c.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    c.easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    if (!options_.cacert.empty()) c.easy_setopt(e, CURLOPT_CAINFO, options_.cacert.c_str());
+    if (!options_.cert.empty()) c.easy_setopt(e, CURLOPT_SSLCERT, options_.cert.c_str());
+    if (!options_.key.empty()) c.easy_setopt(e, CURLOPT_SSLKEY, options_.key.c_str());
 
-    curl_multi_add_handle(curl_->multi, e);
+    c.multi_add_handle(curl_->multi, e);
     CURLcode result = CURLE_OK;
     bool done = false;
     while (!done) {
       int running = 0;
-      curl_multi_perform(curl_->multi, &running);
+      c.multi_perform(curl_->multi, &running);
       int queued = 0;
-      while (CURLMsg* m = curl_multi_info_read(curl_->multi, &queued)) {
+      while (CURLMsg* m = c.multi_info_read(curl_->multi, &queued)) {
         if (m->msg == CURLMSG_DONE) {
           result = m->data.result;
           done = true;
         }
       }
       if (done || aborted_) break;
-      curl_multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
+      c.multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
     }
-    curl_multi_remove_handle(curl_->multi, e);
+    c.multi_remove_handle(curl_->multi, e);
     if (!done) return Status::IOError("etcd: aborted");
     char* ip = nullptr;
-    if (curl_easy_getinfo(e, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip && *ip) local_address_ = ip;
+    if (c.easy_getinfo(e, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip && *ip) local_address_ = ip;
     if (result == CURLE_WRITE_ERROR && ended_by_us) return Status::OK();
     if (result == CURLE_OK) {
       long code = 0;
-      curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+      c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
       // Errors come as JSON bodies too; the caller reads them. A status
       // without a body (a proxy, the wrong port) is reported here.
       if (code == 200 || code >= 400) return Status::OK();
       return Status::IOError(fmt::format("etcd at {}: HTTP {} for {}", endpoint, code, path));
     }
-    std::string err = fmt::format("etcd at {}: {}", endpoint, curl_easy_strerror(result));
+    std::string err = fmt::format("etcd at {}: {}", endpoint, c.easy_strerror(result));
     if (first_error.empty()) first_error = err;
     if (!ConnectionFailed(result)) return Status::IOError(err);
     endpoint_ = (endpoint_ + 1) % options_.endpoints.size();
