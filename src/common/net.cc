@@ -13,7 +13,9 @@
 
 namespace trun {
 
-std::string FqdnHostname() {
+namespace {
+
+std::string LookUpFqdn() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) return "localhost";
   addrinfo hints{};
@@ -35,6 +37,15 @@ std::string FqdnHostname() {
     freeaddrinfo(res);
   }
   return best;
+}
+
+}  // namespace
+
+std::string FqdnHostname() {
+  // Asked once per process: each lookup reads nsswitch.conf, /etc/hosts and
+  // perhaps DNS, and a host's name does not change under a running job.
+  static const std::string fqdn = LookUpFqdn();
+  return fqdn;
 }
 
 bool IsLocalAddress(const std::string& host) {

@@ -12,7 +12,8 @@
 namespace trun {
 
 // This host's fully qualified name, chosen as Python's socket.getfqdn() does
-// (torchrun puts that in MASTER_ADDR and in the failure table).
+// (torchrun puts that in MASTER_ADDR and in the failure table). Looked up
+// on the first call; later calls return the same. Thread-safe.
 std::string FqdnHostname();
 
 // Whether `host` (a name or a literal) names this host: it resolves to an
