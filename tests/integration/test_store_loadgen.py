@@ -1,6 +1,7 @@
 """A short run of every mode of the store's load generator (bench/store_loadgen.cc),
-against trun's store and against torch 1.13's own server, so that `make bench`'s
-tool cannot rot: the long runs live in bench/run.py."""
+and of the torch-client barrier (bench/torch_store_barrier.py), against trun's
+store and against torch 1.13's own server, so that `make bench`'s tools cannot
+rot: the long runs live in bench/run.py."""
 import json
 import pathlib
 import subprocess
@@ -71,6 +72,21 @@ def test_torch_servers_answers_check_out(torch_store):
     r = loadgen("barrier", "--clients", 50, "--repeat", 1, port=torch_store.port,
                 pid=torch_store.pid)
     assert r["median_server_cpu_seconds"] > 0
+
+
+def torch_barrier(port, clients, procs):
+    r = subprocess.run([PYTHON, str(ROOT / "bench" / "torch_store_barrier.py"), str(port),
+                        str(clients), "--procs", str(procs)], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    r = json.loads(r.stdout)
+    assert r["clients"] == clients and r["procs"] == procs
+    assert 0 < r["connected_seconds"] <= r["added_seconds"] <= r["seconds"], r
+
+
+def test_torch_client_barrier(store, torch_store):
+    # Twice against each server: the second run's keys must not meet the first's.
+    for port in (store.port, torch_store.port, store.port, torch_store.port):
+        torch_barrier(port, 30, 3)
 
 
 def test_errors_are_named():
