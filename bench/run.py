@@ -367,15 +367,15 @@ NOTES = """
     meet it, the connecting and then the first round of the same run (torch's
     server accepts one connection per poll() over every socket, so its
     connecting grows with N squared).
-  - start-up barrier with torch 1.13's clients: bench/torch_store_barrier.py,
-    the issue's own method. N torch TCPStore clients (two connections and a
-    listener thread each), a thread each in 64 processes, released at once:
-    each connects, ADDs, and WAITs for the key the last one SETs; to the last
-    WAIT answered, and to the last ADD answered (the server's part). The
-    rest, from the last ADD to the last WAIT, is Python threads waking under
-    their process's GIL, alike for both servers. The clients' stores are
-    closed after the barrier. Medians of 3 runs; a connect whose SYN the
-    kernel drops (the listen queue, at 2,000) waits 1 s, so runs swing.
+  - start-up barrier with torch 1.13's clients: bench/torch_store_barrier.py.
+    N torch TCPStore clients (two connections and a listener thread each), a
+    thread each in 64 processes, released at once: each connects, ADDs, and
+    WAITs for the key the last one SETs; to the last WAIT answered, and to
+    the last ADD answered (the server's part). The rest, from the last ADD
+    to the last WAIT, is Python threads waking under their process's GIL,
+    alike for both servers. The clients' stores are closed after the
+    barrier. Medians of 3 runs; a connect whose SYN the kernel drops (the
+    listen queue, at 2,000) waits 1 s, so runs swing.
   - 10,000 connections: memory is the fresh server's RSS growth divided by
     the connections, idle. Each connection sends SET, GET and ADD in turn;
     SET has no reply, so it is timed to a CHECK sent behind it. Paced: each
@@ -386,10 +386,10 @@ NOTES = """
     server's CPU (82% of trun's in perf at 1,000 clients; the two make the
     same 2 sends per client and round), and the client's side costs as much
     as the server's, so the two designs show little in wall time: both grow
-    12-18x from 200 to 2,000 clients across runs, torch's not consistently
+    10-18x from 200 to 2,000 clients across runs, torch's not consistently
     worse. The issue's 0.13 / 1.3 / 7.8 s for torch at 200 / 1,000 / 2,000
     clients are of the size of the torch-client rows (torch's clients
-    connecting and meeting), not of these (30 ms at 1,000), so its 2x at
+    connecting and meeting), not of these (30-55 ms at 1,000), so its 2x at
     1,000 is shown against them.
   - Where the servers differ: connecting (torch's server accepts one
     connection per poll() over every socket, so opening N costs N^2); server
