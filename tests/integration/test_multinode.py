@@ -132,9 +132,12 @@ def test_two_hosts_in_network_namespaces(agents, hosts):
     assert [x.wait() for x in a] == [0, 0], a[0].text() + a[1].text()
     assert "RESULT world=4" in a[0].text() + a[1].text()
     # Each node advertises the address the store sees it by, and the
-    # workers' MASTER_ADDR is the endpoint's, which both hosts reach.
-    assert "node 0 of 2 (10.200.0.1)" in a[0].text(), a[0].text()
-    assert "node 1 of 2 (10.200.0.2)" in a[1].text(), a[1].text()
+    # workers' MASTER_ADDR is the endpoint's, which both hosts reach. Node
+    # order is join order: either host may have joined first.
+    nodes = [re.search(rf"node (\d) of 2 \(10\.200\.0\.{i}\)", x.text()) for i, x in
+             zip((1, 2), a)]
+    assert all(nodes), a[0].text() + a[1].text()
+    assert sorted(n.group(1) for n in nodes) == ["0", "1"], a[0].text() + a[1].text()
     assert "store at 10.200.0.1:29400" in a[1].text()
 
 
