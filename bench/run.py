@@ -314,7 +314,7 @@ def bench_store(a, tmp):
         script = [PYTHON, str(ROOT / "bench" / "torch_store_barrier.py")]
         for n in (200, 1000) if a.quick else (200, 1000, 2000):
             got = {"trun": [], "torch": []}
-            for _ in range(reps):
+            for _ in range(1 if a.quick else 5):
                 for server in got:
                     out = subprocess.run(list(map(str, [*script, servers.ports[server], n,
                                                         "--procs", 64])),
@@ -374,7 +374,7 @@ NOTES = """
     the last ADD answered (the server's part). The rest, from the last ADD
     to the last WAIT, is Python threads waking under their process's GIL,
     alike for both servers. The clients' stores are closed after the
-    barrier. Medians of 3 runs; a connect whose SYN the kernel drops (the
+    barrier. Medians of 5 runs; a connect whose SYN the kernel drops (the
     listen queue, at 2,000) waits 1 s, so runs swing.
   - 10,000 connections: memory is the fresh server's RSS growth divided by
     the connections, idle. Each connection sends SET, GET and ADD in turn;
