@@ -190,14 +190,11 @@ def bench_store(a, tmp):
     loadgen = str(pathlib.Path(a.trun).parent / "store_loadgen")
 
     def run(server, servers, *args):
-        cmd = [loadgen, *args, "--port", servers.ports[server], "--server-pid",
-               servers.pids[server], "--json"]
-        out = subprocess.run(list(map(str, cmd)), capture_output=True, timeout=900, check=True)
-        return json.loads(out.stdout)
+        return run_together(server, servers, 1, *args, "--server-pid", servers.pids[server])[0]
 
     def run_together(server, servers, procs, *args):
-        """procs load generators at once, without --server-pid (each would
-        count the others' requests against its own)."""
+        """procs load generators at once; with more than one, without
+        --server-pid (each would count the others' requests against its own)."""
         cmd = [loadgen, *args, "--port", servers.ports[server], "--json"]
         ps = [subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE) for _ in range(procs)]
         outs = [p.communicate(timeout=900)[0] for p in ps]
@@ -309,8 +306,7 @@ def bench_store(a, tmp):
                          f"{tc * 1e3:.1f} ms / {rc * 1e3:.1f} ms = {rc / tc:.2f}x less", ""))
 
         # The start-up barrier again, met by torch 1.13's own clients
-        # (bench/torch_store_barrier.py), as the issue's figures for torch's
-        # server were taken: 64 processes, a thread per client.
+        # (bench/torch_store_barrier.py): 64 processes, a thread per client.
         script = [PYTHON, str(ROOT / "bench" / "torch_store_barrier.py")]
         for n in (200, 1000) if a.quick else (200, 1000, 2000):
             got = {"trun": [], "torch": []}

@@ -10,7 +10,7 @@ The server behind PORT meets exactly the bytes and timing of torch's
 client. The issue quotes torch's server at 0.13 / 1.3 / 7.8 s for 200 /
 1,000 / 2,000 clients; this gives figures of that size for it (0.7-1.3 s at
 1,000, 2.5-6.4 s at 2,000 on 2 cores), where a barrier of clients already
-connected does not (about 30 ms at 1,000, store_loadgen's barrier).
+connected does not (30-55 ms at 1,000, store_loadgen's barrier).
 
 Printed: seconds from the release to the last client connected, to the last
 ADD answered (the server's part: the connects and the counting), and to the
