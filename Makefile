@@ -8,8 +8,14 @@ CMAKE_FLAGS ?=
 # a venv without torch) must not be picked up by the tests or the demo.
 PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
+# torch 2.x: Debian's python3-torch of a newer suite in a debootstrap root,
+# entered through tools/torch2-python (tools/torch2-root makes it once, then
+# reuses it). Outside the clone, so later clones on this machine reuse it.
+TORCH2_ROOT ?= /var/cache/trun/torch2
+export TRUN_TORCH2_ROOT := $(TORCH2_ROOT)
+PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-.PHONY: all deps build test unit-test sanitize-test fuzz integration-test demo bench format clean
+.PHONY: all deps build torch2 test unit-test sanitize-test fuzz integration-test demo bench format clean
 
 all: build
 
@@ -23,8 +29,17 @@ build: deps
 unit-test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-integration-test: build
-	@PYTHON_EXEC=$(PYTHON) TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+torch2: deps
+	@./tools/torch2-root up $(TORCH2_ROOT) $(CURDIR)
+
+# The whole integration suite once per torch generation: 1.13 (Debian 12's,
+# /usr/bin/python3) and 2.x (the torch2 root). Both run even if one fails.
+integration-test: build torch2
+	@echo "== integration tests with torch 1.13 ($(PYTHON))"; \
+	PYTHON_EXEC=$(PYTHON) $(PYTEST) tests/integration; a=$$?; \
+	echo "== integration tests with torch 2.x ($(TORCH2_ROOT))"; \
+	PYTHON_EXEC=$(CURDIR)/tools/torch2-python $(PYTEST) tests/integration; b=$$?; \
+	[ $$a = 0 ] && [ $$b = 0 ]
 
 # The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize-test: deps

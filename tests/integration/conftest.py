@@ -16,7 +16,34 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples"
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 TRUN = os.environ.get("TRUN", str(ROOT / "build" / "trun"))
-TORCHRUN = [PYTHON, str(ROOT / "tools" / "torchrun113")]
+
+
+def _probe_torch():
+    """(major, minor) of PYTHON's torch, and whether its TCPStore has libuv."""
+    code = ("import datetime, torch, torch.distributed as d\n"
+            "try:\n"
+            "    d.TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5), use_libuv=True)\n"
+            "    uv = 1\n"
+            "except RuntimeError:\n"
+            "    uv = 0\n"
+            "print(torch.__version__.split('+')[0], uv)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True).stdout
+    version, uv = out.split()
+    return tuple(int(x) for x in version.split(".")[:2]), uv == "1"
+
+
+# The suite runs once per torch generation (Makefile: integration-test), each
+# time with PYTHON_EXEC naming that generation's interpreter; tests that must
+# differ by generation read TORCH_VERSION.
+TORCH_VERSION, TORCH_HAS_LIBUV = _probe_torch()
+TORCH2 = TORCH_VERSION >= (2, 0)
+# torch 1.13's torchrun needs a patch on Python 3.11 (tools/torchrun113).
+TORCHRUN = ([PYTHON, "-m", "torch.distributed.run"] if TORCH2
+            else [PYTHON, str(ROOT / "tools" / "torchrun113")])
+
+
+def pytest_report_header(config):
+    return f"torch {'.'.join(map(str, TORCH_VERSION))} at {PYTHON} (libuv: {TORCH_HAS_LIBUV})"
 
 
 def base_env(**extra):
@@ -27,6 +54,12 @@ def base_env(**extra):
         if k.startswith("PET_") or k in ("OMP_NUM_THREADS", "TORCHELASTIC_ERROR_FILE",
                                           "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"):
             del env[k]
+    # A torch 2.x built without libuv (Debian's) needs USE_LIBUV=0 in every
+    # process that makes a TCPStore through env:// or torchrun's static store:
+    # what docs/cli.md tells users to set. Tests of that failure unset it.
+    env.pop("USE_LIBUV", None)
+    if TORCH2 and not TORCH_HAS_LIBUV:
+        env["USE_LIBUV"] = "0"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
