@@ -6,6 +6,7 @@ Deterministic: the same world size gives the same final loss, under trun or
 torchrun, so the two can be compared line for line.
 """
 import argparse
+import hashlib
 import os
 import sys
 
@@ -55,7 +56,11 @@ def main() -> None:
             say(f"step {step + 1:3d}  mean loss {total.item() / world:.6f}")
     say(f"rank {rank}/{world} local_rank {os.environ['LOCAL_RANK']} done")
     if rank == 0:
-        say(f"RESULT world={world} loss={total.item() / world:.6f}")
+        # The trained parameters, bit for bit, so that two launchers can be
+        # compared on what the job computed, not only on a rounded loss.
+        params = torch.cat([p.detach().flatten() for p in model.parameters()])
+        digest = hashlib.sha256(params.numpy().tobytes()).hexdigest()[:16]
+        say(f"RESULT world={world} loss={total.item() / world:.6f} params={digest}")
     dist.destroy_process_group()
 
 

@@ -112,13 +112,14 @@ def free_port():
 
 
 class Agent:
-    """One trun agent in the background, its output in a file."""
+    """One trun agent (or, with exe=TORCHRUN, a torchrun) in the background,
+    its output in a file."""
 
-    def __init__(self, tmp, name, *args, prefix=()):
+    def __init__(self, tmp, name, *args, prefix=(), exe=(TRUN,)):
         self.name = name
         self.path = tmp / f"{name}.log"
         self.file = open(self.path, "wb")
-        self.proc = subprocess.Popen([*prefix, TRUN, *map(str, args)], stdout=self.file,
+        self.proc = subprocess.Popen([*prefix, *exe, *map(str, args)], stdout=self.file,
                                      stderr=subprocess.STDOUT, env=base_env())
 
     def text(self):
@@ -150,8 +151,8 @@ class Agent:
 def agents(tmp_path):
     started = []
 
-    def start(name, *args, prefix=()):
-        a = Agent(tmp_path, name, *args, prefix=prefix)
+    def start(name, *args, prefix=(), exe=(TRUN,)):
+        a = Agent(tmp_path, name, *args, prefix=prefix, exe=exe)
         started.append(a)
         return a
 

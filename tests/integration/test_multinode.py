@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, free_port, kill_one_of_two, trun
+from conftest import EXAMPLES, FIXTURES, TORCHRUN, TRUN, free_port, kill_one_of_two, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -36,6 +36,22 @@ def test_two_c10d_agents_run_one_ddp_job_of_world_4(agents):
     # Same numbers as one node of 4 workers: the same world, the same job.
     loss = re.search(r"RESULT world=4 loss=(\S+)", out).group(1)
     assert loss == single_node_loss(4)
+
+
+def test_two_c10d_agents_train_the_same_parameters_as_torchrun(agents):
+    # Side by side with this torch generation's torchrun: the same 2 x 2 job
+    # over c10d on loopback computes the same parameters, bit for bit.
+    def job(launcher, exe, flags):
+        port = free_port()
+        a = [agents(f"{launcher}{i}", *c10d(port, 2, 2), *flags, DDP, "--steps", 5, exe=exe)
+             for i in range(2)]
+        assert [x.wait(timeout=180) for x in a] == [0, 0], a[0].text() + a[1].text()
+        m = re.findall(r"RESULT world=4 loss=\S+ params=\w+", a[0].text() + a[1].text())
+        assert len(m) == 1, a[0].text() + a[1].text()
+        return m[0]
+
+    ours = job("trun", (TRUN,), [])
+    assert ours == job("torchrun", TORCHRUN, ["--monitor_interval", "0.1"])
 
 
 def test_four_static_agents_rank_by_node_rank(agents):
