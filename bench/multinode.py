@@ -30,9 +30,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def job8(a, tmp, torchrun, env):
+def job8(a, tmp, peers, env_for):
     """Wall time of a whole job of 8 agents, each started as a process."""
-    def run(cmd_for):
+    def run(cmd_for, env):
         port = free_port()
         t0 = time.perf_counter()
         procs = [subprocess.Popen(cmd_for(port), env=env, stdout=subprocess.DEVNULL,
@@ -46,16 +46,17 @@ def job8(a, tmp, torchrun, env):
     ours = lambda port: [a.trun, "--nnodes", "8", "--nproc-per-node", "1", "--rdzv-backend",
                          "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "j8",
                          "--no-python", "true"]
-    theirs = lambda port: [*torchrun, "--nnodes", "8", "--nproc_per_node", "1", "--rdzv_backend",
-                           "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "j8",
-                           "--monitor_interval", "0.1", "--no_python", "true"]
-    t = statistics.median(run(ours) for _ in range(3 if a.quick else 9))
-    r = statistics.median(run(theirs) for _ in range(1 if a.quick else 3))
-    return [
-        ("8 agents x 1 worker (`true`), whole job: trun", f"{t * 1e3:.0f} ms", ""),
-        ("8 agents x 1 worker: torchrun c10d", f"{r:.2f} s", ""),
-        ("8 agents x 1 worker: torchrun / trun", f"{r / t:.0f}x faster", ">= 50x"),
-    ]
+    t = statistics.median(run(ours, env_for()) for _ in range(3 if a.quick else 9))
+    rows = [("8 agents x 1 worker (`true`), whole job: trun", f"{t * 1e3:.0f} ms", "")]
+    for label, torchrun, extra in peers:
+        theirs = lambda port: [*torchrun, "--nnodes", "8", "--nproc_per_node", "1",
+                               "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+                               "--rdzv_id", "j8", "--monitor_interval", "0.1", "--no_python",
+                               "true"]
+        r = statistics.median(run(theirs, env_for(**extra)) for _ in range(1 if a.quick else 3))
+        rows += [(f"8 agents x 1 worker: {label} c10d", f"{r:.2f} s", ""),
+                 (f"8 agents x 1 worker: {label} / trun", f"{r / t:.0f}x faster", ">= 50x")]
+    return rows
 
 
 def rdzv(a, tmp):

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""trun's benchmarks, side by side with torch 1.13's torchrun in one run.
+"""trun's benchmarks, side by side with torchrun in one run: torch 1.13's and
+torch 2.x's (the root `make torch2` sets up, entered through tools/torch2-python).
 
     bench/run.py --trun build/trun [--only NAME ...] [--quick] [--write]
 
@@ -25,6 +26,27 @@ import observability
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 TORCHRUN = [PYTHON, str(ROOT / "tools" / "torchrun113")]
+TORCH2_PYTHON = str(ROOT / "tools" / "torch2-python")
+# Debian's torch 2.x has no libuv: USE_LIBUV=0 is what its users must set.
+TORCH2_ENV = {"USE_LIBUV": "0"}
+
+
+def torch2_version():
+    """torch 2.x's version in the torch2 root, or None where there is none."""
+    r = subprocess.run([TORCH2_PYTHON, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    return r.stdout.split("+")[0].strip() if r.returncode == 0 else None
+
+
+def peers():
+    """(label, torchrun command, extra environment) of each torchrun measured."""
+    out = [("torchrun 1.13", TORCHRUN, {})]
+    v = torch2_version()
+    if v:
+        out.append((f"torchrun {v}", [TORCH2_PYTHON, "-m", "torch.distributed.run"], TORCH2_ENV))
+    else:
+        print("bench: no torch 2 root (make torch2): torchrun 2.x is not measured", file=sys.stderr)
+    return out
 
 
 def build_c(src, out):
@@ -64,18 +86,19 @@ def bench_launch(a, tmp):
     floor = build_c("spawn_floor.c", tmp / "spawn_floor")
     trun = [a.trun, "--standalone", "--nproc-per-node", "16", "--no-python", "true"]
     base = [floor, "16", "true"]
-    torch = [*TORCHRUN, "--standalone", "--nproc_per_node", "16", "--monitor_interval", "0.1",
-             "--no_python", "true"]
-    env = env_for()
-    t, f = hyperfine_medians([trun, base], 10 if a.quick else 40, env)
-    r = statistics.median(timed(torch, env) for _ in range(2 if a.quick else 5))
-    return [
+    t, f = hyperfine_medians([trun, base], 10 if a.quick else 40, env_for())
+    rows = [
         ("launch 16 x `true`: trun", f"{t * 1e3:.1f} ms", ""),
         ("launch: bare posix_spawn floor", f"{f * 1e3:.1f} ms", ""),
-        ("launch: torchrun", f"{r * 1e3:.0f} ms", ""),
         ("launch: trun / floor", f"{t / f:.2f}x", "<= 1.25x"),
-        ("launch: torchrun / trun", f"{r / t:.0f}x faster", ">= 35x"),
     ]
+    for label, torchrun, extra in a.peers:
+        torch = [*torchrun, "--standalone", "--nproc_per_node", "16", "--monitor_interval", "0.1",
+                 "--no_python", "true"]
+        r = statistics.median(timed(torch, env_for(**extra)) for _ in range(2 if a.quick else 5))
+        rows += [(f"launch: {label}", f"{r * 1e3:.0f} ms", ""),
+                 (f"launch: {label} / trun", f"{r / t:.0f}x faster", ">= 35x")]
+    return rows
 
 
 def gaps(path):
@@ -95,18 +118,21 @@ def bench_restart(a, tmp):
           env_for(STAMP_FILE=str(f), STAMP_LAST=str(k)))
     g = tmp / "floor.stamps"
     timed([stamp, "--fork", str(k)], env_for(STAMP_FILE=str(g)))
-    h = tmp / "torch.stamps"
-    kt = 3 if a.quick else 5
-    timed([*TORCHRUN, "--max_restarts", str(kt), "--monitor_interval", "0.1", "--no_python", stamp],
-          env_for(STAMP_FILE=str(h), STAMP_LAST=str(kt)))
-    t, fl, tr = (statistics.median(gaps(p)) for p in (f, g, h))
-    return [
+    t, fl = (statistics.median(gaps(p)) for p in (f, g))
+    rows = [
         ("restart: worker exit -> replacement exec, trun", f"{t:.2f} ms", ""),
         ("restart: bare fork+exec floor", f"{fl:.2f} ms", ""),
         ("restart: trun - floor", f"{t - fl:.2f} ms", "<= 2 ms"),
-        ("restart: torchrun (monitor 0.1 s)", f"{tr:.0f} ms", ""),
-        ("restart: torchrun / trun", f"{tr / t:.0f}x", ""),
     ]
+    kt = 3 if a.quick else 5
+    for i, (label, torchrun, extra) in enumerate(a.peers):
+        h = tmp / f"torch{i}.stamps"
+        timed([*torchrun, "--max_restarts", str(kt), "--monitor_interval", "0.1", "--no_python",
+               stamp], env_for(STAMP_FILE=str(h), STAMP_LAST=str(kt), **extra))
+        tr = statistics.median(gaps(h))
+        rows += [(f"restart: {label} (monitor 0.1 s)", f"{tr:.0f} ms", ""),
+                 (f"restart: {label} / trun", f"{tr / t:.0f}x", "")]
+    return rows
 
 
 def peak_rss_kib(cmd, env):
@@ -125,15 +151,15 @@ def peak_rss_kib(cmd, env):
 
 
 def bench_rss(a, tmp):
-    env = env_for()
     t = peak_rss_kib([a.trun, "--standalone", "--nproc-per-node", "16", "--no-python", "sleep",
-                      "1"], env)
-    r = peak_rss_kib([*TORCHRUN, "--standalone", "--nproc_per_node", "16", "--monitor_interval",
-                      "0.1", "--no_python", "sleep", "1"], env)
-    return [
-        ("peak RSS of the launcher, 16 workers: trun", f"{t / 1024:.1f} MiB", "<= 10 MiB"),
-        ("peak RSS: torchrun's agent", f"{r / 1024:.0f} MiB", ""),
-    ]
+                      "1"], env_for())
+    rows = [("peak RSS of the launcher, 16 workers: trun", f"{t / 1024:.1f} MiB", "<= 10 MiB")]
+    for label, torchrun, extra in a.peers:
+        r = peak_rss_kib([*torchrun, "--standalone", "--nproc_per_node", "16",
+                          "--monitor_interval", "0.1", "--no_python", "sleep", "1"],
+                         env_for(**extra))
+        rows.append((f"peak RSS: {label}'s agent", f"{r / 1024:.0f} MiB", ""))
+    return rows
 
 
 def bench_logs(a, tmp):
@@ -147,20 +173,22 @@ def bench_logs(a, tmp):
     ours = timed([a.trun, "--tee", "3", "--log-dir", str(tmp / "trun-logs"), "--no-python", gen,
                   str(size)], env)
     subprocess.run(["rm", "-rf", str(tmp / "trun-logs")])
-    tsize = size // 10
-    theirs = timed([*TORCHRUN, "--tee", "3", "--log_dir", str(tmp / "torch-logs"),
-                    "--monitor_interval", "0.1", "--no_python", gen, str(tsize)], env,
-                   timeout=1200)
-    subprocess.run(["rm", "-rf", str(tmp / "torch-logs")])
     mb = size / 1e6
-    return [
+    rows = [
         (f"logs: {mb:.0f} MB of short lines straight to a file", f"{base:.2f} s", ""),
         ("logs: the same through trun --tee 3 (console to /dev/null)", f"{ours:.2f} s", ""),
         ("logs: trun / straight", f"{ours / base:.2f}x", "<= 1.2x"),
-        (f"logs: torchrun --tee 3, {tsize / 1e6:.0f} MB (a tenth)", f"{theirs:.2f} s",
-         ""),
-        ("logs: torchrun / trun, per byte", f"{(theirs / tsize) / (ours / size):.1f}x", ""),
     ]
+    tsize = size // 10
+    for label, torchrun, extra in a.peers:
+        theirs = timed([*torchrun, "--tee", "3", "--log_dir", str(tmp / "torch-logs"),
+                        "--monitor_interval", "0.1", "--no_python", gen, str(tsize)],
+                       env_for(**extra), timeout=1200)
+        subprocess.run(["rm", "-rf", str(tmp / "torch-logs")])
+        rows += [(f"logs: {label} --tee 3, {tsize / 1e6:.0f} MB (a tenth)", f"{theirs:.2f} s", ""),
+                 (f"logs: {label} / trun, per byte", f"{(theirs / tsize) / (ours / size):.1f}x",
+                  "")]
+    return rows
 
 
 class StoreServers:
@@ -410,7 +438,7 @@ def bench_idle(a, tmp):
 
 
 def bench_job8(a, tmp):
-    return multinode.job8(a, tmp, TORCHRUN, env_for())
+    return multinode.job8(a, tmp, a.peers, env_for)
 
 
 def bench_rdzv(a, tmp):
@@ -439,7 +467,8 @@ def write_results(a, table):
         path.write_text(
             "# Benchmark results\n\n"
             f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores, {cpu}.\n"
-            f"Peer: torch 1.13.1's torchrun (tools/torchrun113), `--monitor_interval 0.1`.\n\n"
+            f"Peers: {', '.join(p[0] for p in a.peers)} (torch 1.13.1 through tools/torchrun113, "
+            "torch 2.x from the torch2 root with USE_LIBUV=0), `--monitor_interval 0.1`.\n\n"
             f"Command: `make bench` (runs `{cmd}`).\n\n" + "\n".join(table) + "\n" + NOTES +
             multinode.NOTES + observability.NOTES)
         return
@@ -474,6 +503,7 @@ def main():
     p.add_argument("--write", action="store_true", help="rewrite bench/RESULTS.md")
     a = p.parse_args()
     a.trun = str(pathlib.Path(a.trun).resolve())
+    a.peers = peers()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for name in a.only or BENCHES:

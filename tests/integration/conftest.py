@@ -77,6 +77,12 @@ def trun(*args, timeout=120, env=None, **kw):
 
 
 def torchrun(*args, timeout=180, env=None):
+    env = dict(env or base_env())
+    if TORCH2:
+        # Inside the root, as a user of that torch runs it: sys.executable is
+        # its python (torchrun 2.x names a failed job after PYTHON_EXEC when
+        # that differs from sys.executable).
+        env.pop("PYTHON_EXEC", None)
     r = run([*TORCHRUN, *map(str, args)], timeout=timeout, env=env)
     r.out = r.stdout.decode(errors="replace")
     r.err = r.stderr.decode(errors="replace")

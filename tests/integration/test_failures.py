@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from conftest import EXAMPLES, TRUN, base_env, trun, worker
+from conftest import EXAMPLES, TRUN, base_env, torchrun, trun, worker
 
 
 def test_first_failure_stops_siblings_and_prints_the_table():
@@ -94,3 +94,46 @@ def test_a_signal_after_a_failure_still_writes_the_root_cause(tmp):
     p.stderr.close()
     ours = json.loads(agent_file.read_text())
     assert ours["message"]["errorCode"] == 3
+
+
+def failure_table(err):
+    """The failure table from its first rule on, without what differs between
+    two runs of the same job: times, pids, log folders."""
+    table = err[err.index("=" * 60):]
+    table = re.sub(r"time      : \S+", "time      : T", table)
+    table = re.sub(r"(pid: |PID )\d+", r"\1P", table)
+    return re.sub(r"error_file: \S*/(attempt_\d+/\d+/error\.json)", r"error_file: \1", table)
+
+
+def test_failure_table_matches_torchrun(tmp):
+    # Side by side with this torch generation's torchrun: the same failing
+    # script (rank 1 raises under @record, rank 0 is stopped) prints the same
+    # table, traceback included.
+    args = worker("raise@1", "sleep:60")
+    ours = trun("--nproc_per_node", 2, "--log_dir", tmp / "a", *args)
+    theirs = torchrun("--nproc_per_node", 2, "--monitor_interval", 0.1, "--log_dir", tmp / "b",
+                      *args)
+    assert ours.returncode == theirs.returncode == 1
+    assert "ValueError: boom" in ours.err
+    assert failure_table(ours.err) == failure_table(theirs.err)
+
+
+def test_restarts_match_torchrun(tmp):
+    # Both ranks fail on attempt 0 and pass on attempt 1: the same restart
+    # counts seen by the workers and the same log layout as torchrun's.
+    script = ("echo $TORCHELASTIC_RESTART_COUNT >> {d}/count.$LOCAL_RANK; "
+              "echo out; [ $TORCHELASTIC_RESTART_COUNT = 1 ]")
+
+    def job(launch, d, *extra):
+        d.mkdir()
+        r = launch("--nproc_per_node", 2, "--max_restarts", 2, "--log_dir", d / "logs",
+                   "--redirects", 3, *extra, "--no_python", "sh", "-c", script.format(d=d))
+        assert r.returncode == 0, r.err
+        (run_dir,) = (d / "logs").iterdir()
+        layout = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+        return [(d / f"count.{i}").read_text().split() for i in range(2)], layout
+
+    ours = job(trun, tmp / "a")
+    assert ours[0] == [["0", "1"], ["0", "1"]]
+    assert "attempt_1/1/stdout.log" in ours[1]
+    assert ours == job(torchrun, tmp / "b", "--monitor_interval", 0.1)

@@ -2,7 +2,7 @@
 import json
 import re
 
-from conftest import EXAMPLES, FIXTURES, base_env, torchrun, trun
+from conftest import EXAMPLES, FIXTURES, TORCH2, base_env, torchrun, trun
 
 DDP = EXAMPLES / "ddp_train.py"
 
@@ -58,11 +58,12 @@ def test_worker_env_matches_torchrun_standalone(tmp):
     diffs = [d for d in compare_envs(tmp, ["--standalone", "--nproc-per-node", 3],
                                      ["--standalone", "--nproc_per_node", 3], 3)
              if d[2] != d[3]]
-    # The one difference by design: torch 1.13's c10d agent lets worker rank 0
-    # host the store; trun's agent hosts it for every backend, as newer torch
-    # does, so that a dead rank 0 takes nothing down.
-    assert {(d[1], d[2], d[3]) for d in diffs} == {("TORCHELASTIC_USE_AGENT_STORE", "True",
-                                                     "False")}, diffs
+    # torch 2.x's agent hosts the store as trun's does. The one difference
+    # from torch 1.13: its c10d agent lets worker rank 0 host the store;
+    # trun's agent hosts it for every backend, so that a dead rank 0 takes
+    # nothing down.
+    expected = set() if TORCH2 else {("TORCHELASTIC_USE_AGENT_STORE", "True", "False")}
+    assert {(d[1], d[2], d[3]) for d in diffs} == expected, diffs
 
 
 def test_worker_env_matches_torchrun_static_one_node(tmp):
