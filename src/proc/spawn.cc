@@ -44,6 +44,9 @@ const rlimit kStartNofile = [] {
   return rl;
 }();
 
+// CLOSE_RANGE_CLOEXEC from <linux/close_range.h>, which Debian 12's glibc
+// headers do not pull in.
+constexpr unsigned kCloseRangeCloexec = 1U << 2;
 constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
 
 // The kernel's struct sigaction. The child changes its signal dispositions
@@ -103,6 +106,11 @@ int ChildMain(void* raw) {
       _exit(127);
     }
   }
+  // Nothing of trun's own may reach the program: the store's accepted
+  // sockets, say, kept open by a worker would hide a closed connection from
+  // its peer. asio and the pipes do not all set O_CLOEXEC, so every
+  // descriptor past stdio is marked here (Linux 5.11; older kernels skip it).
+  syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec);
   // The kernel's mask is the first 64 bits of glibc's sigset_t.
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &a->child_mask, nullptr, sizeof(uint64_t));
   execve(a->path, a->argv, a->envp);

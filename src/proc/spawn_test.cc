@@ -38,6 +38,30 @@ TEST(SpawnTest, RunsWithExactEnvironmentAndOwnProcessGroup) {
   EXPECT_EQ(out, "bar " + std::to_string(*pid) + " " + std::to_string(*pid) + "\n");
 }
 
+// A descriptor trun opened without O_CLOEXEC (asio's accepted sockets) does
+// not reach the worker.
+TEST(SpawnTest, DescriptorsPastStdioStayWithTrun) {
+  int leaky[2];
+  ASSERT_EQ(pipe(leaky), 0);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  SpawnOptions o;
+  o.argv = {"sh", "-c", "ls /proc/self/fd | sort -n | tr '\\n' ' '"};
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.stdout_fd = p[1];
+  auto pid = Spawn(o);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  close(p[1]);
+  std::string out = ReadAll(p[0]);
+  close(p[0]);
+  close(leaky[0]);
+  close(leaky[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  // 0-2, and the descriptor ls opens to read /proc/self/fd.
+  EXPECT_EQ(out, "0 1 2 3 ");
+}
+
 TEST(SpawnTest, MissingProgramIsAnErrorNotAChild) {
   SpawnOptions o;
   o.argv = {"/nonexistent/program"};
