@@ -1,7 +1,9 @@
 // store_loadgen: drives a TCPStore server over the wire, with many
 // connections from one thread, to measure what a server costs and how it
 // scales. It speaks protocol v1 (torch 1.10 to 2.1), so the same tool drives
-// trun's store and torch 1.13's own server (TCPStore(is_master=True)).
+// trun's store and torch 1.13's own server (TCPStore(is_master=True));
+// --protocol v2 speaks torch 2.2+'s numbering, after a VALIDATE on every
+// connection, for torch 2.x's own server, which drops a client without it.
 // bench/run.py runs it for `make bench`; docs in bench/RESULTS.md.
 //
 //   store_loadgen load    --port P --conns 10000 --seconds 10 [--rate R]
@@ -82,7 +84,18 @@ int64_t NowNs() {
       .count();
 }
 
-// v1 requests, laid out as docs/store-protocol.md gives them.
+// The opcodes sent, by protocol generation (--protocol); set once in Main.
+struct Opcodes {
+  uint8_t set, get, add, check, wait, num_keys;
+  bool validate;  // v2: VALIDATE first on every connection
+};
+constexpr Opcodes kV1Opcodes{v1::kSet,  v1::kGet,        v1::kAdd, v1::kCheck,
+                             v1::kWait, v1::kGetNumKeys, false};
+constexpr Opcodes kV2Opcodes{v2::kSet,  v2::kGet,        v2::kAdd, v2::kCheck,
+                             v2::kWait, v2::kGetNumKeys, true};
+Opcodes g_op = kV1Opcodes;
+
+// Requests, laid out as docs/store-protocol.md gives them.
 std::string KeyRequest(uint8_t op, std::string_view key) {
   std::string o;
   PutU8(o, op);
@@ -90,12 +103,12 @@ std::string KeyRequest(uint8_t op, std::string_view key) {
   return o;
 }
 std::string SetRequest(std::string_view key, std::string_view value) {
-  std::string o = KeyRequest(v1::kSet, key);
+  std::string o = KeyRequest(g_op.set, key);
   PutBytes(o, value);
   return o;
 }
 std::string AddRequest(std::string_view key, int64_t delta) {
-  std::string o = KeyRequest(v1::kAdd, key);
+  std::string o = KeyRequest(g_op.add, key);
   PutI64(o, delta);
   return o;
 }
@@ -282,9 +295,15 @@ class Generator {
       }
       c.connecting = false;
       WantOut(c, false);
-      std::string hello;
-      PutU8(hello, v1::kGetNumKeys);
-      Send(c, {hello}, {{ReplyShape::kI64, Tag::kHello, NowNs()}});
+      std::string validate, hello;
+      PutU8(validate, v2::kValidate);
+      PutU32(validate, kValidationMagic);
+      PutU8(hello, g_op.num_keys);
+      if (g_op.validate) {
+        Send(c, {validate, hello}, {{ReplyShape::kI64, Tag::kHello, NowNs()}});
+      } else {
+        Send(c, {hello}, {{ReplyShape::kI64, Tag::kHello, NowNs()}});
+      }
       return;
     }
     while (!c.out.empty()) {
@@ -506,7 +525,7 @@ int RunLoad(const Common& o, const LoadOptions& lo) {
   auto key = [](size_t i) { return RunPrefix() + fmt::format("key{}", i); };
   auto counter = [](size_t i) { return RunPrefix() + fmt::format("counter{}", i % 64); };
   auto send_set = [&](Conn& c) {
-    g.Send(c, {SetRequest(key(c.index), value), KeysRequest(v1::kCheck, key(c.index))},
+    g.Send(c, {SetRequest(key(c.index), value), KeysRequest(g_op.check, key(c.index))},
            {{ReplyShape::kU8, Tag::kSet, NowNs()}});
   };
   size_t pending = 0;
@@ -529,7 +548,7 @@ int RunLoad(const Common& o, const LoadOptions& lo) {
       case 0:
         return send_set(c);
       case 1:
-        return g.Send(c, {KeyRequest(v1::kGet, key(c.index))},
+        return g.Send(c, {KeyRequest(g_op.get, key(c.index))},
                       {{ReplyShape::kBytes, Tag::kGet, NowNs()}});
       default:
         return g.Send(c, {AddRequest(counter(c.index), 1)},
@@ -692,7 +711,7 @@ int RunBarrier(const Common& o, const BarrierOptions& bo) {
     const std::string arrived = RunPrefix() + fmt::format("barrier{}/arrived", round);
     const std::string go = RunPrefix() + fmt::format("barrier{}/go", round);
     const std::string add = AddRequest(arrived, 1), set_go = SetRequest(go, "1"),
-                      wait = KeysRequest(v1::kWait, go);
+                      wait = KeysRequest(g_op.wait, go);
     size_t waited = 0, last = 0;
     int64_t t0 = 0, t_go = 0;
     g.on_reply = [&](Conn& c, const Expect& e, const Reply& r) {
@@ -777,7 +796,7 @@ int RunOps(const Common& o, const OpsOptions& po) {
   for (size_t i = 0; i < po.clients; ++i) {
     std::string key = RunPrefix() + fmt::format("ops{}", i);
     sets.push_back(SetRequest(key, value));
-    gets.push_back(KeyRequest(v1::kGet, key));
+    gets.push_back(KeyRequest(g_op.get, key));
   }
   auto send = [&](Conn& c) {
     g.Send(c, {sets[c.index], gets[c.index]}, {{ReplyShape::kBytes, Tag::kGet, 0}});
@@ -829,10 +848,15 @@ int RunOps(const Common& o, const OpsOptions& po) {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{"store_loadgen: drives a TCPStore server (protocol v1) with many connections"};
+  CLI::App app{"store_loadgen: drives a TCPStore server (protocol v1 or v2) with many connections"};
   app.require_subcommand(1);
   Common o;
+  std::string protocol = "v1";
   auto common = [&](CLI::App* sub) {
+    sub->add_option("--protocol", protocol,
+                    "v1 (torch 1.10 to 2.1; trun's store, torch 1.13's server) or v2 (torch "
+                    "2.2+'s server)")
+        ->check(CLI::IsMember({"v1", "v2"}));
     sub->add_option("--host", o.host, "Server address (an IP literal)");
     sub->add_option("--port", o.port, "Server port")->required()->check(CLI::Range(1, 65535));
     sub->add_option("--connect-concurrency", o.connect_concurrency,
@@ -881,6 +905,7 @@ int Main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  g_op = protocol == "v2" ? kV2Opcodes : kV1Opcodes;
   if (*load) return RunLoad(o, lo);
   if (*barrier) return RunBarrier(o, bo);
   return RunOps(o, po);

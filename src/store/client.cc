@@ -258,7 +258,12 @@ Status StoreClient::Wait(const std::vector<std::string>& keys, std::optional<Dur
   PutU8(o, v2::kWait);
   PutKeys(o, keys);
   TRUN_RETURN_IF_ERROR(SendAll(o));
-  auto r = RecvU8(timeout.value_or(timeout_));
+  return AwaitStopWaiting(timeout.value_or(timeout_),
+                          "wait for " + std::to_string(keys.size()) + " key(s)");
+}
+
+Status StoreClient::AwaitStopWaiting(Duration timeout, const std::string& what) {
+  auto r = RecvU8(timeout);
   if (r.ok()) return Status::OK();
   if (r.status().code() != StatusCode::kTimeout) return r.status();
   // Cancel, then read to the cancel's reply: a STOP_WAITING may come first.
@@ -270,7 +275,7 @@ Status StoreClient::Wait(const std::vector<std::string>& keys, std::optional<Dur
     if (!b.ok()) return b.status();
     if (*b == kWaitCanceled) break;
   }
-  return Status::Timeout("store: wait for " + std::to_string(keys.size()) + " key(s) timed out");
+  return Status::Timeout("store: " + what + " timed out");
 }
 
 Result<bool> StoreClient::DeleteKey(const std::string& key) {
@@ -333,6 +338,60 @@ Status StoreClient::Ping() {
   TRUN_RETURN_IF_ERROR(RecvAll(&echo, 4, timeout_));
   if (echo != nonce) return Status::IOError("store: PING answered with the wrong nonce");
   return Status::OK();
+}
+
+Result<std::vector<std::string>> StoreClient::ListKeys() {
+  std::string o;
+  PutU8(o, v2::kListKeys);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  auto n = RecvI64();
+  if (!n.ok()) return n.status();
+  if (*n < 0) return Status::IOError("store: LIST_KEYS answered a negative count");
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < *n; ++i) {
+    auto k = RecvBytes();
+    if (!k.ok()) return k.status();
+    keys.push_back(std::move(*k));
+  }
+  return keys;
+}
+
+Status StoreClient::Barrier(const std::string& key, int64_t world_size,
+                            std::optional<Duration> timeout) {
+  std::string o;
+  PutU8(o, v2::kBarrier);
+  PutBytes(o, key);
+  PutI64(o, world_size);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return AwaitStopWaiting(timeout.value_or(timeout_), "barrier '" + key + "'");
+}
+
+Status StoreClient::QueuePush(const std::string& key, const std::string& value) {
+  std::string o;
+  PutU8(o, v2::kQueuePush);
+  PutBytes(o, key);
+  PutBytes(o, value);
+  return SendAll(o);
+}
+
+Result<std::string> StoreClient::QueuePop(const std::string& key, bool block) {
+  if (block) TRUN_RETURN_IF_ERROR(Wait({key}));
+  std::string o;
+  PutU8(o, v2::kQueuePop);
+  PutBytes(o, key);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  auto n = RecvI64();
+  if (!n.ok()) return n.status();
+  if (*n <= 0) return Status::NotFound("store: queue '" + key + "' is empty");
+  return RecvBytes();
+}
+
+Result<int64_t> StoreClient::QueueLen(const std::string& key) {
+  std::string o;
+  PutU8(o, v2::kQueueLen);
+  PutBytes(o, key);
+  TRUN_RETURN_IF_ERROR(SendAll(o));
+  return RecvI64();
 }
 
 std::vector<std::string> PrefixStore::Keys(const std::vector<std::string>& keys) const {

@@ -48,6 +48,18 @@ class StoreClient {
   Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys);
   Status MultiSet(const std::vector<std::pair<std::string, std::string>>& kvs);
   Status Ping();
+  // Every key in the store, unfiltered (torch's client keeps those under its
+  // prefix "/" and strips it).
+  Result<std::vector<std::string>> ListKeys();
+  // Returns once `world_size` clients have called Barrier on `key`; a
+  // Timeout status after `timeout` (cancelled on the server, as Wait; the
+  // arrival still counts, as in torch).
+  Status Barrier(const std::string& key, int64_t world_size, std::optional<Duration> timeout = {});
+  // Queues, as torch's libuv-backed client: a blocking pop waits for the key
+  // first. An empty queue on a pop that does not block is NotFound.
+  Status QueuePush(const std::string& key, const std::string& value);
+  Result<std::string> QueuePop(const std::string& key, bool block);
+  Result<int64_t> QueueLen(const std::string& key);
 
   // Makes a call blocked in another thread return an error at once (the
   // connection is shut down; the object stays valid until destroyed). The
@@ -65,6 +77,9 @@ class StoreClient {
   Result<std::string> RecvBytes();
   Result<int64_t> RecvI64();
   Result<uint8_t> RecvU8(Duration timeout);
+  // The STOP_WAITING that answers a WAIT or BARRIER just sent; after
+  // `timeout`, CANCEL_WAIT and a Timeout status naming `what`.
+  Status AwaitStopWaiting(Duration timeout, const std::string& what);
 
   int fd_;
   Duration timeout_;

@@ -14,11 +14,11 @@ bool DecodeOp(Generation g, uint8_t byte, Op& op) {
                                Op::kCheck,     Op::kWait,       Op::kGetNumKeys, Op::kWatchKey,
                                Op::kDeleteKey, Op::kAppend,     Op::kMultiGet,   Op::kMultiSet,
                                Op::kCancelWait};
-  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,    Op::kCompareSet, Op::kGet,
-                               Op::kAdd,        Op::kCheck,  Op::kWait,       Op::kGetNumKeys,
-                               Op::kDeleteKey,  Op::kAppend, Op::kMultiGet,   Op::kMultiSet,
-                               Op::kCancelWait, Op::kPing,   Op::kQueuePush,  Op::kQueuePop,
-                               Op::kQueueLen};
+  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
+                               Op::kAdd,        Op::kCheck,    Op::kWait,       Op::kGetNumKeys,
+                               Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
+                               Op::kCancelWait, Op::kPing,     Op::kQueuePush,  Op::kQueuePop,
+                               Op::kQueueLen,   Op::kListKeys, Op::kBarrier};
   if (g == Generation::kV1 && byte < std::size(kV1)) {
     op = kV1[byte];
     return true;
@@ -33,10 +33,11 @@ bool DecodeOp(Generation g, uint8_t byte, Op& op) {
 }  // namespace
 
 const char* OpName(Op op) {
-  static constexpr const char* kNames[] = {
-      "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",       "CHECK",
-      "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",    "MULTI_GET",
-      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN"};
+  static constexpr const char* kNames[] = {"VALIDATE",  "SET",         "COMPARE_SET", "GET",
+                                           "ADD",       "CHECK",       "WAIT",        "GETNUMKEYS",
+                                           "WATCH_KEY", "DELETE_KEY",  "APPEND",      "MULTI_GET",
+                                           "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH",
+                                           "QUEUE_POP", "QUEUE_LEN",   "LIST_KEYS",   "BARRIER"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -107,6 +108,7 @@ Field FieldOf(Op op, uint64_t i) {
     case Op::kPing:
       return Field::kWord;
     case Op::kAdd:
+    case Op::kBarrier:
       return i == 0 ? Field::kKey : Field::kNumber;
     case Op::kCheck:
     case Op::kWait:
@@ -124,6 +126,7 @@ uint64_t FixedFields(Op op) {
   switch (op) {
     case Op::kGetNumKeys:
     case Op::kCancelWait:
+    case Op::kListKeys:
       return 0;
     case Op::kValidate:
     case Op::kPing:
@@ -141,6 +144,7 @@ uint64_t FixedFields(Op op) {
     case Op::kAppend:
     case Op::kQueuePush:
     case Op::kAdd:
+    case Op::kBarrier:
       return 2;
     case Op::kCompareSet:
       return 3;

@@ -37,6 +37,8 @@ enum class Op {
   kQueuePush,
   kQueuePop,
   kQueueLen,
+  kListKeys,
+  kBarrier,
 };
 
 const char* OpName(Op op);
@@ -61,7 +63,7 @@ struct Request {
   // Keys and values in wire order: SET key,value; COMPARE_SET key,expected,
   // desired; MULTI_SET k1,v1,k2,v2,...; CHECK/WAIT/MULTI_GET the keys.
   std::vector<std::string> args;
-  int64_t number = 0;  // ADD's increment
+  int64_t number = 0;  // ADD's increment, BARRIER's world size
   uint32_t word = 0;   // VALIDATE's magic, PING's nonce
 };
 

@@ -155,6 +155,67 @@ TEST(ParserTest, LiteralGoldenBytes) {
   EXPECT_EQ(r2[2].number, 1);
 }
 
+TEST(ParserTest, V2LaterOpcodesAtEverySplit) {
+  // LIST_KEYS (17) has no arguments; BARRIER (18) is a key and an i64 world
+  // size, as ADD's arguments.
+  std::string bytes = kValidate + Op1(v2::kListKeys) + Op1(v2::kBarrier) + Str("/b") + U64(4) +
+                      Op1(v2::kListKeys) + Op1(v2::kBarrier) + Str("") + U64(uint64_t(-1));
+  for (size_t chunk = 1; chunk <= bytes.size(); ++chunk) {
+    RequestParser p;
+    auto reqs = ParseAll(bytes, chunk, p);
+    ASSERT_EQ(reqs.size(), 5u) << "chunk " << chunk;
+    EXPECT_EQ(reqs[1].op, Op::kListKeys);
+    EXPECT_TRUE(reqs[1].args.empty());
+    EXPECT_EQ(reqs[2].op, Op::kBarrier);
+    EXPECT_EQ(reqs[2].args, (std::vector<std::string>{"/b"}));
+    EXPECT_EQ(reqs[2].number, 4);
+    EXPECT_EQ(reqs[3].op, Op::kListKeys);
+    EXPECT_EQ(reqs[4].op, Op::kBarrier);
+    EXPECT_EQ(reqs[4].args, (std::vector<std::string>{""}));
+    EXPECT_EQ(reqs[4].number, -1);
+  }
+  EXPECT_STREQ(OpName(Op::kListKeys), "LIST_KEYS");
+  EXPECT_STREQ(OpName(Op::kBarrier), "BARRIER");
+}
+
+// The bytes torch 2.14.1's client wrote (Debian's python3-torch, captured
+// between it and torch's own server): the greeting (PING's nonce is its
+// pid), set("a", "1"), list_keys(), barrier("b", 1), and a wait(["nope"])
+// that timed out and was cancelled. No request carries the magic but the
+// first: VALIDATE is sent once per connection.
+TEST(ParserTest, Torch214ClientGoldenBytes) {
+  const unsigned char wire[] = {
+      0x00, 0xce, 0xf7, 0x85, 0x3c,                                    // VALIDATE
+      0x0d, 0x23, 0x4f, 0x00, 0x00,                                    // PING 20259
+      0x01, 0x02, 0,    0,    0,    0, 0, 0, 0,   '/', 'a',            // SET "/a"
+      0x01, 0,    0,    0,    0,    0, 0, 0, '1',                      //   "1"
+      0x11,                                                            // LIST_KEYS
+      0x12, 0x02, 0,    0,    0,    0, 0, 0, 0,   '/', 'b',            // BARRIER "/b"
+      0x01, 0,    0,    0,    0,    0, 0, 0,                           //   world size 1
+      0x06, 0x01, 0,    0,    0,    0, 0, 0, 0,                        // WAIT 1 key
+      0x05, 0,    0,    0,    0,    0, 0, 0, '/', 'n', 'o', 'p', 'e',  //   "/nope"
+      0x0c,                                                            // CANCEL_WAIT
+  };
+  std::string bytes(reinterpret_cast<const char*>(wire), sizeof wire);
+  for (size_t chunk : {size_t{1}, size_t{7}, sizeof wire}) {
+    RequestParser p;
+    auto r = ParseAll(bytes, chunk, p);
+    ASSERT_EQ(r.size(), 7u);
+    EXPECT_EQ(p.generation(), Generation::kV2);
+    EXPECT_EQ(r[1].op, Op::kPing);
+    EXPECT_EQ(r[1].word, 20259u);
+    EXPECT_EQ(r[2].op, Op::kSet);
+    EXPECT_EQ(r[2].args, (std::vector<std::string>{"/a", "1"}));
+    EXPECT_EQ(r[3].op, Op::kListKeys);
+    EXPECT_EQ(r[4].op, Op::kBarrier);
+    EXPECT_EQ(r[4].args, (std::vector<std::string>{"/b"}));
+    EXPECT_EQ(r[4].number, 1);
+    EXPECT_EQ(r[5].op, Op::kWait);
+    EXPECT_EQ(r[5].args, (std::vector<std::string>{"/nope"}));
+    EXPECT_EQ(r[6].op, Op::kCancelWait);
+  }
+}
+
 TEST(ParserTest, GenerationWaitsForTheMagic) {
   RequestParser p;
   std::string start = Op1(0) + U32(kValidationMagic).substr(0, 3);
@@ -195,7 +256,11 @@ TEST(ParserTest, EachErrorAtOnceWithoutWaitingAtEverySplit) {
       {kValidate + Op1(v2::kMultiSet) + U64(uint64_t(-1)), "keys is over"},  // i64 -1
       {Op1(v1::kCancelWait + 1), "unknown v1 opcode 13"},
       {Op1(200), "unknown v1 opcode 200"},
-      {kValidate + Op1(v2::kQueueLen + 1), "unknown v2 opcode 17"},
+      {kValidate + Op1(v2::kBarrier) + over_key, "key of"},
+      {kValidate + Op1(v2::kBarrier + 1), "unknown v2 opcode 19"},
+      {kValidate + Op1(255), "unknown v2 opcode 255"},
+      // LIST_KEYS and BARRIER are v2's only: in v1 they are unknown.
+      {Op1(v2::kListKeys), "unknown v1 opcode 17"},
   };
   for (const auto& c : cases) {
     for (size_t chunk = 1; chunk <= c.bytes.size(); ++chunk) {

@@ -182,11 +182,21 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       }
     }
 
+    // Whether `n` more reply bytes fit under the limit on what a connection
+    // may have queued. Replies whose size a client chooses (MULTI_GET of one
+    // large value many times, LIST_KEYS of a large store) are checked with it
+    // before they are built, so that they are never allocated whole.
+    bool CanQueue(size_t n) const {
+      size_t queued = out.size() + sending.size();
+      return n <= server.options_.max_pending_reply_bytes &&
+             queued <= server.options_.max_pending_reply_bytes - n;
+    }
+
     // Queues reply bytes; one write is in flight at a time, and everything
     // queued meanwhile goes out in the next one.
     void Send(std::string_view bytes) {
       if (closed) return;
-      if (out.size() + sending.size() + bytes.size() > server.options_.max_pending_reply_bytes) {
+      if (!CanQueue(bytes.size())) {
         return server.Drop(shared_from_this(), "too many unread replies");
       }
       out.append(bytes);
@@ -416,6 +426,42 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return data_[key];
   }
 
+  // BARRIER, as torch's servers do it: the key holds a count of arrivals as
+  // decimal ASCII, as ADD keeps it. The arrival that brings it to the world
+  // size is answered at once and wakes every waiter of the key; an earlier
+  // one waits on the key like a WAIT, and is answered by that wake-up (or by
+  // a SET of the key, as in torch, where the two share one index), or gives
+  // up with CANCEL_WAIT. The earlier arrivals wake nobody: a WAIT on the key
+  // itself would otherwise release the barrier's own waiters. Returns true
+  // when this arrival is to be answered now; false when it waits or when
+  // its connection was dropped.
+  bool Barrier(const std::shared_ptr<Connection>& c, const std::string& key, int64_t world_size) {
+    auto it = data_.find(key);
+    int64_t count = 1;
+    if (it != data_.end()) {
+      auto cur = ParseInt(it->second);
+      if (!cur) {
+        Drop(c, fmt::format("BARRIER on non-integer key '{}'", key));
+        return false;
+      }
+      count = static_cast<int64_t>(static_cast<uint64_t>(*cur) + 1);
+    }
+    data_[key] = std::to_string(count);
+    Notify(key);
+    if (count >= world_size) {
+      WakeWaiters(key);
+      return !c->closed;
+    }
+    auto w = std::make_shared<Waiter>();
+    w->conn = c;
+    w->missing = 1;
+    w->keys.push_back(key);
+    waiters_[key].waiters.push_back(w);
+    c->waits.push_back(std::move(w));
+    ++live_waits_;
+    return false;
+  }
+
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
@@ -508,12 +554,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         Notify(a[0]);
         return;
       }
-      case Op::kMultiGet:
+      case Op::kMultiGet: {
+        size_t size = 0;
+        for (auto& k : a) {
+          auto it = data_.find(k);
+          size += 8 + (it == data_.end() ? 0 : it->second.size());
+        }
+        if (!c->CanQueue(size)) {
+          return Drop(c, fmt::format("MULTI_GET reply of {} bytes is over the reply limit", size));
+        }
+        o.reserve(size);
         for (auto& k : a) {
           auto it = data_.find(k);
           PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
         }
         break;
+      }
       case Op::kMultiSet:
         for (size_t i = 0; i + 1 < a.size(); i += 2) SetValue(a[i], std::move(a[i + 1]));
         return;
@@ -542,6 +598,24 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         PutI64(o, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
         break;
       }
+      case Op::kListKeys: {
+        // i64 count, then every key as bytes, in no particular order (torch's
+        // servers walk their hash map too); `init/` included, queues not.
+        // torch's client keeps the keys that start with its prefix "/".
+        size_t size = 8;
+        for (const auto& [key, value] : data_) size += 8 + key.size();
+        if (!c->CanQueue(size)) {
+          return Drop(c, fmt::format("LIST_KEYS reply of {} bytes is over the reply limit", size));
+        }
+        o.reserve(size);
+        PutI64(o, static_cast<int64_t>(data_.size()));
+        for (const auto& [key, value] : data_) PutBytes(o, key);
+        break;
+      }
+      case Op::kBarrier:
+        if (!Barrier(c, a[0], r.number)) return;
+        PutU8(o, kWaitStopWaiting);
+        break;
     }
     c->Send(o);
   }

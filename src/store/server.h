@@ -116,7 +116,7 @@ class StoreServerThread {
 // the agent reaches its store only through the rendezvous, and a store taken
 // over after its host died is a new server whose counts must add up.
 // Thread-safety: any thread (relaxed atomic counters).
-inline constexpr size_t kNumOps = static_cast<size_t>(Op::kQueueLen) + 1;
+inline constexpr size_t kNumOps = static_cast<size_t>(Op::kBarrier) + 1;
 struct StoreStats {
   std::array<uint64_t, kNumOps> requests{};  // handled, by Op
   uint64_t connections_accepted = 0;

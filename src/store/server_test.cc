@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "store/client.h"
@@ -344,6 +346,168 @@ TEST_F(ServerTest, QueuePushWakesOneBlockingPop) {
   EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
 }
 
+// Reads LIST_KEYS' reply: i64 count, then the keys as bytes; sorted, since
+// the store gives them in no particular order.
+std::vector<std::string> RecvKeyList(Raw& r) {
+  std::string n = r.Recv(8);
+  if (n.size() != 8) return {"<no count>"};
+  uint64_t count;
+  std::memcpy(&count, n.data(), 8);
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string len = r.Recv(8);
+    if (len.size() != 8) return {"<short>"};
+    uint64_t l;
+    std::memcpy(&l, len.data(), 8);
+    keys.push_back(r.Recv(l));
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+TEST_F(ServerTest, V2ListKeysGoldenReplies) {
+  Raw r(port());
+  ASSERT_TRUE(r.Send(Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kListKeys)));
+  EXPECT_EQ(r.Recv(8), U64(0));  // an empty store: the count alone
+  ASSERT_TRUE(r.Send(Op1(v2::kSet) + Str("/a") + Str("1") + Op1(v2::kListKeys)));
+  EXPECT_EQ(r.Recv(8 + 10), U64(1) + Str("/a"));  // as torch 2.14's server answered it
+  // Every key, `init/` included (torch's client drops what lacks its "/");
+  // queues are not keys; a deleted key is gone.
+  ASSERT_TRUE(r.Send(Op1(v2::kAdd) + Str("init/") + U64(1) + Op1(v2::kQueuePush) + Str("/q") +
+                     Str("x") + Op1(v2::kSet) + Str("/gone") + Str("") + Op1(v2::kDeleteKey) +
+                     Str("/gone") + Op1(v2::kSet) + Str(std::string("/\0\xff", 3)) + Str("") +
+                     Op1(v2::kListKeys)));
+  EXPECT_EQ(r.Recv(16), U64(1) + U64(1));  // ADD's and DELETE_KEY's replies
+  EXPECT_EQ(RecvKeyList(r), (std::vector<std::string>{std::string("/\0\xff", 3), "/a", "init/"}));
+}
+
+TEST_F(ServerTest, ListKeysWithTheClient) {
+  StoreClient c = Connect();
+  EXPECT_EQ(*c.ListKeys(), std::vector<std::string>{});
+  ASSERT_TRUE(c.MultiSet({{"/x", "1"}, {"/y", "2"}}).ok());
+  auto keys = *c.ListKeys();
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"/x", "/y"}));
+}
+
+// BARRIER as torch 2.14's client sends it: key, i64 world size; u8 0 when
+// the world has arrived. The count lives at the key as decimal ASCII.
+TEST_F(ServerTest, V2BarrierGoldenReplies) {
+  Raw a(port()), b(port()), c(port());
+  for (Raw* r : {&a, &b, &c}) ASSERT_TRUE(r->Send(Op1(v2::kValidate) + U32(kValidationMagic)));
+  ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("/b") + U64(3)));
+  ASSERT_TRUE(b.Send(Op1(v2::kBarrier) + Str("/b") + U64(3)));
+  EXPECT_TRUE(Eventually([&] { return Waits() == 2; }));
+  EXPECT_EQ(a.Recv(1, 200), "");
+  ASSERT_TRUE(c.Send(Op1(v2::kGet) + Str("/b")));
+  EXPECT_EQ(c.Recv(9), Str("2"));
+  ASSERT_TRUE(c.Send(Op1(v2::kBarrier) + Str("/b") + U64(3)));
+  EXPECT_EQ(c.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(Waits(), 0u);
+  EXPECT_EQ(WaitIndexEntries(), 0u);
+  // A later arrival on a complete barrier passes at once; so does a world
+  // of one, or a world size below 1.
+  ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("/b") + U64(3) + Op1(v2::kBarrier) + Str("/one") +
+                     U64(1) + Op1(v2::kBarrier) + Str("/none") + U64(uint64_t(-5)) + Op1(v2::kGet) +
+                     Str("/b")));
+  EXPECT_EQ(a.Recv(3 + 9), std::string(3, kWaitStopWaiting) + Str("4"));
+}
+
+TEST_F(ServerTest, BarrierSharesTheWaitIndexAsInTorch) {
+  // A WAIT on the barrier's key, before anyone arrives, is answered when the
+  // barrier completes, not at the first arrival (whose count makes the key
+  // exist): torch's servers wake the key's waiters only then. A SET of the
+  // key releases the barrier's waiters, as in torch.
+  Raw w(port()), a(port()), b(port());
+  for (Raw* r : {&w, &a, &b}) ASSERT_TRUE(r->Send(Op1(v2::kValidate) + U32(kValidationMagic)));
+  ASSERT_TRUE(w.Send(Op1(v2::kWait) + U64(1) + Str("/k")));
+  ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("/k") + U64(2)));
+  EXPECT_TRUE(Eventually([&] { return Waits() == 2; }));
+  EXPECT_EQ(w.Recv(1, 200), "");
+  ASSERT_TRUE(b.Send(Op1(v2::kBarrier) + Str("/k") + U64(2)));
+  EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(w.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));
+
+  ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("/s") + U64(5)));
+  EXPECT_TRUE(Eventually([&] { return Waits() == 1; }));
+  ASSERT_TRUE(b.Send(Op1(v2::kSet) + Str("/s") + Str("7")));
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));
+}
+
+TEST_F(ServerTest, BarrierTimesOutAndIsCancelled) {
+  StoreClient c = Connect();
+  Status s = c.Barrier("/late", 2, milliseconds(100));
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_EQ(Waits(), 0u);
+  EXPECT_EQ(*c.Get("/late"), "1");  // the arrival still counts, as in torch
+  StoreClient d = Connect();
+  EXPECT_TRUE(d.Barrier("/late", 2, milliseconds(1000)).ok());
+  // On a key that is not a count: dropped, as ADD to one.
+  ASSERT_TRUE(d.Set("/text", "abc").ok());
+  EXPECT_FALSE(d.Barrier("/text", 2, milliseconds(1000)).ok());
+  StoreClient e = Connect();
+  EXPECT_TRUE(e.Ping().ok());
+}
+
+TEST_F(ServerTest, ManyClientsPassABarrierTogether) {
+  constexpr int kClients = 32;
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&] {
+      StoreClient c = Connect();
+      if (c.Barrier("/all", kClients, milliseconds(10000)).ok()) ++passed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(passed, kClients);
+  EXPECT_EQ(Waits(), 0u);
+}
+
+// torch 2.x's Debian build (no libuv) refuses queues in its client, so trun's
+// client drives them here as torch's libuv-backed client would.
+TEST_F(ServerTest, QueuesWithTheClient) {
+  StoreClient c = Connect();
+  EXPECT_EQ(*c.QueueLen("/q"), 0);
+  EXPECT_EQ(c.QueuePop("/q", false).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(c.QueuePush("/q", "one").ok());
+  ASSERT_TRUE(c.QueuePush("/q", std::string("t\0o", 3)).ok());
+  EXPECT_EQ(*c.QueueLen("/q"), 2);
+  EXPECT_EQ(*c.QueuePop("/q", false), "one");
+  EXPECT_EQ(*c.QueuePop("/q", true), std::string("t\0o", 3));
+  std::thread pusher([this] {
+    std::this_thread::sleep_for(milliseconds(100));
+    StoreClient p = Connect();
+    ASSERT_TRUE(p.QueuePush("/q", "late").ok());
+  });
+  EXPECT_EQ(*c.QueuePop("/q", true), "late");  // a blocking pop waits for the push
+  pusher.join();
+  EXPECT_EQ(*c.QueueLen("/q"), 0);
+}
+
+TEST_F(ServerTest, RepliesOverTheReplyLimitAreRefusedBeforeTheyAreBuilt) {
+  // A MULTI_GET naming one large value many times, or a LIST_KEYS of many
+  // long keys, asks for a reply far larger than its request: it is refused
+  // from its size, before it is built, and the client dropped.
+  Start({}, /*max_pending_reply_bytes=*/64 * 1024);
+  StoreClient c = Connect();
+  ASSERT_TRUE(c.Set("/big", std::string(16 * 1024, 'v')).ok());
+  std::string request = Op1(v2::kMultiGet) + U64(1000);
+  for (int i = 0; i < 1000; ++i) request += Str("/big");
+  Raw r(port());
+  ASSERT_TRUE(r.Send(Op1(v2::kValidate) + U32(kValidationMagic) + request));
+  EXPECT_TRUE(r.Closed());
+  EXPECT_EQ(c.MultiGet({"/big", "/big"})->size(), 2u);  // within the limit: served
+  for (int i = 0; i < 16; ++i)
+    ASSERT_TRUE(c.Set("/" + std::string(4096, 'k') + std::to_string(i), "").ok());
+  EXPECT_FALSE(c.ListKeys().ok());
+  StoreClient d = Connect();
+  EXPECT_TRUE(d.Ping().ok());
+}
+
 TEST_F(ServerTest, GarbageDropsOnlyThatClient) {
   StoreClient good = Connect();
   for (const std::string& junk : {
@@ -352,7 +516,9 @@ TEST_F(ServerTest, GarbageDropsOnlyThatClient) {
            Op1(v1::kSet) + Str("k") + U64(uint64_t{1} << 62),     // 2^62-byte value
            Op1(v1::kWait) + U64(uint64_t{1} << 40),               // 2^40 keys
            Op1(v2::kValidate) + U32(kValidationMagic) + Op1(99),  // unknown v2 opcode
-           std::string("GET / HTTP/1.0\r\n\r\n"),                 // a port scanner
+           Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kBarrier) +
+               U64(uint64_t{1} << 50),             // BARRIER with a 2^50-byte key
+           std::string("GET / HTTP/1.0\r\n\r\n"),  // a port scanner
            Op1(v1::kSet) + Str("n") + Str("x") + Op1(v1::kAdd) + Str("n") + U64(1),  // ADD to text
        }) {
     Raw r(port());

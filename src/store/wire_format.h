@@ -55,10 +55,15 @@ inline constexpr uint8_t kPing = 13;
 inline constexpr uint8_t kQueuePush = 14;
 inline constexpr uint8_t kQueuePop = 15;
 inline constexpr uint8_t kQueueLen = 16;
+// Later 2.x releases (torch 2.14's client sends both; found on the wire).
+inline constexpr uint8_t kListKeys = 17;
+inline constexpr uint8_t kBarrier = 18;
 }  // namespace v2
 
 // Replies of one byte. (QUEUE_POP's reply is an i64, the queue's length
-// before the pop, then the item as bytes when that length is not zero.)
+// before the pop, then the item as bytes when that length is not zero;
+// LIST_KEYS' is an i64 count, then each key as bytes. BARRIER answers
+// kWaitStopWaiting, as WAIT does, once its count reaches the world size.)
 inline constexpr uint8_t kCheckReady = 0;
 inline constexpr uint8_t kCheckNotReady = 1;
 inline constexpr uint8_t kWaitStopWaiting = 0;

@@ -24,7 +24,7 @@ def _probe_torch():
             "try:\n"
             "    d.TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5), use_libuv=True)\n"
             "    uv = 1\n"
-            "except RuntimeError:\n"
+            "except (RuntimeError, TypeError):  # 1.13: no use_libuv argument at all\n"
             "    uv = 0\n"
             "print(torch.__version__.split('+')[0], uv)")
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True).stdout

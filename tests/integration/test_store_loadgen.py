@@ -1,17 +1,20 @@
 """A short run of every mode of the store's load generator (bench/store_loadgen.cc),
 and of the torch-client barrier (bench/torch_store_barrier.py), against trun's
-store and against torch 1.13's own server, so that `make bench`'s tools cannot
-rot: the long runs live in bench/run.py."""
+store and against the own server of the torch under test (PYTHON's: 1.13, or
+2.x, which the generator must speak protocol v2 to), so that `make bench`'s
+tools cannot rot: the long runs live in bench/run.py."""
 import json
 import pathlib
 import subprocess
 
 import pytest
 
-from conftest import PYTHON, ROOT, TRUN
+from conftest import PYTHON, ROOT, TORCH2, TRUN
 from test_store_torch import start_store, stop_store
 
 LOADGEN = str(pathlib.Path(TRUN).parent / "store_loadgen")
+# torch 2.x's server drops a client that does not VALIDATE first (v2).
+TORCH_PROTOCOL = ["--protocol", "v2" if TORCH2 else "v1"]
 
 
 def loadgen(*args, port, pid):
@@ -61,15 +64,18 @@ def test_every_mode_against_trun(store):
     r = loadgen("ops", "--clients", 4, "--seconds", 0.5, "--whole-requests", port=store.port,
                 pid=store.pid)
     assert r["ops_per_second"] > 0
+    r = loadgen("ops", "--clients", 4, "--seconds", 0.5, "--protocol", "v2", port=store.port,
+                pid=store.pid)
+    assert r["ops_per_second"] > 0
 
 
 def test_torch_servers_answers_check_out(torch_store):
     # The same bytes against torch's own server: every reply is checked by
     # the generator (GET returns what was SET, ADD counts, WAIT wakes).
     r = loadgen("load", "--conns", 50, "--seconds", 0.5, "--warmup", 0, "--rate", 200,
-                port=torch_store.port, pid=torch_store.pid)
+                *TORCH_PROTOCOL, port=torch_store.port, pid=torch_store.pid)
     check_load(r, 50)
-    r = loadgen("barrier", "--clients", 50, "--repeat", 1, port=torch_store.port,
+    r = loadgen("barrier", "--clients", 50, "--repeat", 1, *TORCH_PROTOCOL, port=torch_store.port,
                 pid=torch_store.pid)
     assert r["median_server_cpu_seconds"] > 0
 
