@@ -414,6 +414,12 @@ class EtcdMedium final : public Medium {
 
   int WorkerStorePort() const override { return server_ ? server_->port() : 0; }
 
+  // A worker of another node, still stopping, may write one more key after
+  // this: that race is left, where the store-hosted coordinator has none.
+  void ForgetWorkerKeys() override {
+    if (server_) server_->EraseAllBut(kTrunKeys);
+  }
+
   void Linger(Duration limit, std::function<void()> then) override {
     if (!host_) return asio::post(io_, std::move(then));
     host_->coordinator().WhenSettled(limit, std::move(then));

@@ -25,6 +25,10 @@ namespace trun::rendezvous {
 
 inline constexpr Duration kNoOpTimeout = std::chrono::hours(24 * 365);
 
+// Every key that trun's rendezvous writes in a store starts with this; a
+// worker's key (torch's) never does.
+inline constexpr const char* kTrunKeys = "/trun/";
+
 class Link {
  public:
   virtual ~Link() = default;
@@ -76,6 +80,11 @@ class Medium {
   // coordinator's host does not serve them (etcd: group rank 0's agent
   // does); 0 when it does.
   virtual int WorkerStorePort() const { return 0; }
+  // Loop thread, when this node asks for a new round, its workers stopped:
+  // the store it hosts for its workers (WorkerStorePort) forgets their keys
+  // (StoreServer::EraseAllBut says why). A medium whose coordinator serves
+  // the workers does so when it closes a round instead.
+  virtual void ForgetWorkerKeys() {}
   // Loop thread, once this node's threads have stopped: `then` runs on the
   // loop when nobody needs what this node hosts any more (Rendezvous::Leave),
   // at once where it hosts nothing or the job goes on without it.

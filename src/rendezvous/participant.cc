@@ -48,6 +48,7 @@ class Node final : public Rendezvous {
   }
 
   void Ready() override {
+    medium_->ForgetWorkerKeys();
     std::lock_guard lk(mu_);
     want_round_ = true;
     cv_.notify_all();

@@ -48,7 +48,7 @@ class StoreLink final : public Link {
 class StoreMedium final : public Medium {
  public:
   StoreMedium(asio::io_context& io, const Options& o)
-      : io_(io), o_(o), prefix_(fmt::format("/trun/rdzv/{}/", o.run_id)) {}
+      : io_(io), o_(o), prefix_(fmt::format("{}rdzv/{}/", kTrunKeys, o.run_id)) {}
 
   Status Start() override {
     if (o_.backend == "static") {
@@ -153,6 +153,10 @@ class StoreMedium final : public Medium {
     co.store_port = o_.endpoint_port;
     co.host_id = o_.node_id;
     coordinator_ = std::make_unique<HostedCoordinator>(io_, co, [this](const Write& w) {
+      // A round closes: every worker of the last one is gone (each node
+      // stopped its own before it joined), and none of the new one has
+      // started, as no node knows of the round yet. The workers' keys go.
+      if (w.key.starts_with("round/")) server_->EraseAllBut(kTrunKeys);
       if (w.if_absent) {
         (void)server_->CompareSet(prefix_ + w.key, "", w.value);
       } else {

@@ -68,6 +68,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return it->second;
   }
 
+  size_t EraseAllBut(const std::string& keep_prefix) {
+    size_t erased =
+        std::erase_if(data_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
+    erased +=
+        std::erase_if(queues_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
+    return erased;
+  }
+
   void LocalSet(const std::string& key, std::string value) {
     current_conn_ = 0;
     SetValue(key, std::move(value));
@@ -663,6 +671,9 @@ void StoreServer::Observe(std::string prefix, Observer observer,
 }
 std::optional<std::string> StoreServer::Get(const std::string& key) const {
   return impl_->Lookup(key);
+}
+size_t StoreServer::EraseAllBut(const std::string& keep_prefix) {
+  return impl_->EraseAllBut(keep_prefix);
 }
 void StoreServer::Set(const std::string& key, std::string value) {
   impl_->LocalSet(key, std::move(value));

@@ -79,6 +79,13 @@ class StoreServer {
   std::optional<std::string> Get(const std::string& key) const;
   void Set(const std::string& key, std::string value);
   std::string CompareSet(const std::string& key, const std::string& expected, std::string desired);
+  // Erases every key and queue whose name does not start with
+  // `keep_prefix`, without waking or telling anyone; returns how many.
+  // Between two rounds of a job: torch 2.x's workers use the agent's store
+  // without a per-attempt prefix (torch 1.13 put theirs under
+  // /worker/attempt_<N>), so a new round's workers would otherwise read the
+  // last round's keys, such as gloo's peer addresses.
+  size_t EraseAllBut(const std::string& keep_prefix);
 
  private:
   class Impl;

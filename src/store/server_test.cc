@@ -181,6 +181,23 @@ TEST_F(ServerTest, PrefixStoreJoinsWithASlash) {
   EXPECT_EQ(*p.NumKeys(), 2);
 }
 
+// Between two rounds the agent erases the workers' keys (torch 2.x's use
+// no per-attempt prefix) and keeps the rendezvous's.
+TEST_F(ServerTest, EraseAllButKeepsOnlyThePrefix) {
+  StoreClient c = Connect();
+  ASSERT_TRUE(c.Set("/trun/rdzv/job/round/0", "r").ok());
+  ASSERT_TRUE(c.Set("/default_pg/0//cpu//0", "addr").ok());
+  ASSERT_TRUE(c.Set("/worker/attempt_0/k", "v").ok());
+  ASSERT_TRUE(c.QueuePush("/q", "item").ok());
+  size_t erased = 0;
+  server_->RunOnLoop([&](StoreServer& s) { erased = s.EraseAllBut("/trun/"); });
+  EXPECT_EQ(erased, 3);
+  EXPECT_EQ(*c.NumKeys(), 1);
+  EXPECT_EQ(*c.Get("/trun/rdzv/job/round/0"), "r");
+  EXPECT_FALSE(*c.Check({"/default_pg/0//cpu//0"}));
+  EXPECT_EQ(*c.QueueLen("/q"), 0);
+}
+
 TEST_F(ServerTest, WaitCompletesOnAnotherClientsSetAndAdd) {
   StoreClient waiter = Connect();
   std::thread setter([this] {
