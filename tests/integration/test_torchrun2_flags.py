@@ -305,6 +305,42 @@ def test_zsh_completion_loads(tmp_path):
     assert r.stdout.splitlines() == ["_trun", "_trun: function"]
 
 
+# compadd and _files work only inside a completion widget; stand-ins that
+# print what would be offered (compadd filtered by the word's prefix, as the
+# real one does) drive _trun's own logic.
+ZSH_DRIVER = r"""
+compadd() { local a; [[ $1 == -a ]] && for a in ${(P)2}; do
+  [[ $a == ${words[CURRENT]}* ]] && print -r -- $a; done }
+_files() { print -r -- "<files>" }
+t() { words=(trun "$@"); CURRENT=$#words; _trun; print -- --- }
+t --nproc
+t st
+t run dist.
+t run -s local utils.e
+t --nnodes 2 --standal
+t train.py --standal
+"""
+
+
+@pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
+def test_zsh_completion_completes(tmp_path):
+    path = tmp_path / "_trun"
+    path.write_text(completion("zsh"))
+    driver = tmp_path / "driver.zsh"
+    driver.write_text(ZSH_DRIVER)
+    prog = (f"autoload -Uz compinit && compinit -u -d {tmp_path}/zcompdump && source {path} "
+            f"&& source {driver}")
+    r = subprocess.run(["zsh", "-f", "-c", prog], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    answers = [a.split("\n") for a in r.stdout.split("---\n")[:-1]]
+    assert answers == [["--nproc-per-node", "--nproc_per_node", ""],
+                       ["store", "status", "<files>", ""],
+                       ["dist.ddp", "dist.spmd", "<files>", ""],
+                       ["utils.echo", "<files>", ""],
+                       ["--standalone", ""],
+                       ["<files>", ""]]
+
+
 @pytest.mark.skipif(not shutil.which("tcsh"), reason="tcsh is not installed")
 def test_tcsh_completion_loads(tmp_path):
     path = tmp_path / "trun.tcsh"
