@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "agent/failure.h"
 #include "agent/file_timer.h"
@@ -39,6 +41,9 @@ namespace {
 namespace fs = std::filesystem;
 using launch::LaunchConfig;
 using launch::Std;
+
+// How much of a failed worker's stderr is searched for a known error.
+constexpr size_t kStderrTail = 8192;
 
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -67,11 +72,20 @@ Result<std::string> MakeUniqueDir(const std::string& parent, const std::string& 
   return Status::IOError("cannot create a unique directory in " + parent);
 }
 
-// torch's string.Template.safe_substitute over the three names it offers.
-std::string SubstitutePrefix(std::string tmpl, const std::string& role, int local_rank, int rank) {
+// The short host name, as torch's ${hostname} (socket.gethostname()).
+std::string ShortHostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+// torch's string.Template.safe_substitute over the names it offers.
+std::string SubstitutePrefix(std::string tmpl, const std::string& role, int local_rank, int rank,
+                             const std::string& hostname) {
   const std::pair<std::string, std::string> vars[] = {{"role_name", role},
                                                       {"local_rank", std::to_string(local_rank)},
-                                                      {"rank", std::to_string(rank)}};
+                                                      {"rank", std::to_string(rank)},
+                                                      {"hostname", hostname}};
   for (const auto& [name, value] : vars) {
     for (const std::string& form : {"${" + name + "}", "$" + name}) {
       size_t pos = 0;
@@ -104,6 +118,7 @@ struct Worker {
   bool stopped = false;  // exited after the agent asked it to stop
   std::string watchdog;  // the expired timer the watchdog acted on, if it did
   std::string error_file;
+  std::string stderr_log;  // the file its stderr goes to straight, if it does
   // Shared with pending read handlers, which may outlive the attempt.
   std::shared_ptr<Stream> out = std::make_shared<Stream>();
   std::shared_ptr<Stream> err = std::make_shared<Stream>();
@@ -335,7 +350,8 @@ class LocalAgent::Impl {
       std::string key(kv.substr(0, eq));
       if (key == "NCCL_ASYNC_ERROR_HANDLING") nccl_async = kv.substr(eq + 1);
       if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") torch_nccl_async = kv.substr(eq + 1);
-      if (!kOwn.count(key) && !(timers_ && key == "TORCHELASTIC_TIMER_FILE")) {
+      if (!kOwn.count(key) && !(timers_ && key == "TORCHELASTIC_TIMER_FILE") &&
+          !(config_.virtual_local_rank && key == "CUDA_VISIBLE_DEVICES")) {
         base_env_.emplace_back(kv);
       }
     }
@@ -409,6 +425,19 @@ class LocalAgent::Impl {
       if (ec)
         return Status::IOError(fmt::format("cannot create {}: {}", attempt_dir, ec.message()));
     }
+    // torch opens filtered_std{out,err}.log in the attempt's directory
+    // whenever filters are given, also when no stream is teed.
+    if (!attempt_dir.empty()) {
+      for (auto [filters, name, fd] :
+           {std::tuple{&config_.duplicate_stdout_filters, "filtered_stdout.log", &filtered_out_},
+            std::tuple{&config_.duplicate_stderr_filters, "filtered_stderr.log", &filtered_err_}}) {
+        if (filters->empty()) continue;
+        std::string path = attempt_dir + "/" + name;
+        if (*fd >= 0) ::close(*fd);
+        *fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        if (*fd < 0) return Status::FromErrno("cannot create " + path, errno);
+      }
+    }
     const int n = config_.nproc_per_node;
     workers_.resize(static_cast<size_t>(n));
     for (int lr = 0; lr < n; ++lr) {
@@ -423,23 +452,32 @@ class LocalAgent::Impl {
         }
         w.error_file = rank_dir + "/error.json";
       }
-      std::string prefix =
-          !config_.log_line_prefix_template.empty()
-              ? SubstitutePrefix(config_.log_line_prefix_template, config_.role, lr, w.global_rank)
-          : nodes > 1 ? fmt::format("[{}:{}{}]:", round.group_rank, config_.role, lr)
-                      : fmt::format("[{}{}]:", config_.role, lr);
+      std::string prefix = !config_.log_line_prefix_template.empty()
+                               ? SubstitutePrefix(config_.log_line_prefix_template, config_.role,
+                                                  lr, w.global_rank, short_hostname_)
+                           : nodes > 1
+                               ? fmt::format("[{}:{}{}]:", round.group_rank, config_.role, lr)
+                               : fmt::format("[{}{}]:", config_.role, lr);
       int child_out = -1, child_err = -1;
       TRUN_RETURN_IF_ERROR(SetUpStream(w, *w.out, rank_dir, "stdout.log", launch::HasOut,
                                        STDOUT_FILENO, prefix, child_out));
       TRUN_RETURN_IF_ERROR(SetUpStream(w, *w.err, rank_dir, "stderr.log", launch::HasErr,
                                        STDERR_FILENO, prefix, child_err));
+      if (w.err->pump) w.err->pump->KeepTail(kStderrTail);
 
       proc::SpawnOptions opts;
       opts.argv = config_.worker_argv;
       opts.env = base_env_;
       opts.env.insert(opts.env.end(), shared_env_.begin(), shared_env_.end());
       opts.env.insert(opts.env.end(), round_env.begin(), round_env.end());
-      opts.env.push_back("LOCAL_RANK=" + std::to_string(lr));
+      if (config_.virtual_local_rank) {
+        // torch's virtual local rank: each worker's only GPU is device 0.
+        opts.env.push_back("LOCAL_RANK=0");
+        opts.env.push_back("CUDA_VISIBLE_DEVICES=" +
+                           config_.virtual_devices[static_cast<size_t>(lr)]);
+      } else {
+        opts.env.push_back("LOCAL_RANK=" + std::to_string(lr));
+      }
       opts.env.push_back("RANK=" + std::to_string(w.global_rank));
       opts.env.push_back("ROLE_RANK=" + std::to_string(w.global_rank));
       opts.env.push_back("TORCHELASTIC_ERROR_FILE=" + w.error_file);
@@ -487,6 +525,7 @@ class LocalAgent::Impl {
       file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (file_fd < 0) return Status::FromErrno("cannot create " + path, errno);
       w.owned_fds.push_back(file_fd);
+      if (console_fd == STDERR_FILENO) w.stderr_log = path;
     }
     if (!(tee && shown)) {
       // No console copy: the worker writes its file (or nothing) itself.
@@ -500,6 +539,13 @@ class LocalAgent::Impl {
     ::fcntl(p[0], F_SETFL, O_NONBLOCK);
     s.fd = p[0];
     s.pump = std::make_unique<proc::LinePump>(prefix, console_fd, file_fd);
+    // torch duplicates the streams it tails: teed and shown.
+    const bool is_stderr = console_fd == STDERR_FILENO;
+    int dup_fd = is_stderr ? filtered_err_ : filtered_out_;
+    if (dup_fd >= 0) {
+      s.pump->DuplicateMatching(
+          dup_fd, is_stderr ? config_.duplicate_stderr_filters : config_.duplicate_stdout_filters);
+    }
     child_fd = p[1];
     return Status::OK();
   }
@@ -562,9 +608,28 @@ class LocalAgent::Impl {
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
                  w.local_rank, w.pid, config_.worker_argv[0]);
       failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                          w.error_file, w.exited_at));
+                                          w.error_file, w.exited_at, StderrTail(w)));
       if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
     }
+  }
+
+  // The last of a worker's stderr, where trun sees it: through its pipe when
+  // teed, in its file when redirected; "" when it goes straight to the
+  // console.
+  static std::string StderrTail(const Worker& w) {
+    if (w.err->pump) return w.err->pump->Tail();
+    if (w.stderr_log.empty()) return "";
+    std::ifstream in(w.stderr_log, std::ios::binary);
+    in.seekg(0, std::ios::end);
+    std::streamoff size = in.tellg();
+    if (size <= 0) return "";
+    std::streamoff from =
+        std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kStderrTail));
+    in.seekg(from);
+    std::string tail(static_cast<size_t>(size - from), '\0');
+    in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+    tail.resize(static_cast<size_t>(in.gcount()));
+    return tail;
   }
 
   // The running worker that `pid` is, or whose process group it is in.
@@ -766,6 +831,10 @@ class LocalAgent::Impl {
       for (int fd : w.owned_fds) ::close(fd);
       w.owned_fds.clear();
     }
+    for (int* fd : {&filtered_out_, &filtered_err_}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
   }
 
   void Finish(int code) {
@@ -821,10 +890,14 @@ class LocalAgent::Impl {
   bool stopped_ = false;  // Stop() ran: the loop is ending
   std::optional<rendezvous::Round> round_;
   std::string hostname_;
+  std::string short_hostname_ = ShortHostname();
   std::string own_error_file_;
   std::string run_log_dir_;
   int devnull_ = -1;
   int stdin_fd_ = -1;
+  // This attempt's filtered_std{out,err}.log (--duplicate-*-filters), or -1.
+  int filtered_out_ = -1;
+  int filtered_err_ = -1;
   std::vector<std::string> base_env_;
   std::vector<std::string> shared_env_;
 

@@ -36,8 +36,18 @@ std::string IsoTime(int64_t ts) {
 
 }  // namespace
 
+std::string FailureHint(std::string_view text) {
+  if (text.find("use_libuv was requested but PyTorch was built without libuv support") !=
+      std::string_view::npos) {
+    return "this torch was built without libuv: set USE_LIBUV=0 in the environment (env:// and "
+           "torchrun-style stores) or pass use_libuv=False to TCPStore";
+  }
+  return "";
+}
+
 WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int exitcode,
-                              const std::string& error_file, int64_t detected_at) {
+                              const std::string& error_file, int64_t detected_at,
+                              std::string_view stderr_tail) {
   WorkerFailure f;
   f.local_rank = local_rank;
   f.global_rank = global_rank;
@@ -85,6 +95,8 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
                           proc::SignalName(-exitcode), pid)
             : "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
   }
+  f.hint = FailureHint(f.error_json);
+  if (f.hint.empty()) f.hint = FailureHint(stderr_tail);
   return f;
 }
 
@@ -115,6 +127,7 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
         "  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}",
         idx, IsoTime(f.timestamp), hostname, f.global_rank, f.local_rank, f.exitcode, f.pid,
         f.error_file, f.message);
+    if (!f.hint.empty()) s += "\n  hint      : " + f.hint;
     size_t start = 0;
     while (start <= s.size()) {
       size_t end = s.find('\n', start);
@@ -153,9 +166,19 @@ Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
     if (root.exitcode != 0 && j.contains("message") && j["message"].is_object()) {
       j["message"]["errorCode"] = root.exitcode;
     }
+    if (!root.hint.empty() && j.contains("message")) {
+      auto& m = j["message"];
+      if (m.is_string()) {
+        m = m.get<std::string>() + "\nhint: " + root.hint;
+      } else if (m.is_object() && m.contains("message") && m["message"].is_string()) {
+        m["message"] = m["message"].get<std::string>() + "\nhint: " + root.hint;
+      }
+    }
   } else {
+    std::string message = root.message;
+    if (!root.hint.empty()) message += "\nhint: " + root.hint;
     j = {{"message",
-          {{"message", root.message},
+          {{"message", message},
            {"errorCode", root.exitcode},
            {"extraInfo",
             {{"py_callstack", root.message},

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -37,24 +38,37 @@ struct WorkerFailure {
   // The traceback (from the file) or a generated one-line explanation.
   std::string message;
   int64_t timestamp = 0;  // seconds since the epoch
+  // What to do about it, in one line, when trun knows the failure (see
+  // FailureHint); empty otherwise.
+  std::string hint;
 };
+
+// One line that says how to fix a failure whose error text (a worker's error
+// file, traceback or stderr) is one trun recognizes; "" for any other text.
+// Known: torch's "use_libuv was requested but PyTorch was built without
+// libuv support" (a torch 2.x built without libuv, e.g. Debian's).
+std::string FailureHint(std::string_view text);
 
 // Builds the failure of a worker that ended with `exitcode`, reading its
 // error file when there is one. `detected_at` dates a failure without file.
+// `stderr_tail`, the last of its stderr when trun saw it, only feeds the hint.
 WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int exitcode,
-                              const std::string& error_file, int64_t detected_at);
+                              const std::string& error_file, int64_t detected_at,
+                              std::string_view stderr_tail = {});
 
 // Index of the root cause: earliest timestamp, lowest rank on ties.
 size_t RootCause(const std::vector<WorkerFailure>& failures);
 
 // torchrun's ChildFailedError message, byte for byte (including the leading
-// newline): "<name> FAILED", other failures, then the root cause.
+// newline): "<name> FAILED", other failures, then the root cause. A failure
+// with a hint gets one more row, "  hint      : ...", after its traceback.
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
                                const std::string& hostname);
 
 // Writes the root cause to `path` as torch's launcher does: the worker's own
 // error file with "errorCode" added under "message", or, when the worker
-// wrote none, a record in the same shape built from the failure.
+// wrote none, a record in the same shape built from the failure. A hint is
+// appended to the message, on a line of its own.
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root);
 
 }  // namespace trun::agent

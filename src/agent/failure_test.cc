@@ -92,5 +92,45 @@ TEST(FailureTest, AgentErrorFileAddsErrorCode) {
   std::remove(agent.c_str());
 }
 
+constexpr const char* kLibuvError =
+    "torch.distributed.DistStoreError: use_libuv was requested but PyTorch was built without "
+    "libuv support, run with USE_LIBUV=0 to disable it.";
+
+TEST(FailureTest, LibuvHintFromTheErrorFile) {
+  std::string worker = TempPath("uv.json"), agent = TempPath("uva.json");
+  nlohmann::json w = {
+      {"message",
+       {{"message", kLibuvError},
+        {"extraInfo",
+         {{"py_callstack", "Traceback\n" + std::string(kLibuvError)}, {"timestamp", "1"}}}}}};
+  std::ofstream(worker) << w.dump();
+  auto f = DescribeFailure(0, 0, 1, 1, worker, 0);
+  EXPECT_NE(f.hint.find("USE_LIBUV=0"), std::string::npos);
+  EXPECT_NE(f.hint.find("use_libuv=False"), std::string::npos);
+  EXPECT_EQ(f.hint.find('\n'), std::string::npos);
+  std::string table = FormatFailureTable("uv.py", {f}, "host");
+  EXPECT_NE(table.find("\n  hint      : " + f.hint + "\n"), std::string::npos) << table;
+  ASSERT_TRUE(WriteAgentErrorFile(agent, f).ok());
+  auto j = nlohmann::json::parse(std::ifstream(agent));
+  EXPECT_EQ(j["message"]["message"], std::string(kLibuvError) + "\nhint: " + f.hint);
+  EXPECT_EQ(j["message"]["errorCode"], 1);
+  std::remove(worker.c_str());
+  std::remove(agent.c_str());
+}
+
+TEST(FailureTest, LibuvHintFromTheStderrTail) {
+  std::string agent = TempPath("uvt.json");
+  auto f = DescribeFailure(0, 0, 1, 1, "", 0, std::string("Traceback ...\n") + kLibuvError);
+  ASSERT_FALSE(f.hint.empty());
+  ASSERT_TRUE(WriteAgentErrorFile(agent, f).ok());
+  auto j = nlohmann::json::parse(std::ifstream(agent));
+  EXPECT_EQ(j["message"]["message"], f.message + "\nhint: " + f.hint);
+  std::remove(agent.c_str());
+  // Other failures get no hint and no extra row.
+  auto plain = DescribeFailure(0, 0, 1, 1, "", 0, "ValueError: boom");
+  EXPECT_EQ(plain.hint, "");
+  EXPECT_EQ(FormatFailureTable("x.py", {plain}, "h").find("hint"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trun::agent

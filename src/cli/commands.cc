@@ -8,14 +8,18 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "cli/completion.h"
 #include "cli/job_commands.h"
 #include "cli/store_command.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "components/builtins.h"
 #include "launch/args.h"
 
 namespace trun::cli {
 namespace {
+
+int PrintCompletion(const std::string& shell);
 
 int Launch(const Args& args) {
   auto parsed = launch::ParseLaunchArgs(args);
@@ -26,6 +30,9 @@ int Launch(const Args& args) {
   if (parsed->action == launch::LaunchAction::kHelp) {
     std::fputs(parsed->help_text.c_str(), stdout);
     return 0;
+  }
+  if (parsed->action == launch::LaunchAction::kPrintCompletion) {
+    return PrintCompletion(parsed->completion_shell);
   }
   agent::LocalAgent agent(std::move(parsed->config));
   return agent.Run();
@@ -57,6 +64,28 @@ constexpr Command kCommands[] = {
     {"configure", "write a .trunconfig", ConfigureCommand},
     {"local-supervisor", nullptr, LocalSupervisorCommand},
 };
+
+// The completion script, from the same tables the parsers use.
+int PrintCompletion(const std::string& shell) {
+  CompletionWords words;
+  words.launch_flags = launch::LaunchFlags();
+  words.launch_flags.push_back({"--version", false});
+  for (const auto& c : kCommands) {
+    if (c.help) words.subcommands.push_back(c.name);
+  }
+  for (const auto& f : RunFlags()) {
+    for (const auto& name : f.names) words.run_flags.push_back({name, f.takes_value});
+  }
+  // Only the names are used; the path dist.ddp would run does not matter.
+  for (const auto& c : components::Builtins("trun")) words.components.push_back(c.name);
+  auto script = CompletionScript(shell, words);
+  if (!script.ok()) {
+    log::Error("{}", script.status().message());
+    return agent::kExitUsage;
+  }
+  std::fputs(script->c_str(), stdout);
+  return 0;
+}
 
 // A first word that is neither a subcommand nor a file, but close to a
 // subcommand's name, is a typo: `trun stauts` must not try to launch a

@@ -17,9 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
+
 namespace trun::cli {
 
 using Args = std::vector<std::string>;
+
+// `trun run`'s flags, as its parser knows them (for shell completion).
+const std::vector<Flag>& RunFlags();
 
 int RunCommand(const Args& args);
 int StatusCommand(const Args& args);

@@ -143,6 +143,8 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
 
 }  // namespace
 
+const std::vector<Flag>& RunFlags() { return kRunFlags; }
+
 int RunCommand(const Args& args) {
   auto flags = ParseFlags("run", kRunFlags, args, /*stop_at_positional=*/true);
   if (!flags.ok()) return Fail(flags.status());

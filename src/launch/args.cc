@@ -26,6 +26,9 @@ struct OptionRow {
   const char* dest;
   const char* help;
   bool is_flag = false;
+  // torchrun reads no PET_ variable for it (--print-completion is an action,
+  // not a setting: an exported PET_PRINT_COMPLETION must not stop every launch).
+  bool no_env = false;
 };
 
 constexpr OptionRow kOptions[] = {
@@ -60,8 +63,16 @@ constexpr OptionRow kOptions[] = {
     {"--log-dir,--log_dir", "log_dir", "Base directory for log files (default a new temp dir)."},
     {"-r,--redirects", "redirects", "Redirect streams to log files: 0-3 or a map like 0:1,1:2."},
     {"-t,--tee", "tee", "Tee streams to log files and the console: 0-3 or a map."},
+    {"--log-line-prefix-template,--log_line_prefix_template", "log_line_prefix_template",
+     "Prefix of teed console lines; ${role_name}, ${local_rank}, ${rank}, ${hostname} "
+     "(default [${role_name}${local_rank}]:; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)."},
     {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter",
      "Show only these local ranks on the console, e.g. 0,1."},
+    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters",
+     "Also write teed stdout lines containing any of these strings (a,b; ',,' is a comma) to "
+     "filtered_stdout.log in the attempt's log dir."},
+    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters",
+     "The same for stderr, into filtered_stderr.log."},
     {"--node-rank,--node_rank", "node_rank", "Rank of this node (static rendezvous)."},
     {"--master-addr,--master_addr", "master_addr",
      "Address of the master node (static; default 127.0.0.1)."},
@@ -73,6 +84,13 @@ constexpr OptionRow kOptions[] = {
      "NUMA binding: node, socket, exclusive, core-complex."},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle",
      "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)."},
+    {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout",
+     "Seconds between the stop signal and SIGKILL (default TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
+     "else 30)."},
+    {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank",
+     "Every worker sees LOCAL_RANK=0 and only its own GPU, through CUDA_VISIBLE_DEVICES.", true},
+    {"--print-completion,--print_completion", "print_completion",
+     "Print a completion script for bash, zsh or tcsh and exit.", false, true},
 };
 
 std::string Upper(std::string s) {
@@ -81,9 +99,25 @@ std::string Upper(std::string s) {
 }
 
 std::vector<std::string> AllOptionSpellings() {
-  std::vector<std::string> out = {"--help"};
-  for (const auto& row : kOptions) {
-    for (auto& n : Split(row.names, ',')) out.push_back(n);
+  std::vector<std::string> out;
+  for (const auto& f : LaunchFlags()) out.push_back(f.name);
+  return out;
+}
+
+// torchrun's comma_separated_list: "a,b" is two filters, ",," stands for a
+// literal comma, and an empty item is a filter too (one that every line
+// contains, as in torch).
+std::vector<std::string> SplitFilters(const std::string& v) {
+  std::vector<std::string> out(1);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != ',') {
+      out.back() += v[i];
+    } else if (i + 1 < v.size() && v[i + 1] == ',') {
+      out.back() += ',';
+      ++i;
+    } else {
+      out.emplace_back();
+    }
   }
   return out;
 }
@@ -239,6 +273,14 @@ std::string HelpText(const CLI::App& app) {
 
 }  // namespace
 
+std::vector<LaunchFlag> LaunchFlags() {
+  std::vector<LaunchFlag> out = {{"-h", false}, {"--help", false}};
+  for (const auto& row : kOptions) {
+    for (auto& n : Split(row.names, ',')) out.push_back({n, !row.is_flag});
+  }
+  return out;
+}
+
 Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value) {
   std::string_view v = Trim(value);
   StdSpec spec;
@@ -306,7 +348,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       values[row.dest];
       o = app.add_option(row.names, values[row.dest], row.help);
     }
-    o->envname(env);
+    if (!row.no_env) o->envname(env);
     opts[row.dest] = o;
   }
 
@@ -314,9 +356,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    return ParsedLaunch{LaunchAction::kHelp, HelpText(app), {}};
+    return ParsedLaunch{LaunchAction::kHelp, HelpText(app), {}, ""};
   } catch (const CLI::ParseError& e) {
     return Status::InvalidArgument(fmt::format("{}; run 'trun --help' for the flags", e.what()));
+  }
+
+  // As torchrun's argparse action: the script is printed whatever else the
+  // command line holds (no training script needed).
+  if (opts["print_completion"]->count() > 0) {
+    const std::string& shell = values["print_completion"];
+    for (const char* known : kCompletionShells) {
+      if (shell == known) return ParsedLaunch{LaunchAction::kPrintCompletion, "", {}, shell};
+    }
+    return Status::InvalidArgument(fmt::format(
+        "--print-completion: expected bash, zsh or tcsh, got '{}'; e.g. trun --print-completion "
+        "bash > ~/.local/share/bash-completion/completions/trun",
+        shell));
   }
 
   Problems p;
@@ -434,6 +489,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     else
       p.Add(s.status().message());
   }
+  // torchrun: the flag (or PET_) when non-empty, else the environment's.
+  c.log_line_prefix_template = !value("log_line_prefix_template").empty()
+                                   ? value("log_line_prefix_template")
+                                   : Env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  if (given("duplicate_stdout_filters")) {
+    c.duplicate_stdout_filters = SplitFilters(value("duplicate_stdout_filters"));
+  }
+  if (given("duplicate_stderr_filters")) {
+    c.duplicate_stderr_filters = SplitFilters(value("duplicate_stderr_filters"));
+  }
+  if ((!c.duplicate_stdout_filters.empty() || !c.duplicate_stderr_filters.empty()) &&
+      c.log_dir == "/dev/null") {
+    p.Add(
+        "--duplicate-stdout-filters/--duplicate-stderr-filters write filtered_*.log into the log "
+        "dir, but --log-dir /dev/null keeps no files; give a real --log-dir or drop the filters");
+  }
   if (given("local_ranks_filter")) {
     std::set<int> ranks;
     bool bad = false;
@@ -524,7 +595,15 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (!c.rdzv_configs.count("timeout")) c.rdzv_configs["timeout"] = "900";
   if (c.rdzv_backend == "static") c.rdzv_configs["rank"] = std::to_string(c.node_rank);
 
+  // torchrun: --shutdown-timeout (whole seconds) when given, else
+  // TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30.
   std::string shutdown = Env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (given("shutdown_timeout")) {
+    shutdown.clear();
+    if (auto n = ParseNonNegative("--shutdown-timeout", value("shutdown_timeout"), p)) {
+      c.shutdown_timeout_s = *n;
+    }
+  }
   if (!shutdown.empty()) {
     auto d = ParseDouble(shutdown);
     if (!d || *d < 0) {
@@ -534,12 +613,33 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       c.shutdown_timeout_s = *d;
     }
   }
-  c.log_line_prefix_template = Env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  c.virtual_local_rank = flags["virtual_local_rank"];
+  if (c.virtual_local_rank) {
+    // torch's LocalElasticAgent: local rank i gets the i-th entry of the
+    // agent's CUDA_VISIBLE_DEVICES (split on commas, trimmed), or "i" when it
+    // is unset. torch finds a short list only when it starts the workers;
+    // trun says so before anything starts.
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::vector<std::string> listed = visible ? Split(visible, ',') : std::vector<std::string>{};
+    for (int lr = 0; lr < c.nproc_per_node; ++lr) {
+      if (!visible) {
+        c.virtual_devices.push_back(std::to_string(lr));
+      } else if (static_cast<size_t>(lr) < listed.size()) {
+        c.virtual_devices.emplace_back(Trim(listed[static_cast<size_t>(lr)]));
+      }
+    }
+    if (visible && listed.size() < static_cast<size_t>(c.nproc_per_node)) {
+      p.Add(fmt::format(
+          "--virtual-local-rank: {} workers per node, but CUDA_VISIBLE_DEVICES={} lists only {} "
+          "device(s); list one device per worker or lower --nproc-per-node",
+          c.nproc_per_node, visible, listed.size()));
+    }
+  }
   c.set_omp_num_threads = std::getenv("OMP_NUM_THREADS") == nullptr && c.nproc_per_node > 1;
 
   if (!c.training_script.empty()) BuildEntrypoint(c, p);
   if (!p.empty()) return p.ToStatus();
-  return ParsedLaunch{LaunchAction::kRun, "", std::move(c)};
+  return ParsedLaunch{LaunchAction::kRun, "", std::move(c), ""};
 }
 
 }  // namespace trun::launch

@@ -18,13 +18,27 @@
 namespace trun::launch {
 
 // What the command line asked for besides a launch.
-enum class LaunchAction { kRun, kHelp };
+// kPrintCompletion: --print-completion SHELL (the caller writes the script,
+// which also names trun's subcommands).
+enum class LaunchAction { kRun, kHelp, kPrintCompletion };
 
 struct ParsedLaunch {
   LaunchAction action = LaunchAction::kRun;
   std::string help_text;
   LaunchConfig config;
+  std::string completion_shell;  // bash, zsh or tcsh, for kPrintCompletion
 };
+
+// One spelling of a launcher flag ("--nproc-per-node", "--nproc_per_node",
+// "-m"), from the table the parser is built from; for shell completion.
+struct LaunchFlag {
+  std::string name;
+  bool takes_value = false;
+};
+std::vector<LaunchFlag> LaunchFlags();
+
+// The shells --print-completion knows, as torchrun offers them.
+inline constexpr const char* kCompletionShells[] = {"bash", "zsh", "tcsh"};
 
 // `args` excludes argv[0].
 Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args);

@@ -78,8 +78,14 @@ struct LaunchConfig {
   StdSpec redirects;
   StdSpec tee;
   std::optional<std::set<int>> local_ranks_filter;
-  // From TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty means "[${role_name}${local_rank}]:".
+  // --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE;
+  // empty means "[${role_name}${local_rank}]:".
   std::string log_line_prefix_template;
+  // --duplicate-std{out,err}-filters: teed lines that contain any of these
+  // (plain substrings) are also written, prefixed, to
+  // attempt_N/filtered_std{out,err}.log. Empty: no such file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -91,8 +97,14 @@ struct LaunchConfig {
 
   // Forwarded to the workers, then trun exits 128+signal.
   std::vector<int> signals_to_handle;
-  // TORCH_ELASTIC_SHUTDOWN_TIMEOUT: grace between the stop signal and SIGKILL.
+  // --shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT: grace between
+  // the stop signal and SIGKILL.
   double shutdown_timeout_s = 30;
+
+  // --virtual-local-rank: every worker gets LOCAL_RANK=0 and
+  // CUDA_VISIBLE_DEVICES=virtual_devices[local_rank] (one per local rank).
+  bool virtual_local_rank = false;
+  std::vector<std::string> virtual_devices;
 
   // Whether trun set OMP_NUM_THREADS=1 for the workers (and warned).
   bool set_omp_num_threads = false;

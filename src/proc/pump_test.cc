@@ -76,5 +76,52 @@ TEST(LinePumpTest, AHugeLineIsNotHeldWithoutBound) {
   EXPECT_EQ(console.Take().size(), big.size());
 }
 
+TEST(LinePumpTest, DuplicatesMatchingLinesWithPrefix) {
+  Sink console, dup;
+  LinePump pump("[default0]:", console.fd(), -1);
+  pump.DuplicateMatching(dup.fd(), {"apple", "or,ange"});
+  pump.Feed("an apple\nbanana\nor,an");
+  EXPECT_EQ(dup.Take(), "[default0]:an apple\n");  // written as its end arrives
+  pump.Feed("ge\r\nkiwi\rapple pie\r");
+  pump.Feed("\nlast apple");
+  pump.Finish();
+  EXPECT_EQ(dup.Take(),
+            "[default0]:an apple\n[default0]:or,ange\n[default0]:apple pie\n"
+            "[default0]:last apple\n");
+  // The console copy is not affected (a "\r\n" split between reads is a
+  // redraw there).
+  EXPECT_EQ(console.Take(),
+            "[default0]:an apple\n[default0]:banana\n[default0]:or,ange\r\n"
+            "[default0]:kiwi\r[default0]:apple pie\r[default0]:\n[default0]:last apple");
+}
+
+TEST(LinePumpTest, EmptyNeedleMatchesEveryLineAndNewlineIsPartOfTheLine) {
+  Sink dup;
+  LinePump pump("p:", -1, -1);
+  pump.DuplicateMatching(dup.fd(), {""});
+  pump.Feed("a\n\nb\n");
+  pump.Finish();
+  EXPECT_EQ(dup.Take(), "p:a\np:\np:b\n");
+
+  Sink nl;
+  LinePump by_end("", -1, -1);
+  by_end.DuplicateMatching(nl.fd(), {"x\n"});
+  by_end.Feed("x\nyx\nx");
+  by_end.Finish();  // the last "x" has no line end, so does not match "x\n"
+  EXPECT_EQ(nl.Take(), "x\nyx\n");
+}
+
+TEST(LinePumpTest, KeepsTheTail) {
+  LinePump pump("", -1, -1);
+  pump.KeepTail(8);
+  pump.Feed("0123456789");
+  EXPECT_EQ(pump.Tail(), "23456789");
+  pump.Feed("ab");
+  EXPECT_EQ(pump.Tail(), "456789ab");
+  LinePump none("", -1, -1);
+  none.Feed("abc");
+  EXPECT_EQ(none.Tail(), "");
+}
+
 }  // namespace
 }  // namespace trun::proc
