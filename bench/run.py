@@ -192,12 +192,13 @@ def bench_logs(a, tmp):
 
 
 class StoreServers:
-    """trun's store and torch 1.13's own server, each in a process of its own."""
+    """trun's store and torch's own server (1.13's, or the one `python` has),
+    each in a process of its own."""
 
-    def __init__(self, trun):
+    def __init__(self, trun, python=PYTHON):
         self.trun = subprocess.Popen([trun, "store", "--host", "127.0.0.1", "--port", "0"],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.torch = subprocess.Popen([PYTHON, str(ROOT / "bench" / "torch_store_server.py")],
+        self.torch = subprocess.Popen([python, str(ROOT / "bench" / "torch_store_server.py")],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.ports = {"trun": int(self.trun.stdout.readline().decode().rsplit(":", 1)[1]),
                       "torch": int(self.torch.stdout.readline())}
@@ -359,6 +360,53 @@ def bench_store(a, tmp):
     return rows
 
 
+def bench_store2(a, tmp):
+    """trun's store vs torch 2.x's own server (Debian's: the legacy backend,
+    as it has no libuv), driven by store_loadgen --protocol v2 and by torch
+    2.x's own clients (bench/torch_store_barrier.py, under tools/torch2-python)."""
+    import json
+    version = torch2_version()
+    if not version:
+        print("bench: no torch 2 root (make torch2): store2 skipped", file=sys.stderr)
+        return []
+    loadgen = str(pathlib.Path(a.trun).parent / "store_loadgen")
+    median = statistics.median
+    rows = []
+    servers = StoreServers(a.trun, TORCH2_PYTHON)
+    try:
+        reps, seconds = (2, 1) if a.quick else (5, 2)
+        for n in (1, 64):
+            got = {"trun": [], "torch": []}
+            for _ in range(reps):
+                for server in got:
+                    out = subprocess.run(list(map(str, [
+                        loadgen, "ops", "--clients", n, "--seconds", seconds, "--protocol", "v2",
+                        "--whole-requests", "--port", servers.ports[server], "--json"])),
+                        capture_output=True, timeout=300, check=True)
+                    got[server].append(json.loads(out.stdout)["ops_per_second"])
+            t, r = median(got["trun"]), median(got["torch"])
+            rows.append((f"store2: set+get ops/s, {n} client(s), protocol v2: trun / torch {version}",
+                         f"{t:,.0f} / {r:,.0f} = {t / r:.2f}x", ">= 1.0x"))
+        script = [TORCH2_PYTHON, str(ROOT / "bench" / "torch_store_barrier.py")]
+        for n in (200, 1000):
+            got = {"trun": [], "torch": []}
+            for _ in range(1 if a.quick else 3):
+                for server in got:
+                    out = subprocess.run(list(map(str, [*script, servers.ports[server], n,
+                                                        "--procs", 64])),
+                                         capture_output=True, timeout=900, check=True,
+                                         cwd=ROOT)
+                    got[server].append(json.loads(out.stdout)["seconds"])
+            t, r = median(got["trun"]), median(got["torch"])
+            rows.append((f"store2: start-up barrier with torch {version}'s clients, {n} clients: "
+                         f"trun / torch {version}",
+                         f"{t * 1e3:.0f} ms / {r * 1e3:.0f} ms = {r / t:.1f}x faster",
+                         ">= 2x at 1000" if n == 1000 else ""))
+    finally:
+        servers.close()
+    return rows
+
+
 NOTES = """
 ## How to read these
 
@@ -450,10 +498,11 @@ def bench_recovery(a, tmp):
 
 
 BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
-           "logs": bench_logs, "store": bench_store, "job8": bench_job8, "rdzv": bench_rdzv,
+           "logs": bench_logs, "store": bench_store, "store2": bench_store2, "job8": bench_job8,
+           "rdzv": bench_rdzv,
            "recovery": bench_recovery, "watchdog": bench_watchdog, "idle": bench_idle}
 # How each bench's rows start in RESULTS.md, where not with its name.
-ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of",
+ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of", "store": "store:",
               "idle": "idle agent"}
 
 

@@ -610,6 +610,11 @@ class LocalAgent::Impl {
       failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                           w.error_file, w.exited_at, StderrTail(w)));
       if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
+    } else if (state_ == State::kStopping && !failures_.empty() && w.exitcode != 0) {
+      // A sibling stopped because of that failure: torchrun 2.x lists it.
+      failures_.push_back(DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                          w.error_file, w.exited_at, StderrTail(w)));
+      failures_.back().stopped = true;
     }
   }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "common/files.h"
 #include "proc/signals.h"
@@ -105,10 +106,10 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   for (size_t i = 1; i < failures.size(); ++i) {
     const auto& a = failures[i];
     const auto& b = failures[best];
-    if (a.timestamp < b.timestamp ||
-        (a.timestamp == b.timestamp && a.global_rank < b.global_rank)) {
-      best = i;
-    }
+    auto key = [](const WorkerFailure& f) {
+      return std::tuple(f.stopped, f.timestamp, f.global_rank);
+    };
+    if (key(a) < key(b)) best = i;
   }
   return best;
 }
@@ -124,9 +125,10 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
     const auto& f = failures[idx];
     std::string s = fmt::format(
         "[{}]:\n  time      : {}\n  host      : {}\n  rank      : {} (local_rank: {})\n"
-        "  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}",
+        "  exitcode  : {} (pid: {}) {}\n  error_file: {}\n  traceback : {}",
         idx, IsoTime(f.timestamp), hostname, f.global_rank, f.local_rank, f.exitcode, f.pid,
-        f.error_file, f.message);
+        f.exitcode < 0 ? fmt::format(" ({})", proc::SignalName(-f.exitcode)) : "", f.error_file,
+        f.message);
     if (!f.hint.empty()) s += "\n  hint      : " + f.hint;
     size_t start = 0;
     while (start <= s.size()) {

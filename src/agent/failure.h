@@ -41,6 +41,10 @@ struct WorkerFailure {
   // What to do about it, in one line, when trun knows the failure (see
   // FailureHint); empty otherwise.
   std::string hint;
+  // A sibling that ended non-zero after trun stopped it because another
+  // worker failed. Listed, as torchrun 2.x lists it, but never the root
+  // cause.
+  bool stopped = false;
 };
 
 // One line that says how to fix a failure whose error text (a worker's error
@@ -56,11 +60,13 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
                               const std::string& error_file, int64_t detected_at,
                               std::string_view stderr_tail = {});
 
-// Index of the root cause: earliest timestamp, lowest rank on ties.
+// Index of the root cause: earliest timestamp, lowest rank on ties, among
+// the failures that were not stopped (all of them if every one was).
 size_t RootCause(const std::vector<WorkerFailure>& failures);
 
-// torchrun's ChildFailedError message, byte for byte (including the leading
-// newline): "<name> FAILED", other failures, then the root cause. A failure
+// torchrun 2.x's ChildFailedError message, byte for byte (including the
+// leading newline): "<name> FAILED", other failures (stopped siblings too),
+// then the root cause; a signal's name ends its exitcode line. A failure
 // with a hint gets one more row, "  hint      : ...", after its traceback.
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
                                const std::string& hostname);

@@ -58,6 +58,12 @@ TEST(FailureTest, RootCauseIsEarliestThenLowestRank) {
   fs[1].global_rank = 1, fs[1].timestamp = 10;
   fs[2].global_rank = 0, fs[2].timestamp = 11;
   EXPECT_EQ(RootCause(fs), 1u);
+  // A sibling stopped after the failure is never the root cause, even when
+  // it is dated the same second with a lower rank.
+  fs[1].stopped = true;
+  fs[2].timestamp = 10;
+  fs[2].stopped = true;
+  EXPECT_EQ(RootCause(fs), 0u);
 }
 
 TEST(FailureTest, TableMatchesTorchrunsLayout) {
@@ -69,8 +75,18 @@ TEST(FailureTest, TableMatchesTorchrunsLayout) {
   EXPECT_NE(t.find("Root Cause (first observed failure):\n[0]:\n  time      : "),
             std::string::npos);
   EXPECT_NE(t.find("  host      : host1\n  rank      : 1 (local_rank: 1)\n"
-                   "  exitcode  : 3 (pid: 123)\n  error_file: <N/A>\n  traceback : To enable"),
+                   "  exitcode  : 3 (pid: 123) \n  error_file: <N/A>\n  traceback : To enable"),
             std::string::npos);
+  // torchrun 2.x lists the siblings stopped after the failure, a signal's
+  // name after their exit code.
+  auto sibling = DescribeFailure(0, 0, 122, -15, "", 1);
+  sibling.stopped = true;
+  t = FormatFailureTable("train.py", {f, sibling}, "host1");
+  EXPECT_NE(t.find("Failures:\n[1]:\n  time      : "), std::string::npos);
+  EXPECT_NE(t.find("  exitcode  : -15 (pid: 122)  (SIGTERM)\n  error_file: <N/A>\n"
+                   "  traceback : Signal 15 (SIGTERM) received by PID 122\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("Root Cause (first observed failure):\n[0]:\n"), std::string::npos);
   // Border width is the widest line, capped at 60.
   EXPECT_NE(t.find("\n" + std::string(60, '=') + "\n"), std::string::npos);
 }

@@ -564,6 +564,13 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     p.Add(fmt::format("--rdzv-backend: expected static, c10d, etcd or etcd-v2, got '{}'",
                       c.rdzv_backend));
   }
+  // torchrun 2.x runs a one-node static job that names no address for its
+  // store (no --rdzv-endpoint, no --master-port) as --standalone: a free
+  // port and a run id of its own, so two such jobs never meet.
+  if (c.rdzv_backend == "static" && c.max_nodes == 1 && c.rdzv_endpoint.empty() &&
+      !c.master_port_given) {
+    c.standalone = true;
+  }
   if (c.standalone) {
     if (c.max_nodes > 1) {
       p.Add(

@@ -23,15 +23,31 @@ TEST(ArgsTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(c.min_nodes, 1);
   EXPECT_EQ(c.max_nodes, 1);
   EXPECT_EQ(c.nproc_per_node, 1);
-  EXPECT_EQ(c.rdzv_backend, "static");
-  EXPECT_EQ(c.rdzv_id, "none");
-  EXPECT_EQ(c.rdzv_endpoint, "127.0.0.1:29500");
+  // torchrun 2.x: one static node naming no store address runs as
+  // --standalone, under a run id of its own.
+  EXPECT_TRUE(c.standalone);
+  EXPECT_EQ(c.rdzv_backend, "c10d");
+  EXPECT_EQ(c.rdzv_id.size(), 36u);
+  EXPECT_EQ(c.rdzv_endpoint, "localhost:0");
   EXPECT_EQ(c.rdzv_configs.at("timeout"), "900");
-  EXPECT_EQ(c.rdzv_configs.at("rank"), "0");
   EXPECT_EQ(c.role, "default");
   EXPECT_EQ(c.max_restarts, 0);
   EXPECT_EQ(c.signals_to_handle.size(), 4u);
   EXPECT_EQ(c.worker_argv, std::vector<std::string>{"true"});
+}
+
+TEST(ArgsTest, OneStaticNodeWithAStoreAddressStaysStatic) {
+  auto p = Parse({"--master-port", "29511", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE(p->config.standalone);
+  EXPECT_EQ(p->config.rdzv_backend, "static");
+  EXPECT_EQ(p->config.rdzv_id, "none");
+  EXPECT_EQ(p->config.rdzv_endpoint, "127.0.0.1:29511");
+  EXPECT_EQ(p->config.rdzv_configs.at("rank"), "0");
+  auto two = Parse({"--nnodes", "2", "--no-python", "true"});
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->config.rdzv_backend, "static");
+  EXPECT_EQ(two->config.rdzv_endpoint, "127.0.0.1:29500");
 }
 
 TEST(ArgsTest, DashAndUnderscoreSpellings) {

@@ -39,7 +39,8 @@ void LinePump::Feed(std::string_view bytes) {
   if (console_fd_ < 0) return;
   // Copy line by line, adding the prefix at each line start; whatever is
   // complete (ends in \n or \r) is written, the tail of a partial line stays.
-  size_t flushable = console_buf_.size();
+  // What is held on entry is a partial line: it waits for its end.
+  size_t flushable = 0;
   while (!bytes.empty()) {
     if (at_line_start_) console_buf_ += prefix_;
     size_t end = bytes.find_first_of("\n\r");

@@ -48,6 +48,13 @@ TEST(LinePumpTest, HoldsAPartialLineUntilItEnds) {
   pump.Feed("abc");
   pump.Feed("def\n");
   EXPECT_EQ(console.Take(), "[p]:abcdef\n");
+  // A line arriving in three pieces is still written once, whole: the
+  // second piece does not push out the first.
+  pump.Feed("gh");
+  pump.Feed("ij");
+  EXPECT_EQ(console.Take(), "");
+  pump.Feed("k\n");
+  EXPECT_EQ(console.Take(), "[p]:ghijk\n");
 }
 
 TEST(LinePumpTest, CarriageReturnsShowProgressAtOnce) {
