@@ -100,13 +100,18 @@ def main() -> int:
         sys.stderr.write("trun: the launcher refused this worker or went away\n")
         return 75
     threading.Thread(target=_watch_launcher, args=(sock,), daemon=True).start()
-    func, args, kwargs = cloudpickle.loads(frame[1])
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     backend = env.get("TRUN_BACKEND", "")
     dist = None
     rc = 0
     try:
+        try:
+            func, args, kwargs = cloudpickle.loads(frame[1])
+        except Exception as e:
+            raise RuntimeError(f"the function cannot be unpickled on rank {env['RANK']} "
+                               f"(same Python, cloudpickle and modules on every host?): "
+                               f"{type(e).__name__}: {e}") from e
         if backend:
             import torch.distributed as dist
             if backend == "nccl":
