@@ -284,9 +284,13 @@ def f():
 @pytest.mark.parametrize("how", ["kill9", "ctrl-c"])
 def test_launcher_gone_leaves_nothing_running(tmp, ssh_config, how):
     token = f"TORCH_TRUN_TEST_{uuid.uuid4().hex}"
+    # localhost and two SSH hosts; in the torch 2 pass only SSH hosts, since
+    # `python` names one interpreter for every host and the launcher's
+    # localhost is inside the root while SSH sessions run outside it.
+    hosts = ["trun-host-3"] if TORCH2 else ["localhost"]
     path = script(tmp, SLEEPER + f"""
 try:
-    trun.launch(f, hostnames=["localhost", "trun-host-1", "trun-host-2"], workers_per_host=2,
+    trun.launch(f, hostnames={hosts + ["trun-host-1", "trun-host-2"]}, workers_per_host=2,
                 backend="gloo", agent_timeout=30, {ssh_kwargs(ssh_config)})
 except KeyboardInterrupt:
     print("INTERRUPTED", flush=True)
@@ -295,10 +299,6 @@ except KeyboardInterrupt:
     # The token is in the launcher's environment, so in every agent's, every
     # worker's and every SSH client's (TORCH* is copied to SSH hosts).
     env = env_for(tmp, **{token: "1"})
-    if TORCH2:
-        # torch2-python's chroot would run the script with the root's python, whose ssh
-        # client is the root's: same as a user inside the root.
-        pass
     proc = subprocess.Popen([PYTHON, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=tmp)
     try:
