@@ -101,7 +101,11 @@ def main() -> int:
         return 75
     threading.Thread(target=_watch_launcher, args=(sock,), daemon=True).start()
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    # The function's own logging shows at INFO (as under torchrunx); torch's
+    # chatter (store barriers, reducer buckets) only from WARNING up.
+    level = os.environ.get("TRUN_WORKER_LOG_LEVEL", "INFO")
+    logging.basicConfig(level=int(level) if level.isdigit() else level.upper(), stream=sys.stderr)
+    logging.getLogger("torch").setLevel(max(logging.WARNING, logging.getLogger().level))
     backend = env.get("TRUN_BACKEND", "")
     dist = None
     rc = 0
