@@ -331,3 +331,51 @@ def test_python_m_trun_is_the_cli(tmp):
                        env=env_for(tmp), timeout=60)
     assert p.returncode == 0, p.stderr
     assert "trun" in p.stdout
+
+
+def _ppid(pid):
+    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_lost_agent_raises_agent_failed_error(tmp, ssh_config):
+    token = f"TORCH_TRUN_TEST_{uuid.uuid4().hex}"
+    path = script(tmp, SLEEPER + f"""
+t = time.time()
+try:
+    trun.launch(f, hostnames=["trun-host-1", "trun-host-2"], workers_per_host=1,
+                backend=None, {ssh_kwargs(ssh_config)})
+except trun.AgentFailedError as e:
+    print("CAUGHT", e.hostname, e.exitcode, "|", e, flush=True)
+""")
+    proc = subprocess.Popen([PYTHON, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_for(tmp, **{token: "1"}), cwd=tmp)
+    try:
+        _wait_ready(proc, 2)
+        # The agent of the second host (node rank 1), found by its command line.
+        agent = [pid for pid in live_processes_with(token)
+                 if b"--node-rank\x001\x00" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                 and pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().startswith(TRUN.encode())]
+        # (trun's orphan sentinel is a fork of it, with the same command line)
+        agent = [pid for pid in agent if _ppid(pid) not in agent]
+        assert len(agent) == 1, agent
+        os.kill(agent[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        assert "CAUGHT trun-host-2 137 | agent on host trun-host-2: " in out, out + err
+        assert _gone_within(token, 30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_slurm_node_lists_expand(tmp):
+    p = run_script(tmp, """
+from trun._hosts import expand_nodelist
+print(expand_nodelist("gpu[1-3,07],cpu-[01-02],login"))
+os.environ.update(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="localhost")
+r = trun.launch(lambda: os.environ["GROUP_RANK"], workers_per_host=1, backend=None)
+print("AUTO", r.results)
+""")
+    assert p.returncode == 0, p.all
+    assert "['gpu1', 'gpu2', 'gpu3', 'gpu07', 'cpu-01', 'cpu-02', 'login']" in p.stdout
+    assert "AUTO {'localhost': ['0']}" in p.stdout
