@@ -80,12 +80,19 @@ def _write_error_file(exc: BaseException, tb: str) -> None:
 def main() -> int:
     env = os.environ
     agent_timeout = float(env.get("TRUN_AGENT_TIMEOUT", "60"))
-    sock = _connect(env["TRUN_LAUNCHER"], agent_timeout)
+    try:
+        sock = _connect(env["TRUN_LAUNCHER"], agent_timeout)
+    except OSError as e:
+        sys.stderr.write(f"trun: rank {env.get('RANK')} cannot reach the launcher at "
+                         f"{env['TRUN_LAUNCHER']}: {e}\n")
+        return 76
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     _keepalive(sock, agent_timeout)
     hello = {
         "token": env["TRUN_TOKEN"],
-        "host_index": int(env["GROUP_RANK"]),
+        # Which of the launcher's hosts this is (under the static rendezvous
+        # also GROUP_RANK; set by the launcher so it never depends on that).
+        "host_index": int(env.get("TRUN_HOST_INDEX", env["GROUP_RANK"])),
         "rank": int(env["RANK"]),
         "local_rank": int(env["LOCAL_RANK"]),
         "world_size": int(env["WORLD_SIZE"]),

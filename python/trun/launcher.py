@@ -268,7 +268,8 @@ class _Agent:
         self.hostname = hostname
         self.proc: subprocess.Popen | None = None
         self.readers: list[threading.Thread] = []
-        self.stderr_tail: list[str] = []
+        self.stderr_tail: list[str] = []   # the agent's own lines (and SSH's)
+        self.worker_tail: list[str] = []   # its workers' stderr lines, prefixed by rank
         self.returncode: int | None = None
         self.first_hello = threading.Event()
 
@@ -350,6 +351,7 @@ class _Run:
             "PYTHON_EXEC": python,
             "TRUN_LAUNCHER": f"{addr}:{port}",
             "TRUN_TOKEN": self.token,
+            "TRUN_HOST_INDEX": str(host_index),
             "TRUN_BACKEND": cfg.backend or "",
             "TRUN_WORKER_TIMEOUT": str(cfg.worker_timeout),
             "TRUN_AGENT_TIMEOUT": str(cfg.agent_timeout),
@@ -478,6 +480,9 @@ class _Run:
             if m:
                 rank, lr = int(m.group(1)), int(m.group(2))
                 text = line[m.end():].decode(errors="replace")
+                if name == "stderr":
+                    a.worker_tail.append(f"[rank {rank}] {text}")
+                    del a.worker_tail[:-50]
             else:
                 rank = lr = None
                 text = line.decode(errors="replace")
@@ -630,6 +635,12 @@ class _Run:
                            "\n".join(b.stderr_tail)]
                     if alt:
                         continue
+                if not a.first_hello.is_set():
+                    # Its workers died before reaching us: the environment, not the function.
+                    tail = [x for x in a.worker_tail if x.strip()][-10:]
+                    raise AgentFailedError(a.hostname, f"its workers failed before reaching the "
+                                           f"launcher (exit code {code})" +
+                                           (":\n  " + "\n  ".join(tail) if tail else ""), code)
                 raise WorkerFailedError(a.hostname, int(m.group(1)), int(m.group(2)), code)
         rc = failed.returncode
         if rc == 255 and not failed.first_hello.is_set():
