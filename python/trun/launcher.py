@@ -95,6 +95,9 @@ class LaunchResult:
 
     hostnames: list[str]
     return_values: list[list[Any]]
+    # (index into hostnames, local rank) of each global rank; None: host order
+    # (static rendezvous, where ranks follow hostnames).
+    rank_order: list[tuple[int, int]] | None = None
 
     @property
     def results(self) -> dict[str, list[Any]]:
@@ -106,6 +109,8 @@ class LaunchResult:
 
     def by_ranks(self) -> list[Any]:
         """Every value, by global rank."""
+        if self.rank_order is not None:
+            return [self.return_values[h][lr] for h, lr in self.rank_order]
         return [v for host in self.return_values for v in host]
 
     def rank(self, i: int) -> Any:
@@ -135,6 +140,9 @@ class Launcher:
     extra_env_vars: dict[str, str] | None = None
     env_file: str | os.PathLike | None = None
     max_restarts: int = 0
+    # Elastic: the job runs once this many of hostnames have joined (trun's
+    # c10d rendezvous, --nnodes MIN:MAX); None: every host is needed.
+    min_hosts: int | None = None
     # None: $TRUN_LOG_DIR, else ./trun_logs; "": no files.
     log_dir: str | os.PathLike | None = None
     # The interpreter workers run (on every host): default this one's path.
@@ -207,6 +215,12 @@ class Launcher:
             raise TypeError(f"max_restarts: expected int, got {type(self.max_restarts).__name__}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts: must be >= 0, got {self.max_restarts}")
+        m = self.min_hosts
+        if m is not None:
+            if isinstance(m, bool) or not isinstance(m, int):
+                raise TypeError(f"min_hosts: expected int or None, got {type(m).__name__}")
+            if m < 1 or (isinstance(h, (list, tuple)) and m > len(h)):
+                raise ValueError(f"min_hosts: expected 1 to the number of hostnames, got {m}")
         if isinstance(self.copy_env_vars, str) or not all(
                 isinstance(x, str) for x in self.copy_env_vars):
             raise TypeError("copy_env_vars: expected a tuple of str patterns")
@@ -272,6 +286,7 @@ class _Agent:
         self.worker_tail: list[str] = []   # its workers' stderr lines, prefixed by rank
         self.returncode: int | None = None
         self.first_hello = threading.Event()
+        self.lines = 0
 
 
 class _Run:
@@ -361,7 +376,13 @@ class _Run:
 
     def _agent_argv(self, trun: str, i: int, n: int, nproc: str, master: tuple[str, int]) -> list[str]:
         argv = [trun]
-        if n > 1:
+        if self.elastic:
+            # Node ranks follow join order here; results are placed by TRUN_HOST_INDEX.
+            wait = self.last_call
+            argv += ["--nnodes", f"{self.cfg.min_hosts}:{n}", "--rdzv-backend", "c10d",
+                     "--rdzv-endpoint", f"{master[0]}:{master[1]}",
+                     "--rdzv-conf", f"last_call_timeout={wait}"]
+        elif n > 1:
             argv += ["--nnodes", str(n), "--node-rank", str(i), "--rdzv-backend", "static",
                      "--master-addr", master[0], "--master-port", str(master[1])]
         argv += ["--nproc-per-node", nproc, "--max-restarts", str(self.cfg.max_restarts),
@@ -382,6 +403,10 @@ class _Run:
             nprocs = [str(x) for x in wph]
         else:
             nprocs = [str(wph)] * n
+        if cfg.min_hosts is not None and cfg.min_hosts > n:
+            raise ValueError(f"min_hosts: {cfg.min_hosts} is more than the {n} hostnames")
+        self.elastic = cfg.min_hosts is not None and cfg.min_hosts < n
+        self.last_call = max(1, int(min(cfg.agent_timeout, 30)))
         local = [_hosts.is_local(h) for h in hostnames]
         addrs = [self._address_of(h) for h in hostnames]
         all_loopback = all(a.startswith("127.") or a == "::1" for a in addrs)
@@ -476,6 +501,7 @@ class _Run:
     def _pump(self, a: _Agent, stream, name: str) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.rstrip(b"\r\n")
+            a.lines += 1
             m = _PREFIX_RE.match(line)
             if m:
                 rank, lr = int(m.group(1)), int(m.group(2))
@@ -553,18 +579,34 @@ class _Run:
     def _wait(self, started: float, hostnames: list[str]) -> LaunchResult:
         cfg = self.cfg
         failed: _Agent | None = None
+        dropped: list[_Agent] = []
         while True:
             for a in self.agents:
                 if a.returncode is None and a.proc.poll() is not None:
                     a.returncode = a.proc.returncode
-                    if a.returncode != 0 and failed is None:
-                        failed = a
+                    if a.returncode != 0 and failed is None and a not in dropped:
+                        live = [b for b in self.agents if b.returncode is None]
+                        if self.elastic and len(live) >= cfg.min_hosts and not any(
+                                b.returncode == 0 for b in self.agents):
+                            # Elastic: the others go on without it (trun's rendezvous
+                            # forms a round of those left, or restarts them).
+                            dropped.append(a)
+                            self._emit(a.hostname, None, None, "stderr",
+                                       f"trun: dropped from the job ({len(live)} hosts go on)"
+                                       + self._tail(a).replace("\n", " "))
+                        else:
+                            failed = a
             if failed is not None or all(a.returncode is not None for a in self.agents):
                 break
             late = [a for a in self.agents if not a.first_hello.is_set() and a.returncode is None]
-            if late and time.monotonic() - started > cfg.agent_timeout:
+            if self.elastic:
+                late = late if len(self.agents) - len(late) - len(dropped) < cfg.min_hosts else []
+            # Elastic rounds wait last_call_timeout for more hosts before starting.
+            grace = cfg.agent_timeout + (self.last_call if self.elastic else 0)
+            if late and time.monotonic() - started > grace:
                 self._stop_all()
-                a = late[0]
+                # Blame a host whose agent never said a word, if there is one.
+                a = min(late, key=lambda x: x.lines > 0)
                 raise AgentFailedError(a.hostname, f"no worker connected within agent_timeout "
                                        f"({cfg.agent_timeout:g} s)" + self._tail(a))
             # Woken at once by a worker's news; agents' exits are polled briefly.
@@ -582,8 +624,9 @@ class _Run:
                 t.join(max(0.0, deadline - time.monotonic()))
         for h in self.handlers:
             h.flush()
-        if failed is None:
+        if failed is None and not all(a in dropped for a in self.agents):
             return self._results(hostnames)
+        failed = failed or dropped[0]
         self._raise_failure(failed)
 
     def _last_attempt(self) -> int:
@@ -596,6 +639,7 @@ class _Run:
             raise AgentFailedError(hostnames[0], "the agents ended without starting any worker")
         world = next(iter(hellos.values()))["world_size"]
         values: list[list[Any]] = [[] for _ in hostnames]
+        order: list[tuple[int, int]] = []
         for rank in range(world):
             outcome = self.outcomes.get((attempt, rank))
             h = hellos.get(rank)
@@ -606,8 +650,17 @@ class _Run:
                 raise WorkerFailedError(host, rank, h["local_rank"] if h else None, None,
                                         "it exited without sending a result")
             values[h["host_index"]].append((h["local_rank"], cloudpickle.loads(outcome[1])))
-        return LaunchResult(hostnames, [[v for _, v in sorted(vs, key=lambda x: x[0])]
-                                        for vs in values])
+            order.append((h["host_index"], h["local_rank"]))
+        # Hosts that took part (all of them unless elastic), in hostnames' order.
+        kept = [i for i, vs in enumerate(values) if vs]
+        where = {old: new for new, old in enumerate(kept)}
+        rank_order = [(where[hi], lr) for hi, lr in order]
+        if rank_order == [(hi, lr) for hi in range(len(kept))
+                          for lr in range(len(values[kept[hi]]))]:
+            rank_order = None
+        return LaunchResult([hostnames[i] for i in kept],
+                            [[v for _, v in sorted(values[i], key=lambda x: x[0])] for i in kept],
+                            rank_order)
 
     def _raise_failure(self, failed: _Agent):
         attempt = self._last_attempt()

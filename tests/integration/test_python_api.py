@@ -379,3 +379,23 @@ print("AUTO", r.results)
     assert p.returncode == 0, p.all
     assert "['gpu1', 'gpu2', 'gpu3', 'gpu07', 'cpu-01', 'cpu-02', 'login']" in p.stdout
     assert "AUTO {'localhost': ['0']}" in p.stdout
+
+
+def test_min_hosts_goes_on_without_an_unreachable_host(tmp, ssh_config):
+    cfg = ssh_config.parent / "ssh_config_unreachable"
+    p = run_script(tmp, f"""
+def f():
+    import torch, torch.distributed as dist
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return (dist.get_rank(), int(t.item()))
+
+r = trun.launch(f, hostnames=["trun-host-1", "trun-unreachable", "trun-host-2"],
+                workers_per_host=2, backend="gloo", min_hosts=2, agent_timeout=5,
+                ssh_config_file={str(cfg)!r}, python={REMOTE_PYTHON!r}, trun_path={TRUN!r})
+print("RESULT", sorted(r.results), r.by_ranks(), [r.rank(i)[0] for i in range(4)])
+""", timeout=180)
+    assert p.returncode == 0, p.all
+    assert "RESULT ['trun-host-1', 'trun-host-2'] [(0, 4), (1, 4), (2, 4), (3, 4)] [0, 1, 2, 3]" \
+        in p.stdout, p.all
+    assert "[trun-unreachable] trun: dropped from the job (2 hosts go on)" in p.stderr, p.all
