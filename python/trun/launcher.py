@@ -408,7 +408,10 @@ class _Run:
         self.elastic = cfg.min_hosts is not None and cfg.min_hosts < n
         self.last_call = max(1, int(min(cfg.agent_timeout, 30)))
         local = [_hosts.is_local(h) for h in hostnames]
-        addrs = [self._address_of(h) for h in hostnames]
+        # `ssh -G` per host: each a process, so all at once.
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=min(32, n)) as pool:
+            addrs = list(pool.map(self._address_of, hostnames))
         all_loopback = all(a.startswith("127.") or a == "::1" for a in addrs)
         if all_loopback:
             my_addr = "127.0.0.1"
@@ -427,25 +430,23 @@ class _Run:
         else:
             master_port = random.randint(20000, 32000)
 
-        handlers = (cfg._handler_factory or (lambda: default_handlers(
-            cfg.log_dir if cfg.log_dir is not None
-            else os.environ.get("TRUN_LOG_DIR", "trun_logs"))))()
-        self.handlers = list(handlers)
         python = cfg.python or sys.executable
+        trun = cfg.trun_path or trun_binary()   # hosts share paths, as they share `python`
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("127.0.0.1" if all_loopback else "", 0))
         server.listen(1024)
         port = server.getsockname()[1]
         self.agents = [_Agent(i, h) for i, h in enumerate(hostnames)]
-        started = time.monotonic()
-        acceptor = threading.Thread(target=self._accept, args=(server,), daemon=True)
-        acceptor.start()
+        self.handlers = []
         try:
+            self.handlers = list((cfg._handler_factory or (lambda: default_handlers(
+                cfg.log_dir if cfg.log_dir is not None
+                else os.environ.get("TRUN_LOG_DIR", "trun_logs"))))())
+            started = time.monotonic()
+            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
             for i, (h, a) in enumerate(zip(hostnames, self.agents)):
                 env = self._env_for(local[i], i, n, my_addr, port, python)
-                # Hosts share paths (as they share `python`), else trun_path names it.
-                trun = cfg.trun_path or trun_binary()
                 argv = self._agent_argv(trun, i, n, nprocs[i], (master_addr, master_port))
                 self._start(a, local[i], argv, env)
             return self._wait(started, hostnames)
