@@ -10,13 +10,14 @@ See docs/python.md. The C++ agent ``trun`` does the supervising on each host.
 
 from trun.errors import AgentFailedError, WorkerFailedError, WorkerRaisedError
 from trun.launcher import DEFAULT_ENV_VARS, Launcher, LaunchResult, launch, trun_binary
+from trun.record import record
 from trun.logs import (ConsoleHandler, DirectoryHandler, default_handlers, file_handlers,
                        get_handler_filter)
 
 __all__ = ["Launcher", "LaunchResult", "launch", "AgentFailedError", "WorkerFailedError",
            "WorkerRaisedError", "DEFAULT_ENV_VARS", "trun_binary", "ConsoleHandler",
            "DirectoryHandler", "default_handlers", "file_handlers", "get_handler_filter",
-           "restart_count"]
+           "restart_count", "record"]
 
 
 def restart_count() -> int:

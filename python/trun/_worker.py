@@ -25,6 +25,7 @@ import traceback
 import cloudpickle
 
 from trun import _wire
+from trun.record import write_error_file
 
 _done = threading.Event()
 
@@ -62,19 +63,6 @@ def _watch_launcher(sock: socket.socket) -> None:
         sys.stderr.write("trun: launcher connection lost; stopping this worker\n")
         sys.stderr.flush()
         os._exit(75)
-
-
-def _write_error_file(exc: BaseException, tb: str) -> None:
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": tb, "timestamp": str(int(time.time()))}}}
-    try:
-        with open(path, "w") as f:
-            json.dump(data, f)
-    except OSError:
-        pass
 
 
 def main() -> int:
@@ -140,7 +128,7 @@ def main() -> int:
     except BaseException as e:  # noqa: BLE001 - everything goes back to the caller
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        _write_error_file(e, tb)
+        write_error_file(e, tb)
         info = {"type": f"{type(e).__module__}.{type(e).__qualname__}", "message": str(e),
                 "traceback": tb, "time": time.time()}
         try:

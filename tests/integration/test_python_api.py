@@ -399,3 +399,20 @@ print("RESULT", sorted(r.results), r.by_ranks(), [r.rank(i)[0] for i in range(4)
     assert "RESULT ['trun-host-1', 'trun-host-2'] [(0, 4), (1, 4), (2, 4), (3, 4)] [0, 1, 2, 3]" \
         in p.stdout, p.all
     assert "[trun-unreachable] trun: dropped from the job (2 hosts go on)" in p.stderr, p.all
+
+
+def test_record_decorator_fills_the_agents_failure_table(tmp):
+    (tmp / "train.py").write_text(textwrap.dedent("""
+        import trun
+
+        @trun.record
+        def main():
+            raise ValueError("recorded failure")
+
+        main()
+    """))
+    p = subprocess.run([TRUN, "--nproc-per-node", "1", str(tmp / "train.py")], capture_output=True,
+                       text=True, timeout=120, env=env_for(tmp), cwd=tmp)
+    assert p.returncode == 1, p.stderr
+    assert "ValueError: recorded failure" in p.stderr
+    assert re.search(r"traceback : Traceback", p.stderr), p.stderr
