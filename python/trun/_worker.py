@@ -67,6 +67,14 @@ def _watch_launcher(sock: socket.socket) -> None:
 
 def main() -> int:
     env = os.environ
+    # The agent runs `python -u`: every print would reach the agent's pipe in
+    # pieces ("READY", " ", "3", "\n"). One write per line keeps lines whole
+    # on their way through the agent, whatever its pump does with pieces.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError):
+            pass
     agent_timeout = float(env.get("TRUN_AGENT_TIMEOUT", "60"))
     try:
         sock = _connect(env["TRUN_LAUNCHER"], agent_timeout)

@@ -53,10 +53,15 @@ _AGENT_OWNED = ("TORCHELASTIC_*", "PET_*", "RANK", "LOCAL_RANK", "WORLD_SIZE", "
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
 # The shell each agent runs under: the agent in the background, a watcher of
-# stdin (fd 3) that SIGTERMs it at EOF, and the agent's exit status as ours.
-# A background job's stdin is /dev/null unless redirected, hence fd 3.
+# stdin (fd 3) that SIGTERMs it on "stop" or at EOF, and the agent's exit
+# status as ours. A background job's stdin is /dev/null unless redirected,
+# hence fd 3. "stop" is the launcher stopping the job; EOF without it is the
+# launcher gone (kill -9), when every host learns at once: host 0, whose
+# agent hosts the store, then waits TRUN_EOF_DELAY so the others leave while
+# the store is up (a lost store holds an agent about a second longer).
 _WRAPPER = ('exec 3<&0; "$@" </dev/null & p=$!; '
-            '{ while read -r _ <&3; do :; done; kill -TERM $p 2>/dev/null; } & w=$!; '
+            '{ l=; while read -r l <&3; do [ "$l" = stop ] && break; done; '
+            '[ "$l" = stop ] || sleep "${TRUN_EOF_DELAY:-0}"; kill -TERM $p 2>/dev/null; } & w=$!; '
             'wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
 _FAILURE_RE = re.compile(r"rank\s+:\s+(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s+:\s+(-?\d+)")
 
@@ -367,6 +372,7 @@ class _Run:
             "TRUN_LAUNCHER": f"{addr}:{port}",
             "TRUN_TOKEN": self.token,
             "TRUN_HOST_INDEX": str(host_index),
+            "TRUN_EOF_DELAY": "0.5" if host_index == 0 and nhosts > 1 else "0",
             "TRUN_BACKEND": cfg.backend or "",
             "TRUN_WORKER_TIMEOUT": str(cfg.worker_timeout),
             "TRUN_AGENT_TIMEOUT": str(cfg.agent_timeout),
@@ -745,12 +751,29 @@ class _Run:
         client is killed (its remote side then sees the channel close).
         """
         agents = [a for a in getattr(self, "agents", []) if a.proc is not None]
-        for a in agents:
-            if a.proc.poll() is None:
-                try:
-                    a.proc.stdin.close()
-                except OSError:
-                    pass
+
+        def close(group):
+            for a in group:
+                if a.proc.poll() is None:
+                    try:
+                        a.proc.stdin.write(b"stop\n")
+                        a.proc.stdin.flush()
+                    except OSError:
+                        pass
+                    try:
+                        a.proc.stdin.close()
+                    except OSError:
+                        pass
+        # Host 0's agent hosts the store: stopped first, it would leave the
+        # others handling a lost store (about a second) before they exit.
+        close(agents[1:])
+        soon = time.monotonic() + 1
+        for a in agents[1:]:
+            try:
+                a.proc.wait(max(0.0, soon - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        close(agents[:1])
         deadline = time.monotonic() + 5
         for a in agents:
             try:

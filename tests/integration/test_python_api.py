@@ -284,13 +284,11 @@ def f():
 @pytest.mark.parametrize("how", ["kill9", "ctrl-c"])
 def test_launcher_gone_leaves_nothing_running(tmp, ssh_config, how):
     token = f"TORCH_TRUN_TEST_{uuid.uuid4().hex}"
-    # localhost and two SSH hosts; in the torch 2 pass only SSH hosts, since
-    # `python` names one interpreter for every host and the launcher's
-    # localhost is inside the root while SSH sessions run outside it.
-    hosts = ["trun-host-3"] if TORCH2 else ["localhost"]
+    # localhost and two SSH hosts. In the torch 2 pass localhost runs inside
+    # the root and SSH sessions outside it; tools/torch2-python works in both.
     path = script(tmp, SLEEPER + f"""
 try:
-    trun.launch(f, hostnames={hosts + ["trun-host-1", "trun-host-2"]}, workers_per_host=2,
+    trun.launch(f, hostnames=["localhost", "trun-host-1", "trun-host-2"], workers_per_host=2,
                 backend="gloo", agent_timeout=30, {ssh_kwargs(ssh_config)})
 except KeyboardInterrupt:
     print("INTERRUPTED", flush=True)
