@@ -711,6 +711,9 @@ class _Run:
             h = self.hellos[lost[0]]
             raise WorkerFailedError(self.agents[h["host_index"]].hostname, lost[0][1],
                                     h["local_rank"], None, "it ended without a result")
+        if rc == 255 and not _hosts.is_local(failed.hostname):
+            raise AgentFailedError(failed.hostname, "its SSH connection was lost" +
+                                   self._tail(failed), rc)
         sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # a shell reports 128+N
         how = (f"killed by {signal.Signals(sig).name}" if sig in signal.valid_signals() and sig
                else f"exit code {rc}")
