@@ -15,7 +15,7 @@ TORCH2_ROOT ?= /var/cache/trun/torch2
 export TRUN_TORCH2_ROOT := $(TORCH2_ROOT)
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-.PHONY: all deps build torch2 test unit-test sanitize-test fuzz integration-test demo bench format clean
+.PHONY: all deps build torch2 test unit-test sanitize-test fuzz integration-test demo bench format clean install-python
 
 all: build
 
@@ -28,6 +28,12 @@ build: deps
 
 unit-test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# `import trun` for $(PYTHON): the package (python/trun) with build/trun bundled.
+# Debian's pip needs --break-system-packages for the system interpreter (PEP 668);
+# --no-build-isolation builds with Debian's setuptools instead of downloading one.
+install-python: deps
+	@$(PYTHON) -m pip install --quiet --break-system-packages --no-build-isolation --no-deps .
 
 torch2: deps
 	@./tools/torch2-root up $(TORCH2_ROOT) $(CURDIR)
@@ -61,7 +67,7 @@ fuzz: deps
 test: unit-test sanitize-test fuzz integration-test
 
 demo: build
-	@PYTHON_EXEC=$(PYTHON) ./examples/demo.sh $(BUILD)/trun
+	@PYTHON_EXEC=$(PYTHON) PYTHON=$(PYTHON) ./examples/demo.sh $(BUILD)/trun
 
 bench: build
 	@./scripts/install-deps.sh --bench

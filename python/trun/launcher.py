@@ -1,0 +1,793 @@
+"""The launcher: ``trun.Launcher(...).run(func, *args)`` on many hosts at once.
+
+How a run goes (docs/python.md has the user's view):
+1. The launcher listens on a TCP port of its own (all interfaces, or
+   127.0.0.1 when every host is this machine) with a random token.
+2. It starts one trun agent per host, all at once: ``localhost`` directly,
+   other hosts with ``ssh -T host -- sh -c ...``. Each agent gets trun's static
+   rendezvous flags (``--nnodes N --node-rank i --master-addr host0``), so
+   workers get torchrun's environment, and runs ``python -m trun._worker``.
+3. Each worker connects back, sends who it is, receives the cloudpickled
+   function and arguments, runs it, and sends the value or the exception.
+4. Agents end when their workers are done; the launcher returns the values
+   of the last attempt in rank order, or raises the first failure.
+
+Lifetimes: each agent runs under a small shell that watches its stdin (the
+SSH channel, or a pipe from this process). When this process closes it, on
+purpose (Ctrl-C, an exception, a failure elsewhere) or by dying (kill -9),
+the shell SIGTERMs its agent, which stops its workers. Workers also end when
+the launcher's socket closes before they have answered.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import random
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import cloudpickle
+
+from trun import _hosts, _wire
+from trun.errors import AgentFailedError, RemoteTraceback, WorkerFailedError, WorkerRaisedError
+from trun.logs import default_handlers
+
+DEFAULT_ENV_VARS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHON*", "CUDA*", "TORCH*",
+                    "PYTORCH*", "NCCL*", "GLOO*", "USE_LIBUV", "OMP_NUM_THREADS", "HF_*")
+# Variables the agent sets for each worker: never copied from the caller.
+_AGENT_OWNED = ("TORCHELASTIC_*", "PET_*", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
+                "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TRUN_*")
+_PREFIX = "[trun:${rank}:${local_rank}] "
+_PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
+# The shell each agent runs under: the agent in the background, a watcher of
+# stdin (fd 3) that SIGTERMs it on "stop" or at EOF, and the agent's exit
+# status as ours. A background job's stdin is /dev/null unless redirected,
+# hence fd 3. "stop" is the launcher stopping the job; EOF without it is the
+# launcher gone (kill -9), when every host learns at once: host 0, whose
+# agent hosts the store, then waits TRUN_EOF_DELAY so the others leave while
+# the store is up (a lost store holds an agent about a second longer).
+_WRAPPER = ('exec 3<&0; "$@" </dev/null & p=$!; '
+            '{ l=; while read -r l <&3; do [ "$l" = stop ] && break; done; '
+            '[ "$l" = stop ] || sleep "${TRUN_EOF_DELAY:-0}"; kill -TERM $p 2>/dev/null; } & w=$!; '
+            'wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
+_FAILURE_RE = re.compile(r"rank\s+:\s+(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s+:\s+(-?\d+)")
+
+
+def _bundled_trun() -> str | None:
+    p = Path(__file__).resolve().parent / "bin" / "trun"
+    return str(p) if p.is_file() and os.access(p, os.X_OK) else None
+
+
+def trun_binary() -> str:
+    """The agent this machine runs: $TRUN_BINARY, the one bundled in the package, or PATH's."""
+    import shutil
+    found = os.environ.get("TRUN_BINARY") or _bundled_trun() or shutil.which("trun")
+    if not found:
+        raise RuntimeError("no trun binary: install the package with its binary "
+                           "(make install-python) or set TRUN_BINARY")
+    return found
+
+
+def _outward_address(target: str) -> str:
+    """This machine's address on the route to target (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            return s.getsockname()[0]
+    except OSError:
+        try:
+            return socket.gethostbyname(socket.getfqdn())
+        except OSError:
+            return "127.0.0.1"
+
+
+@dataclass
+class LaunchResult:
+    """The values the function returned, from every host, in rank order."""
+
+    hostnames: list[str]
+    return_values: list[list[Any]]
+    # (index into hostnames, local rank) of each global rank; None: host order
+    # (static rendezvous, where ranks follow hostnames).
+    rank_order: list[tuple[int, int]] | None = None
+
+    @property
+    def results(self) -> dict[str, list[Any]]:
+        """{hostname: [value of local rank 0, 1, ...]}."""
+        return dict(zip(self.hostnames, self.return_values))
+
+    def by_hostnames(self) -> dict[str, list[Any]]:
+        return self.results
+
+    def by_ranks(self) -> list[Any]:
+        """Every value, by global rank."""
+        if self.rank_order is not None:
+            return [self.return_values[h][lr] for h, lr in self.rank_order]
+        return [v for host in self.return_values for v in host]
+
+    def rank(self, i: int) -> Any:
+        """The value of global rank ``i``."""
+        return self.by_ranks()[i]
+
+    def index(self, hostname: str, local_rank: int) -> Any:
+        """The value of ``local_rank`` on ``hostname``."""
+        return self.return_values[self.hostnames.index(hostname)][local_rank]
+
+
+@dataclass
+class Launcher:
+    """Runs a function on every worker of every host; see docs/python.md.
+
+    Arguments keep torchrunx's names and meaning; what it lacks is added at
+    the end (``max_restarts``, ``log_dir``, ``python``, ``trun_path``, ...).
+    """
+
+    hostnames: list[str] | str = "auto"
+    workers_per_host: int | list[int] | str = "gpu"
+    ssh_config_file: str | os.PathLike | None = None
+    backend: str | None = "nccl"
+    worker_timeout: float = 600
+    agent_timeout: float = 60
+    copy_env_vars: tuple[str, ...] = DEFAULT_ENV_VARS
+    extra_env_vars: dict[str, str] | None = None
+    env_file: str | os.PathLike | None = None
+    max_restarts: int = 0
+    # Elastic: the job runs once this many of hostnames have joined (trun's
+    # c10d rendezvous, --nnodes MIN:MAX); None: every host is needed.
+    min_hosts: int | None = None
+    # None: $TRUN_LOG_DIR, else ./trun_logs; "": no files.
+    log_dir: str | os.PathLike | None = None
+    # The interpreter workers run (on every host): default this one's path.
+    python: str | None = None
+    # The trun agent on every host: default trun_binary()'s path here.
+    trun_path: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    master_port: int | None = None
+    _handler_factory: Callable[[], list[logging.Handler]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        self._validate()
+
+    def set_logging_handlers(self, handler_factory: Callable[[], list[logging.Handler]] | None):
+        """Use ``handler_factory()``'s handlers for worker and agent output (None: defaults)."""
+        if handler_factory is not None and not callable(handler_factory):
+            raise TypeError("handler_factory: expected a callable returning logging handlers")
+        self._handler_factory = handler_factory
+        return self
+
+    # ---- checking -----------------------------------------------------------
+
+    def _validate(self) -> None:
+        h = self.hostnames
+        if isinstance(h, str):
+            if h not in ("auto", "slurm"):
+                raise ValueError(f"hostnames: expected 'auto', 'slurm' or a list of host names, "
+                                 f"got {h!r}")
+        elif isinstance(h, (list, tuple)):
+            if not h:
+                raise ValueError("hostnames: the list is empty")
+            for x in h:
+                if not isinstance(x, str) or not x or any(c.isspace() for c in x):
+                    raise ValueError(f"hostnames: {x!r} is not a host name")
+        else:
+            raise TypeError(f"hostnames: expected a list of str, 'auto' or 'slurm', "
+                            f"got {type(h).__name__}")
+        w = self.workers_per_host
+        if isinstance(w, bool):
+            raise TypeError("workers_per_host: expected int, list of int, 'gpu' or 'cpu', got bool")
+        if isinstance(w, str):
+            if w not in ("gpu", "cpu", "auto"):
+                raise ValueError(f"workers_per_host: expected 'gpu', 'cpu', an int or a list, "
+                                 f"got {w!r}")
+        elif isinstance(w, int):
+            if w < 1:
+                raise ValueError(f"workers_per_host: must be at least 1, got {w}")
+        elif isinstance(w, (list, tuple)):
+            for x in w:
+                if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                    raise ValueError(f"workers_per_host: {x!r} is not a positive int")
+            if isinstance(h, (list, tuple)) and len(w) != len(h):
+                raise ValueError(f"workers_per_host: {len(w)} counts for {len(h)} hostnames")
+        else:
+            raise TypeError(f"workers_per_host: expected int, list of int, 'gpu' or 'cpu', "
+                            f"got {type(w).__name__}")
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise TypeError(f"backend: expected a str or None, got {type(self.backend).__name__}")
+        if self.backend is not None and self.backend not in ("nccl", "gloo", "mpi", "ucc", "xccl"):
+            raise ValueError(f"backend: expected 'nccl', 'gloo', 'mpi', 'ucc' or None, "
+                             f"got {self.backend!r}")
+        for name in ("worker_timeout", "agent_timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{name}: expected a number of seconds, got {type(v).__name__}")
+            if v <= 0:
+                raise ValueError(f"{name}: must be positive, got {v}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
+            raise TypeError(f"max_restarts: expected int, got {type(self.max_restarts).__name__}")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts: must be >= 0, got {self.max_restarts}")
+        m = self.min_hosts
+        if m is not None:
+            if isinstance(m, bool) or not isinstance(m, int):
+                raise TypeError(f"min_hosts: expected int or None, got {type(m).__name__}")
+            if m < 1 or (isinstance(h, (list, tuple)) and m > len(h)):
+                raise ValueError(f"min_hosts: expected 1 to the number of hostnames, got {m}")
+        if isinstance(self.copy_env_vars, str) or not all(
+                isinstance(x, str) for x in self.copy_env_vars):
+            raise TypeError("copy_env_vars: expected a tuple of str patterns")
+        e = self.extra_env_vars
+        if e is not None:
+            if not isinstance(e, dict):
+                raise TypeError(f"extra_env_vars: expected a dict of str to str, "
+                                f"got {type(e).__name__}")
+            for k, v in e.items():
+                if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                    raise ValueError(f"extra_env_vars: {k!r} is not a variable name")
+                if not isinstance(v, str):
+                    raise TypeError(f"extra_env_vars: the value of {k} is not a str")
+        if self.env_file is not None and not isinstance(self.env_file, (str, os.PathLike)):
+            raise TypeError("env_file: expected a path")
+        if self.ssh_config_file is not None and not isinstance(self.ssh_config_file,
+                                                               (str, os.PathLike)):
+            raise TypeError("ssh_config_file: expected a path")
+        if self.master_port is not None and not (isinstance(self.master_port, int)
+                                                 and 0 < self.master_port < 65536):
+            raise ValueError(f"master_port: expected 1-65535, got {self.master_port!r}")
+
+    # ---- running ------------------------------------------------------------
+
+    def run(self, func: Callable, *args: Any, **kwargs: Any) -> LaunchResult:
+        """Runs ``func(*args, **kwargs)`` on every worker; the values by rank.
+
+        Raises the first worker's exception (same type; ``.hostname``,
+        ``.rank``, ``.remote_traceback``), WorkerFailedError for a worker
+        that crashed, AgentFailedError for a host whose agent was lost.
+        """
+        if not callable(func):
+            raise TypeError(f"func: expected a callable, got {type(func).__name__}")
+        self._validate()
+        return _Run(self, func, args, kwargs).go()
+
+
+def launch(func: Callable, *args: Any, **options: Any) -> LaunchResult:
+    """``Launcher(**options).run(func, *args)``; options are Launcher's fields.
+
+    Keyword arguments that are not Launcher fields go to ``func``; torchrunx's
+    ``func_args=`` / ``func_kwargs=`` are accepted too.
+    """
+    names = {f for f in Launcher.__dataclass_fields__ if not f.startswith("_")}
+    opts = {k: options.pop(k) for k in list(options) if k in names}
+    func_args = tuple(options.pop("func_args", None) or ()) + args
+    func_kwargs = dict(options.pop("func_kwargs", None) or {}, **options)
+    return Launcher(**opts).run(func, *func_args, **func_kwargs)
+
+
+# ---------------------------------------------------------------------------
+
+
+class _Agent:
+    """One host's agent: its process (ssh or sh), output readers, what it reported."""
+
+    def __init__(self, index: int, hostname: str):
+        self.index = index
+        self.hostname = hostname
+        self.proc: subprocess.Popen | None = None
+        self.readers: list[threading.Thread] = []
+        self.stderr_tail: list[str] = []   # the agent's own lines (and SSH's)
+        self.worker_tail: list[str] = []   # its workers' stderr lines, prefixed by rank
+        self.returncode: int | None = None
+        self.first_hello = threading.Event()
+        self.lines = 0
+
+
+class _Run:
+    def __init__(self, cfg: Launcher, func, args, kwargs):
+        self.cfg = cfg
+        self.payload = cloudpickle.dumps((func, args, kwargs))
+        self.token = secrets.token_hex(16)
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        # (attempt, rank) -> ("ok", value) | ("err", info) ; hellos by (attempt, rank)
+        self.outcomes: dict[tuple[int, int], tuple[str, Any]] = {}
+        self.hellos: dict[tuple[int, int], dict] = {}
+        self.conns: list[threading.Thread] = []
+        self.socks: list[socket.socket] = []
+        self.stopping = False
+        self.logger = logging.getLogger("trun.run")
+        self.logger.propagate = False
+
+    # ---- set-up -------------------------------------------------------------
+
+    def _hostnames(self) -> list[str]:
+        h = self.cfg.hostnames
+        if h == "slurm" or (h == "auto" and _hosts.in_slurm()):
+            return _hosts.slurm_hosts()
+        if h == "auto":
+            return ["localhost"]
+        return list(h)
+
+    def _ssh_base(self) -> list[str]:
+        cmd = ["ssh"]
+        if self.cfg.ssh_config_file is not None:
+            cmd += ["-F", os.fspath(self.cfg.ssh_config_file)]
+        timeout = max(1, int(min(self.cfg.agent_timeout, 30)))
+        alive = max(1, int(self.cfg.agent_timeout / 3))
+        cmd += ["-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}",
+                "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3",
+                *self.cfg.ssh_options]
+        return cmd
+
+    def _address_of(self, host: str) -> str:
+        """The address SSH would connect to (its config's HostName), resolved."""
+        if _hosts.is_local(host):
+            return "127.0.0.1"
+        name = host
+        try:
+            out = subprocess.run([*self._ssh_base(), "-G", host], capture_output=True, text=True,
+                                 timeout=10).stdout
+            for line in out.splitlines():
+                if line.startswith("hostname "):
+                    name = line.split(None, 1)[1].strip()
+                    break
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+        except OSError:
+            return name
+
+    def _env_for(self, local: bool, host_index: int, nhosts: int, addr: str, port: int,
+                 python: str) -> dict[str, str]:
+        cfg = self.cfg
+        src = os.environ
+        if local:
+            env = dict(src)
+        else:
+            env = {k: v for k, v in src.items()
+                   if any(fnmatch.fnmatchcase(k, p) for p in cfg.copy_env_vars)}
+        for k in list(env):
+            if any(fnmatch.fnmatchcase(k, p) for p in _AGENT_OWNED):
+                del env[k]
+        env.update(cfg.extra_env_vars or {})
+        pkg_parent = str(Path(__file__).resolve().parent.parent)
+        script_dir = str(Path(sys.path[0]).resolve()) if sys.path and sys.path[0] else os.getcwd()
+        pp = [pkg_parent, script_dir] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(pp))
+        env.update({
+            "PYTHON_EXEC": python,
+            "TRUN_LAUNCHER": f"{addr}:{port}",
+            "TRUN_TOKEN": self.token,
+            "TRUN_HOST_INDEX": str(host_index),
+            "TRUN_EOF_DELAY": "0.5" if host_index == 0 and nhosts > 1 else "0",
+            "TRUN_BACKEND": cfg.backend or "",
+            "TRUN_WORKER_TIMEOUT": str(cfg.worker_timeout),
+            "TRUN_AGENT_TIMEOUT": str(cfg.agent_timeout),
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": _PREFIX,
+        })
+        return env
+
+    def _agent_argv(self, trun: str, i: int, n: int, nproc: str, master: tuple[str, int]) -> list[str]:
+        argv = [trun]
+        if self.elastic:
+            # Node ranks follow join order here; results are placed by TRUN_HOST_INDEX.
+            wait = self.last_call
+            argv += ["--nnodes", f"{self.cfg.min_hosts}:{n}", "--rdzv-backend", "c10d",
+                     "--rdzv-endpoint", f"{master[0]}:{master[1]}",
+                     "--rdzv-conf", f"last_call_timeout={wait}"]
+        elif n > 1:
+            argv += ["--nnodes", str(n), "--node-rank", str(i), "--rdzv-backend", "static",
+                     "--master-addr", master[0], "--master-port", str(master[1])]
+        argv += ["--nproc-per-node", nproc, "--max-restarts", str(self.cfg.max_restarts),
+                 "--tee", "3", "--log-dir", "/dev/null", "--rdzv-id", f"trun-{self.token[:8]}",
+                 "-m", "trun._worker"]
+        return argv
+
+    # ---- the run ------------------------------------------------------------
+
+    def go(self) -> LaunchResult:
+        cfg = self.cfg
+        hostnames = self._hostnames()
+        n = len(hostnames)
+        wph = cfg.workers_per_host
+        if isinstance(wph, (list, tuple)):
+            if len(wph) != n:
+                raise ValueError(f"workers_per_host: {len(wph)} counts for {n} hostnames")
+            nprocs = [str(x) for x in wph]
+        else:
+            nprocs = [str(wph)] * n
+        if cfg.min_hosts is not None and cfg.min_hosts > n:
+            raise ValueError(f"min_hosts: {cfg.min_hosts} is more than the {n} hostnames")
+        self.elastic = cfg.min_hosts is not None and cfg.min_hosts < n
+        self.last_call = max(1, int(min(cfg.agent_timeout, 30)))
+        local = [_hosts.is_local(h) for h in hostnames]
+        # `ssh -G` per host: each a process, so all at once.
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=min(32, n)) as pool:
+            addrs = list(pool.map(self._address_of, hostnames))
+        all_loopback = all(a.startswith("127.") or a == "::1" for a in addrs)
+        if all_loopback:
+            my_addr = "127.0.0.1"
+        else:
+            my_addr = _outward_address(
+                next(a for a in addrs if not (a.startswith("127.") or a == "::1")))
+        master_addr = addrs[0] if not local[0] or all_loopback else my_addr
+        if master_addr.startswith("127.") and not all_loopback:
+            master_addr = my_addr
+        if cfg.master_port:
+            master_port = cfg.master_port
+        elif local[0] or addrs[0].startswith("127."):
+            with socket.socket() as s:
+                s.bind(("", 0))
+                master_port = s.getsockname()[1]
+        else:
+            master_port = random.randint(20000, 32000)
+
+        python = cfg.python or sys.executable
+        trun = cfg.trun_path or trun_binary()   # hosts share paths, as they share `python`
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1" if all_loopback else "", 0))
+        server.listen(1024)
+        port = server.getsockname()[1]
+        self.agents = [_Agent(i, h) for i, h in enumerate(hostnames)]
+        self.handlers = []
+        try:
+            self.handlers = list((cfg._handler_factory or (lambda: default_handlers(
+                cfg.log_dir if cfg.log_dir is not None
+                else os.environ.get("TRUN_LOG_DIR", "trun_logs"))))())
+            started = time.monotonic()
+            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+            for i, (h, a) in enumerate(zip(hostnames, self.agents)):
+                env = self._env_for(local[i], i, n, my_addr, port, python)
+                argv = self._agent_argv(trun, i, n, nprocs[i], (master_addr, master_port))
+                self._start(a, local[i], argv, env)
+            return self._wait(started, hostnames)
+        except BaseException:
+            self._stop_all()
+            raise
+        finally:
+            self.stopping = True
+            self._stop_all()
+            try:
+                server.close()
+            except OSError:
+                pass
+            for s in list(self.socks):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            for h in self.handlers:
+                try:
+                    h.flush()
+                    h.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _start(self, a: _Agent, local: bool, argv: list[str], env: dict[str, str]) -> None:
+        cfg = self.cfg
+        if local:
+            cmd = ["/bin/sh", "-c", _WRAPPER, "trun-agent", *argv]
+            popen_env = env
+            cwd = os.getcwd()
+        else:
+            exports = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+            remote = f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; export {exports}; "
+            if cfg.env_file is not None:
+                remote += f". {shlex.quote(os.fspath(cfg.env_file))} || exit 97; "
+            remote += f"exec /bin/sh -c {shlex.quote(_WRAPPER)} trun-agent " + \
+                " ".join(shlex.quote(x) for x in argv)
+            cmd = [*self._ssh_base(), a.hostname, "--", remote]
+            popen_env = None
+            cwd = None
+        if local and cfg.env_file is not None:
+            cmd = ["/bin/sh", "-c", '. "$0" || exit 97; exec /bin/sh -c "$@"',
+                   os.fspath(cfg.env_file), _WRAPPER, "trun-agent", *argv]
+        a.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=popen_env, cwd=cwd,
+                                  start_new_session=True)
+        for stream, name in ((a.proc.stdout, "stdout"), (a.proc.stderr, "stderr")):
+            t = threading.Thread(target=self._pump, args=(a, stream, name), daemon=True)
+            t.start()
+            a.readers.append(t)
+
+    def _pump(self, a: _Agent, stream, name: str) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.rstrip(b"\r\n")
+            a.lines += 1
+            m = _PREFIX_RE.match(line)
+            if m:
+                rank, lr = int(m.group(1)), int(m.group(2))
+                text = line[m.end():].decode(errors="replace")
+                if name == "stderr":
+                    a.worker_tail.append(f"[rank {rank}] {text}")
+                    del a.worker_tail[:-50]
+            else:
+                rank = lr = None
+                text = line.decode(errors="replace")
+                if name == "stderr":
+                    a.stderr_tail.append(text)
+                    del a.stderr_tail[:-200]
+            self._emit(a.hostname, rank, lr, name, text)
+        stream.close()
+
+    def _emit(self, host, rank, lr, stream, text) -> None:
+        name = f"trun.{host}" + (f".{lr}" if lr is not None else "")
+        rec = logging.LogRecord(name, logging.INFO, "", 0, text, None, None)
+        rec.hostname, rec.rank, rec.local_rank, rec.stream = host, rank, lr, stream
+        for h in self.handlers:
+            if rec.levelno >= h.level:
+                h.handle(rec)
+
+    # ---- the workers' connections -------------------------------------------
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = server.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.socks.append(sock)
+            t = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            self.conns.append(t)
+            t.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(self.cfg.agent_timeout)
+            frame = _wire.recv_frame(sock)
+            if frame is None or frame[0] != _wire.HELLO:
+                return
+            hello = json.loads(frame[1])
+            if not secrets.compare_digest(str(hello.get("token", "")), self.token):
+                return
+            sock.settimeout(None)
+            key = (hello["attempt"], hello["rank"])
+            with self.changed:
+                self.hellos[key] = hello
+                self.agents[hello["host_index"]].first_hello.set()
+                self.changed.notify_all()
+            _wire.send_frame(sock, _wire.PAYLOAD, self.payload)
+            frame = _wire.recv_frame(sock)
+            if frame is None:
+                outcome = ("lost", None)
+            elif frame[0] == _wire.RESULT:
+                outcome = ("ok", frame[1])
+            else:
+                outcome = ("err", cloudpickle.loads(frame[1]))
+            with self.changed:
+                self.outcomes[key] = outcome
+                self.changed.notify_all()
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    # ---- waiting and deciding -------------------------------------------------
+
+    def _wait(self, started: float, hostnames: list[str]) -> LaunchResult:
+        cfg = self.cfg
+        failed: _Agent | None = None
+        dropped: list[_Agent] = []
+        while True:
+            for a in self.agents:
+                if a.returncode is None and a.proc.poll() is not None:
+                    a.returncode = a.proc.returncode
+                    if a.returncode != 0 and failed is None and a not in dropped:
+                        live = [b for b in self.agents if b.returncode is None]
+                        if self.elastic and len(live) >= cfg.min_hosts and not any(
+                                b.returncode == 0 for b in self.agents):
+                            # Elastic: the others go on without it (trun's rendezvous
+                            # forms a round of those left, or restarts them).
+                            dropped.append(a)
+                            self._emit(a.hostname, None, None, "stderr",
+                                       f"trun: dropped from the job ({len(live)} hosts go on)"
+                                       + self._tail(a).replace("\n", " "))
+                        else:
+                            failed = a
+            if failed is not None or all(a.returncode is not None for a in self.agents):
+                break
+            late = [a for a in self.agents if not a.first_hello.is_set() and a.returncode is None]
+            if self.elastic:
+                late = late if len(self.agents) - len(late) - len(dropped) < cfg.min_hosts else []
+            # Elastic rounds wait last_call_timeout for more hosts before starting.
+            grace = cfg.agent_timeout + (self.last_call if self.elastic else 0)
+            if late and time.monotonic() - started > grace:
+                self._stop_all()
+                # Blame a host whose agent never said a word, if there is one.
+                a = min(late, key=lambda x: x.lines > 0)
+                raise AgentFailedError(a.hostname, f"no worker connected within agent_timeout "
+                                       f"({cfg.agent_timeout:g} s)" + self._tail(a))
+            # Woken at once by a worker's news; agents' exits are polled briefly.
+            with self.changed:
+                self.changed.wait(0.05)
+        if failed is not None:
+            self._stop_all()
+        # Agents have ended (or been stopped): their workers' sockets close, so
+        # every outcome is in once the connection threads end.
+        deadline = time.monotonic() + 10
+        for t in list(self.conns):
+            t.join(max(0.0, deadline - time.monotonic()))
+        for a in self.agents:
+            for t in a.readers:
+                t.join(max(0.0, deadline - time.monotonic()))
+        for h in self.handlers:
+            h.flush()
+        if failed is None and not all(a in dropped for a in self.agents):
+            return self._results(hostnames)
+        failed = failed or dropped[0]
+        self._raise_failure(failed)
+
+    def _last_attempt(self) -> int:
+        return max((k[0] for k in self.hellos), default=0)
+
+    def _results(self, hostnames: list[str]) -> LaunchResult:
+        attempt = self._last_attempt()
+        hellos = {r: h for (a, r), h in self.hellos.items() if a == attempt}
+        if not hellos:
+            raise AgentFailedError(hostnames[0], "the agents ended without starting any worker")
+        world = next(iter(hellos.values()))["world_size"]
+        values: list[list[Any]] = [[] for _ in hostnames]
+        order: list[tuple[int, int]] = []
+        for rank in range(world):
+            outcome = self.outcomes.get((attempt, rank))
+            h = hellos.get(rank)
+            if outcome is None or outcome[0] != "ok":
+                host = hostnames[h["host_index"]] if h else "?"
+                if outcome and outcome[0] == "err":
+                    self._reraise(outcome[1], host, h)
+                raise WorkerFailedError(host, rank, h["local_rank"] if h else None, None,
+                                        "it exited without sending a result")
+            values[h["host_index"]].append((h["local_rank"], cloudpickle.loads(outcome[1])))
+            order.append((h["host_index"], h["local_rank"]))
+        # Hosts that took part (all of them unless elastic), in hostnames' order.
+        kept = [i for i, vs in enumerate(values) if vs]
+        where = {old: new for new, old in enumerate(kept)}
+        rank_order = [(where[hi], lr) for hi, lr in order]
+        if rank_order == [(hi, lr) for hi in range(len(kept))
+                          for lr in range(len(values[kept[hi]]))]:
+            rank_order = None
+        return LaunchResult([hostnames[i] for i in kept],
+                            [[v for _, v in sorted(values[i], key=lambda x: x[0])] for i in kept],
+                            rank_order)
+
+    def _raise_failure(self, failed: _Agent):
+        attempt = self._last_attempt()
+        errors = [(info["time"], rank, info) for (a, rank), (kind, info) in self.outcomes.items()
+                  if a == attempt and kind == "err"]
+        if errors:
+            _, rank, info = min(errors, key=lambda e: (e[0], e[1]))
+            h = self.hellos[(attempt, rank)]
+            self._reraise(info, self.agents[h["host_index"]].hostname, h)
+        # A crash: the agent's failure table names the rank and the exit code.
+        # The table of an agent whose workers crashed wins over ones that only
+        # stopped theirs.
+        candidates = [failed] + [a for a in self.agents if a is not failed]
+        for a in candidates:
+            m = None
+            text = "\n".join(a.stderr_tail)
+            i = text.rfind("Root Cause")
+            if i >= 0:
+                m = _FAILURE_RE.search(text, i)
+            if m:
+                code = int(m.group(3))
+                if code in (-signal.SIGTERM, -signal.SIGKILL) and a is not candidates[-1]:
+                    # Possibly stopped by its agent; look for a better root cause.
+                    alt = [b for b in candidates if b is not a and "Root Cause" in
+                           "\n".join(b.stderr_tail)]
+                    if alt:
+                        continue
+                if not a.first_hello.is_set():
+                    # Its workers died before reaching us: the environment, not the function.
+                    tail = [x for x in a.worker_tail if x.strip()][-10:]
+                    raise AgentFailedError(a.hostname, f"its workers failed before reaching the "
+                                           f"launcher (exit code {code})" +
+                                           (":\n  " + "\n  ".join(tail) if tail else ""), code)
+                raise WorkerFailedError(a.hostname, int(m.group(1)), int(m.group(2)), code)
+        rc = failed.returncode
+        if rc == 255 and not failed.first_hello.is_set():
+            raise AgentFailedError(failed.hostname, "cannot reach it over SSH" + self._tail(failed),
+                                   rc)
+        lost = [k for k, (kind, _) in self.outcomes.items() if k[0] == attempt and kind == "lost"]
+        if lost and rc in (0, 1):
+            h = self.hellos[lost[0]]
+            raise WorkerFailedError(self.agents[h["host_index"]].hostname, lost[0][1],
+                                    h["local_rank"], None, "it ended without a result")
+        if rc == 255 and not _hosts.is_local(failed.hostname):
+            raise AgentFailedError(failed.hostname, "its SSH connection was lost" +
+                                   self._tail(failed), rc)
+        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # a shell reports 128+N
+        how = (f"killed by {signal.Signals(sig).name}" if sig in signal.valid_signals() and sig
+               else f"exit code {rc}")
+        raise AgentFailedError(failed.hostname, f"ended unexpectedly ({how})" + self._tail(failed),
+                               rc)
+
+    @staticmethod
+    def _tail(a: _Agent) -> str:
+        tail = [line for line in a.stderr_tail if line.strip()][-10:]
+        return (":\n  " + "\n  ".join(tail)) if tail else ""
+
+    def _reraise(self, info: dict, host: str, hello: dict | None):
+        exc = None
+        if "exception" in info:
+            try:
+                exc = cloudpickle.loads(info["exception"])
+            except Exception:  # noqa: BLE001
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = WorkerRaisedError(info["type"], info["message"])
+        rank = hello["rank"] if hello else None
+        exc.hostname = host
+        exc.rank = rank
+        exc.local_rank = hello["local_rank"] if hello else None
+        exc.remote_traceback = info["traceback"]
+        note = f"raised by worker rank {rank} on host {host}; its traceback:\n{info['traceback']}"
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        raise exc from RemoteTraceback(info["traceback"])
+
+    # ---- stopping ------------------------------------------------------------
+
+    def _stop_all(self) -> None:
+        """Closes every agent's stdin (its shell SIGTERMs the agent), then waits.
+
+        The shells need only that EOF; a local one that is still there after
+        the grace is killed with its whole session (agent and workers), an SSH
+        client is killed (its remote side then sees the channel close).
+        """
+        agents = [a for a in getattr(self, "agents", []) if a.proc is not None]
+
+        def close(group):
+            for a in group:
+                if a.proc.poll() is None:
+                    try:
+                        a.proc.stdin.write(b"stop\n")
+                        a.proc.stdin.flush()
+                    except OSError:
+                        pass
+                    try:
+                        a.proc.stdin.close()
+                    except OSError:
+                        pass
+        # Host 0's agent hosts the store: stopped first, it would leave the
+        # others handling a lost store (about a second) before they exit.
+        close(agents[1:])
+        soon = time.monotonic() + 1
+        for a in agents[1:]:
+            try:
+                a.proc.wait(max(0.0, soon - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        close(agents[:1])
+        deadline = time.monotonic() + 5
+        for a in agents:
+            try:
+                a.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(a.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                a.proc.wait()
+            if a.returncode is None:
+                a.returncode = a.proc.returncode
+
+
