@@ -204,7 +204,8 @@ class LocalAgent::Impl {
     round_ = std::move(*r);
     telemetry_.RendezvousCompleted(*round_);
     if (restart) telemetry_.Restarting(restart_cause_, restart_reason_);
-    if (config_.max_nodes > 1 || config_.rdzv_backend != "static") {
+    // A one-node job has nothing to tell: torchrun prints nothing for it.
+    if (config_.max_nodes > 1 || (config_.rdzv_backend != "static" && !config_.standalone)) {
       log::Info("round {}: node {} of {} ({}), ranks {}..{} of world size {}; store at {}:{}",
                 round_->number, round_->group_rank, round_->participants.size(),
                 round_->participants[static_cast<size_t>(round_->group_rank)].addr,
