@@ -20,22 +20,31 @@ std::string ReadAll(int fd) {
   return out;
 }
 
-TEST(SpawnTest, RunsWithExactEnvironmentAndOwnProcessGroup) {
+// Spawns `o` with its stdout on a pipe; its output once it exited 0.
+std::string SpawnAndRead(SpawnOptions o, pid_t* spawned = nullptr) {
   int p[2];
-  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+  o.stdout_fd = p[1];
+  auto pid = Spawn(o);
+  close(p[1]);
+  EXPECT_TRUE(pid.ok()) << pid.status().ToString();
+  std::string out = ReadAll(p[0]);
+  close(p[0]);
+  if (!pid.ok()) return out;
+  int status = 0;
+  EXPECT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (spawned) *spawned = *pid;
+  return out;
+}
+
+TEST(SpawnTest, RunsWithExactEnvironmentAndOwnProcessGroup) {
   SpawnOptions o;
   o.argv = {"sh", "-c", "echo \"$FOO $(ps -o pgid= -p $$ | tr -d ' ') $$\""};
   o.env = {"FOO=bar", "PATH=/usr/bin:/bin"};
-  o.stdout_fd = p[1];
-  auto pid = Spawn(o);
-  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
-  close(p[1]);
-  std::string out = ReadAll(p[0]);
-  close(p[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_EQ(out, "bar " + std::to_string(*pid) + " " + std::to_string(*pid) + "\n");
+  pid_t pid = 0;
+  std::string out = SpawnAndRead(o, &pid);
+  EXPECT_EQ(out, "bar " + std::to_string(pid) + " " + std::to_string(pid) + "\n");
 }
 
 // A descriptor trun opened without O_CLOEXEC (asio's accepted sockets) does
@@ -43,21 +52,12 @@ TEST(SpawnTest, RunsWithExactEnvironmentAndOwnProcessGroup) {
 TEST(SpawnTest, DescriptorsPastStdioStayWithTrun) {
   int leaky[2];
   ASSERT_EQ(pipe(leaky), 0);
-  int p[2];
-  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
   SpawnOptions o;
   o.argv = {"sh", "-c", "ls /proc/self/fd | sort -n | tr '\\n' ' '"};
   o.env = {"PATH=/usr/bin:/bin"};
-  o.stdout_fd = p[1];
-  auto pid = Spawn(o);
-  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
-  close(p[1]);
-  std::string out = ReadAll(p[0]);
-  close(p[0]);
+  std::string out = SpawnAndRead(o);
   close(leaky[0]);
   close(leaky[1]);
-  int status = 0;
-  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
   // 0-2, and the descriptor ls opens to read /proc/self/fd.
   EXPECT_EQ(out, "0 1 2 3 ");
 }
