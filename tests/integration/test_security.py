@@ -64,7 +64,7 @@ def test_store_allow_any_lets_a_stranger_in(agents, hosts, tmp_path):
 
 def test_a_bad_store_allow_is_a_usage_error():
     r = trun("--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-endpoint",
-             f"127.0.0.1:{free_port()}", "--rdzv-conf", "store_allow=10.0.0.0/40", "x.py")
+             f"127.0.0.1:{free_port()}", "--rdzv-conf", "store_allow=10.0.0.0/40", ELASTIC)
     assert r.returncode == 2, r.err
     assert "store_allow=10.0.0.0/40" in r.err
 
