@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from conftest import FIXTURES, PYTHON, base_env, free_port, trun
+from conftest import FIXTURES, PYTHON, TRUN, base_env, free_port, trun
 from torchx_helpers import Jobs
 
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -122,3 +122,23 @@ def test_another_users_app_is_refused(jobs):
         r = jobs.trun(*cmd)
         assert r.returncode == 5, (cmd, r.returncode, r.err)
         assert f"belongs to user nobody (uid {nobody})" in r.err, r.err
+
+
+def test_trun_store_serves_everyone_unless_told(hosts):
+    def client(i, port):
+        return subprocess.run([*hosts.run(i), PYTHON, "-c", STRANGER, "10.200.0.1", str(port)],
+                              capture_output=True, text=True, timeout=60, env=base_env()).stdout
+
+    for allow, expect3 in (([], "SERVED"), (["--allow", "10.200.0.2"], "REFUSED")):
+        port = free_port()
+        store = subprocess.Popen([*hosts.run(1), TRUN, "store", "--port", str(port), *allow],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert "listening" in store.stdout.readline()
+            assert "SERVED" in client(2, port)
+            assert expect3 in client(3, port)
+        finally:
+            store.terminate()
+            err = store.communicate(timeout=30)[1]
+        if allow:
+            assert "refused a client from 10.200.0.3" in err, err
