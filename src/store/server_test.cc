@@ -311,6 +311,9 @@ TEST_F(ServerTest, EraseAllButKeepsOnlyThePrefix) {
   ASSERT_TRUE(c.Set("/default_pg/0//cpu//0", "addr").ok());
   ASSERT_TRUE(c.Set("/worker/attempt_0/k", "v").ok());
   ASSERT_TRUE(c.QueuePush("/q", "item").ok());
+  // SET and QUEUE_PUSH have no reply: a round trip makes sure the server
+  // handled them before the loop erases.
+  ASSERT_EQ(*c.QueueLen("/q"), 1);
   size_t erased = 0;
   server_->RunOnLoop([&](StoreServer& s) { erased = s.EraseAllBut("/trun/"); });
   EXPECT_EQ(erased, 3);
