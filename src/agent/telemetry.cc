@@ -67,6 +67,8 @@ constexpr MetricRow kMetrics[] = {
     {"trun_store_connections_total", MetricType::kCounter, "Clients this agent's store accepted."},
     {"trun_store_clients_dropped_total", MetricType::kCounter,
      "Clients the store dropped for breaking the protocol or a limit."},
+    {"trun_store_clients_refused_total", MetricType::kCounter,
+     "Clients the store refused: not a host of the job's current round (docs/rendezvous.md)."},
     {"trun_log_bytes_total", MetricType::kCounter,
      "Bytes of worker output that passed through the agent (teed streams), by stream."},
     {"trun_watchdog_timers", MetricType::kGauge, "Watchdog timers held."},
@@ -304,6 +306,7 @@ void Telemetry::Collect() {
                static_cast<double>(s.connections_accepted - s.connections_closed));
   metrics_.Set("trun_store_connections_total", static_cast<double>(s.connections_accepted));
   metrics_.Set("trun_store_clients_dropped_total", static_cast<double>(s.clients_dropped));
+  metrics_.Set("trun_store_clients_refused_total", static_cast<double>(s.clients_refused));
   metrics_.Set("trun_log_bytes_total", static_cast<double>(log_bytes_[0]), {{"stream", "stdout"}});
   metrics_.Set("trun_log_bytes_total", static_cast<double>(log_bytes_[1]), {{"stream", "stderr"}});
   if (timers_) {

@@ -88,6 +88,8 @@ int ExitCode(const Status& s) {
       return 1;
     case StatusCode::kUnavailable:
       return 4;
+    case StatusCode::kPermissionDenied:
+      return 5;
     default:
       return 3;
   }

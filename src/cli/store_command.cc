@@ -23,6 +23,10 @@ int RunStoreCommand(const std::vector<std::string>& args) {
                  "Most keys in one request");
   app.add_option("--max-buffered-bytes", options.limits.max_buffered_bytes,
                  "Most bytes one client may have buffered");
+  std::string allow = "any";
+  app.add_option("--allow", allow,
+                 "Who may connect: 'any' (default), or addresses and CIDRs separated by ',' "
+                 "(loopback and this host always may)");
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
   } catch (const CLI::CallForHelp&) {
@@ -32,12 +36,23 @@ int RunStoreCommand(const std::vector<std::string>& args) {
     log::Error("store: {}; run 'trun store --help'", e.what());
     return 2;
   }
+  auto networks = store::ParseNetworks(allow);
+  if (!networks.ok()) {
+    log::Error("store: --allow {}: {}", allow, networks.status().message());
+    return 2;
+  }
   store::RaiseOpenFileLimit();
   asio::io_context io(1);
   auto server = store::StoreServer::Start(io, options);
   if (!server.ok()) {
     log::Error("{}", server.status().message());
     return server.status().code() == StatusCode::kInvalidArgument ? 2 : 3;
+  }
+  if (networks->has_value()) {
+    store::Allowlist list;
+    list.networks = std::move(**networks);
+    list.widen_hint = "trun store --allow widens it";
+    (*server)->SetAllowlist(std::move(list));
   }
   std::printf("trun store listening on %s:%d\n", options.host.empty() ? "*" : options.host.c_str(),
               (*server)->port());

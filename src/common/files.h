@@ -13,7 +13,7 @@ Result<std::string> ReadFile(const std::string& path);
 
 // Writes `data` to `path` through `path.tmp` and a rename, so a reader sees
 // the old content or the new, never half of it.
-Status WriteFileAtomic(const std::string& path, const std::string& data);
+Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t mode = 0644);
 
 // The absolute path of the running program (/proc/self/exe), e.g. for a
 // process that runs trun again.

@@ -26,6 +26,8 @@ std::string Status::ToString() const {
       return "internal error: " + message_;
     case StatusCode::kUnavailable:
       return "unavailable: " + message_;
+    case StatusCode::kPermissionDenied:
+      return "permission denied: " + message_;
   }
   return message_;
 }

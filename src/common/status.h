@@ -24,7 +24,8 @@ enum class StatusCode {
   kUnsupported,  // valid input, not implemented (yet)
   kTimeout,
   kInternal,
-  kUnavailable,  // a service trun needs (the SLURM controller) cannot be reached: exit 4
+  kUnavailable,       // a service trun needs (the SLURM controller) cannot be reached: exit 4
+  kPermissionDenied,  // another user's app (the local scheduler): exit 5
 };
 
 class [[nodiscard]] Status {
@@ -41,6 +42,9 @@ class [[nodiscard]] Status {
   }
   static Status Timeout(std::string msg) { return Status(StatusCode::kTimeout, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
+  static Status PermissionDenied(std::string msg) {
+    return Status(StatusCode::kPermissionDenied, std::move(msg));
+  }
   static Status Unavailable(std::string msg) {
     return Status(StatusCode::kUnavailable, std::move(msg));
   }

@@ -337,6 +337,8 @@ class EtcdMedium final : public Medium {
     auto server = store::StoreServer::Start(io_, so);
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
+    // Nobody's workers use it before a round names this node group rank 0.
+    server_->SetAllowlist(AllowlistFor(s_->o.store_access, {}, ""));
     return Status::OK();
   }
 
@@ -418,6 +420,10 @@ class EtcdMedium final : public Medium {
   // this: that race is left, where the store-hosted coordinator has none.
   void ForgetWorkerKeys() override {
     if (server_) server_->EraseAllBut(kTrunKeys);
+  }
+
+  void OnRound(const Round& round) override {
+    if (server_) server_->SetAllowlist(AllowlistFor(s_->o.store_access, round.participants, ""));
   }
 
   void Linger(Duration limit, std::function<void()> then) override {

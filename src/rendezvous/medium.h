@@ -85,6 +85,10 @@ class Medium {
   // (StoreServer::EraseAllBut says why). A medium whose coordinator serves
   // the workers does so when it closes a round instead.
   virtual void ForgetWorkerKeys() {}
+  // Loop thread, when this node learns of a round it takes part in, before
+  // the agent starts its workers: the store it hosts for its workers
+  // (WorkerStorePort) serves that round's hosts (store_access.h).
+  virtual void OnRound(const Round&) {}
   // Loop thread, once this node's threads have stopped: `then` runs on the
   // loop when nobody needs what this node hosts any more (Rendezvous::Leave),
   // at once where it hosts nothing or the job goes on without it.

@@ -243,7 +243,10 @@ class Node final : public Rendezvous {
         in_round_ = true;
         want_round_ = false;
       }
-      Post([this, rd = *round] { handlers_.round(rd); });
+      Post([this, rd = *round] {
+        medium_->OnRound(rd);
+        handlers_.round(rd);
+      });
       auto reason = link.Await(fmt::format("end/{}", round->number));
       if (!reason.ok()) return reason.status();
       {

@@ -26,6 +26,8 @@ class SingleNode final : public Rendezvous {
 
   Status Start(Handlers handlers) override {
     handlers_ = std::move(handlers);
+    auto access = ParseStoreAccess(config_.rdzv_configs);
+    if (!access.ok()) return access.status();
     store::ServerOptions so;
     so.port = config_.master_port_given ? config_.master_port : 0;
     auto server = store::StoreServer::Start(io_, so);
@@ -42,6 +44,9 @@ class SingleNode final : public Rendezvous {
                                                       : config_.local_addr.value_or(FqdnHostname()),
                      config_.nproc_per_node};
     round_.participants = {self};
+    // One node: its workers reach the store over loopback or this host's
+    // own addresses, which every allowlist admits; nobody else needs it.
+    server_->SetAllowlist(AllowlistFor(*access, round_.participants, ""));
     round_.store_addr = self.addr;
     round_.store_port = server_->port();
     Deliver();
@@ -220,6 +225,11 @@ Result<Options> OptionsFromConfig(const launch::LaunchConfig& c) {
     } else {
       problems.push_back(fmt::format("--rdzv-conf is_host={}: expected true or false", it->second));
     }
+  }
+  if (auto access = ParseStoreAccess(c.rdzv_configs); access.ok()) {
+    o.store_access = std::move(*access);
+  } else {
+    problems.push_back(access.status().message());
   }
   if (!problems.empty()) {
     std::string all;

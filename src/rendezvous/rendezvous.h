@@ -31,6 +31,7 @@
 #include "common/status.h"
 #include "launch/config.h"
 #include "rendezvous/etcd_client.h"
+#include "rendezvous/store_access.h"
 
 namespace trun::rendezvous {
 
@@ -97,6 +98,8 @@ struct Options {
   // (--rdzv-conf protocol, cacert, cert, key, etcd_prefix).
   EtcdOptions etcd;
   std::string etcd_prefix = "/torchelastic/p2p";
+  // Who may use the stores this agent hosts (--rdzv-conf store_allow).
+  StoreAccess store_access;
 };
 
 // Reads the rendezvous part of the launch flags; every bad --rdzv-conf key

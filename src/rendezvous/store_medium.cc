@@ -4,7 +4,9 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "rendezvous/coordinator.h"
 #include "rendezvous/hosted_coordinator.h"
+#include "rendezvous/store_access.h"
 #include "store/client.h"
 #include "store/server.h"
 
@@ -139,6 +141,10 @@ class StoreMedium final : public Medium {
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     o_.endpoint_port = server_->port();
+    // Until a round closes nobody is a member: agents that join reach
+    // only the rendezvous's keys (docs/rendezvous.md, "Who may use the
+    // store").
+    server_->SetAllowlist(AllowlistFor(o_.store_access, {}, prefix_));
     CoordinatorOptions co;
     co.run_id = o_.run_id;
     co.min_nodes = o_.min_nodes;
@@ -156,7 +162,14 @@ class StoreMedium final : public Medium {
       // A round closes: every worker of the last one is gone (each node
       // stopped its own before it joined), and none of the new one has
       // started, as no node knows of the round yet. The workers' keys go.
-      if (w.key.starts_with("round/")) server_->EraseAllBut(kTrunKeys);
+      if (w.key.starts_with("round/")) {
+        server_->EraseAllBut(kTrunKeys);
+        // The store now serves the new round's hosts, and nobody else
+        // beyond the rendezvous's keys: a host that left loses access.
+        if (auto doc = DecodeRound(w.value); doc.ok()) {
+          server_->SetAllowlist(AllowlistFor(o_.store_access, doc->nodes, prefix_));
+        }
+      }
       if (w.if_absent) {
         (void)server_->CompareSet(prefix_ + w.key, "", w.value);
       } else {

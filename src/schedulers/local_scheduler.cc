@@ -63,12 +63,7 @@ std::string IdFromName(const std::string& name) {
   return out.empty() ? "app" : out;
 }
 
-Status MakeDirs(const std::string& path) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return Status::IOError(fmt::format("cannot create {}: {}", path, ec.message()));
-  return Status::OK();
-}
+Status MakeDirs(const std::string& path) { return local::MakePrivateDirs(path); }
 
 Result<Request> ReadRequest(const std::string& app_dir) {
   auto text = ReadFile(app_dir + "/request.json");
@@ -100,6 +95,7 @@ Status UnknownApp(const std::string& app_id) {
 // The state, with a dead supervisor's unfinished app reported as failed:
 // its replicas died with it (parent-death signal).
 Result<local::State> CurrentState(const std::string& app_id) {
+  TRUN_RETURN_IF_ERROR(local::CheckOwner(app_id));
   std::string dir = local::AppDir(app_id);
   auto s = ReadState(dir);
   if (!s.ok()) {
@@ -151,8 +147,9 @@ Status StartSupervisor(const std::string& app_dir) {
     ::close(ready[0]);
     ::fcntl(ready[1], F_SETFD, 0);  // the supervisor's, across exec
     int null = ::open("/dev/null", O_RDWR);
-    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, local::kPrivateFile);
     if (null < 0 || out < 0) ::_exit(127);
+    (void)::fchmod(out, local::kPrivateFile);
     ::dup2(null, 0);
     ::dup2(out, 1);
     ::dup2(out, 2);
@@ -292,7 +289,8 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
   auto req = local::RequestFromJson(nlohmann::json::parse(info.request.dump()));
   if (!req.ok()) return req.status();
   TRUN_RETURN_IF_ERROR(MakeDirs(local::LocalRoot()));
-  if (::mkdir(req->app_dir.c_str(), 0755) != 0) {
+  if (::mkdir(req->app_dir.c_str(), local::kPrivateDir) != 0 ||
+      ::chmod(req->app_dir.c_str(), local::kPrivateDir) != 0) {
     return Status::FromErrno("cannot create the app's directory " + req->app_dir, errno);
   }
   for (const auto& role : req->roles) {
@@ -317,10 +315,10 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
     }
     st.roles.push_back(std::move(rs));
   }
-  TRUN_RETURN_IF_ERROR(
-      WriteFileAtomic(req->app_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n"));
-  TRUN_RETURN_IF_ERROR(
-      WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n"));
+  TRUN_RETURN_IF_ERROR(WriteFileAtomic(
+      req->app_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n", local::kPrivateFile));
+  TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n",
+                                       local::kPrivateFile));
   TRUN_RETURN_IF_ERROR(local::WriteState(req->app_dir, st));
   Status started = StartSupervisor(req->app_dir);
   if (!started.ok()) {
@@ -363,6 +361,7 @@ Result<DescribeAppResponse> LocalScheduler::Describe(const std::string& app_id) 
 Status LocalScheduler::Log(const std::string& app_id, const std::string& role, int replica_id,
                            const LogOptions& options,
                            const std::function<bool(std::string_view)>& on_line) {
+  TRUN_RETURN_IF_ERROR(local::CheckOwner(app_id));
   auto req = ReadRequest(local::AppDir(app_id));
   if (!req.ok()) {
     if (req.status().code() == StatusCode::kNotFound) return UnknownApp(app_id);
@@ -395,6 +394,7 @@ Status LocalScheduler::Log(const std::string& app_id, const std::string& role, i
 }
 
 Status LocalScheduler::Cancel(const std::string& app_id) {
+  TRUN_RETURN_IF_ERROR(local::CheckOwner(app_id));
   const std::string dir = local::AppDir(app_id);
   auto st = ReadState(dir);
   if (!st.ok()) {

@@ -1,7 +1,11 @@
 #include "schedulers/local_state.h"
 
 #include <fmt/format.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 
 #include "common/files.h"
@@ -30,6 +34,35 @@ auto Guard(const std::string& what, F&& f) -> decltype(f()) {
 std::string LocalRoot() { return StateRoot() + "/local"; }
 
 std::string AppDir(const std::string& app_id) { return LocalRoot() + "/" + app_id; }
+
+Status MakePrivateDirs(const std::string& path) {
+  // Each prefix that ends before a '/' (or at the end) is one directory.
+  for (size_t end = 1; end <= path.size(); ++end) {
+    if (end < path.size() && path[end] != '/') continue;
+    if (path[end - 1] == '/') continue;
+    std::string dir = path.substr(0, end);
+    if (::mkdir(dir.c_str(), kPrivateDir) == 0) {
+      if (::chmod(dir.c_str(), kPrivateDir) != 0) {
+        return Status::FromErrno("cannot make " + dir + " private", errno);
+      }
+    } else if (errno != EEXIST) {
+      return Status::FromErrno("cannot create " + dir, errno);
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckOwner(const std::string& app_id) {
+  struct stat st {};
+  if (::stat(AppDir(app_id).c_str(), &st) != 0) return Status::OK();  // the caller reports it
+  if (st.st_uid == ::geteuid()) return Status::OK();
+  std::string who = fmt::format("uid {}", st.st_uid);
+  if (passwd* pw = ::getpwuid(st.st_uid)) who = fmt::format("{} (uid {})", pw->pw_name, st.st_uid);
+  return Status::PermissionDenied(fmt::format(
+      "local app '{}' belongs to user {}, not to you (uid {}): trun shows and stops only your "
+      "own apps",
+      app_id, who, ::geteuid()));
+}
 
 ojson ToJson(const Request& r) {
   ojson j;
@@ -163,7 +196,7 @@ Result<State> ReadState(const std::string& app_dir) {
 }
 
 Status WriteState(const std::string& app_dir, const State& s) {
-  return WriteFileAtomic(app_dir + "/state.json", ToJson(s).dump(2) + "\n");
+  return WriteFileAtomic(app_dir + "/state.json", ToJson(s).dump(2) + "\n", kPrivateFile);
 }
 
 std::vector<std::string> ProcStat(pid_t pid) {

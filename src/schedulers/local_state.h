@@ -37,6 +37,17 @@ namespace trun::schedulers::local {
 std::string LocalRoot();
 std::string AppDir(const std::string& app_id);
 
+// The state and logs are the user's alone (issue 19): directories 0700 and
+// files 0600, whatever the umask.
+inline constexpr mode_t kPrivateDir = 0700;
+inline constexpr mode_t kPrivateFile = 0600;
+// Creates `path` and its missing parents, each new one 0700.
+Status MakePrivateDirs(const std::string& path);
+// PermissionDenied (exit 5) when the app's directory belongs to another
+// user: `status`, `log`, `describe` and `cancel` refuse it. OK when it is
+// ours or missing (the caller reports a missing one).
+Status CheckOwner(const std::string& app_id);
+
 struct ReplicaRequest {
   int id = 0;
   std::vector<std::string> argv;  // argv[0] resolved to a path

@@ -143,7 +143,8 @@ class Supervisor {
     auto open_log = [&](const char* name, int& fd) -> Status {
       if (fd >= 0) return Status::OK();
       std::string path = req.log_dir + "/" + name;
-      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, local::kPrivateFile);
+      if (fd >= 0) (void)::fchmod(fd, local::kPrivateFile);  // whatever the umask
       return fd < 0 ? Status::FromErrno("cannot open " + path, errno) : Status::OK();
     };
     TRUN_RETURN_IF_ERROR(open_log("stdout.log", rep.out_file));

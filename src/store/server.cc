@@ -23,8 +23,94 @@ using asio::ip::tcp;
 namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
-std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0};
+std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
+
+// An IPv4 peer of a dual-stack socket arrives as ::ffff:a.b.c.d.
+asio::ip::address Unmapped(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  return a;
+}
+
+// The keys a request names; nullopt for one that names none but reads or
+// waits on the whole store (NUM_KEYS, LIST_KEYS, BARRIER's world).
+std::optional<std::vector<const std::string*>> KeysOf(const Request& r) {
+  std::vector<const std::string*> keys;
+  switch (r.op) {
+    case Op::kValidate:
+    case Op::kPing:
+    case Op::kCancelWait:
+      return keys;
+    case Op::kGetNumKeys:
+    case Op::kListKeys:
+    case Op::kBarrier:
+      return std::nullopt;
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      for (const auto& k : r.args) keys.push_back(&k);
+      return keys;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < r.args.size(); i += 2) keys.push_back(&r.args[i]);
+      return keys;
+    default:  // the key first, then values
+      if (!r.args.empty()) keys.push_back(&r.args[0]);
+      return keys;
+  }
+}
 }  // namespace
+
+bool Network::Contains(const asio::ip::address& a) const {
+  auto x = Unmapped(a);
+  auto n = Unmapped(address);
+  if (x.is_v4() != n.is_v4()) return false;
+  auto bytes_of = [](const asio::ip::address& ad) {
+    std::array<unsigned char, 16> b{};
+    if (ad.is_v4()) {
+      auto v = ad.to_v4().to_bytes();
+      std::copy(v.begin(), v.end(), b.begin());
+    } else {
+      b = ad.to_v6().to_bytes();
+    }
+    return b;
+  };
+  auto xb = bytes_of(x), nb = bytes_of(n);
+  int bits = prefix_length;
+  for (size_t i = 0; bits > 0 && i < xb.size(); ++i, bits -= 8) {
+    unsigned mask = bits >= 8 ? 0xffu : (0xffu << (8 - bits)) & 0xffu;
+    if ((xb[i] & mask) != (nb[i] & mask)) return false;
+  }
+  return true;
+}
+
+Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spec) {
+  if (Trim(spec) == "any") return std::optional<std::vector<Network>>();
+  std::vector<Network> out;
+  for (auto& item : Split(spec, ',')) {
+    std::string part(Trim(item));
+    if (part.empty()) continue;
+    std::string addr = part;
+    int len = -1;  // none given: one address
+    if (auto slash = part.find('/'); slash != std::string::npos) {
+      addr = part.substr(0, slash);
+      auto n = ParseInt(part.substr(slash + 1));
+      if (!n) {
+        return Status::InvalidArgument(
+            fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
+      }
+      len = *n < 0 ? 1000 : static_cast<int>(std::min<long long>(*n, 1000));
+    }
+    std::error_code ec;
+    auto a = asio::ip::make_address(addr, ec);
+    const int max = !ec && a.is_v4() ? 32 : 128;
+    if (ec || len > max) {
+      return Status::InvalidArgument(
+          fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
+    }
+    out.push_back({a, len == -1 ? max : len});
+  }
+  return std::optional<std::vector<Network>>(std::move(out));
+}
 
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
  public:
@@ -254,6 +340,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::string out, sending;
     bool writing = false;
     bool closed = false;
+    asio::ip::address peer;                      // set where an allowlist is checked
+    bool stranger = false;                       // kept to the allowlist's strangers_prefix
+    bool used_other_keys = false;                // a request outside that prefix
     std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
     std::vector<std::string> watched;            // v1 WATCH_KEY registrations
   };
@@ -266,6 +355,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         std::error_code ignored;
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
+        if (!self->Admit(*c)) return self->Accept();
         self->connections_.insert(c);
         g_accepted.fetch_add(1, std::memory_order_relaxed);
         c->Start();
@@ -288,6 +378,105 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       }
       self->Accept();  // e.g. a client that reset before we accepted it
     });
+  }
+
+  // The accept handler's check, before any byte is read: whether `c` may
+  // stay, and whether it is kept to the strangers' prefix.
+  bool Admit(Connection& c) {
+    if (!allow_) return true;
+    std::error_code ec;
+    auto ep = c.socket.remote_endpoint(ec);
+    if (ec) {
+      c.Close();
+      return false;
+    }
+    c.peer = Unmapped(ep.address());
+    if (Allowed(c.peer)) return true;
+    if (!allow_->strangers_prefix.empty()) {
+      c.stranger = true;
+      return true;
+    }
+    g_refused.fetch_add(1, std::memory_order_relaxed);
+    ++refused_;
+    log::Warning("store: refused a client from {}: not a host of the job's current round; {}",
+                 c.peer.to_string(), allow_->widen_hint);
+    // Never counted as accepted, so not as closed either.
+    c.closed = true;
+    c.socket.close(ec);
+    return false;
+  }
+
+  bool Allowed(const asio::ip::address& a) {
+    for (const auto& n : allow_->networks) {
+      if (n.Contains(a)) return true;
+    }
+    if (!allow_->local_always) return false;
+    if (a.is_loopback()) return true;
+    // This host's own addresses (a worker here that reached the store
+    // through MASTER_ADDR's non-loopback address). Looked up once per peer
+    // address until the list changes.
+    auto [it, fresh] = local_cache_.try_emplace(a.to_string(), false);
+    if (fresh) it->second = IsLocalAddress(it->first);
+    return it->second;
+  }
+
+ public:
+  size_t SetAllowlist(std::optional<Allowlist> allow) {
+    allow_ = std::move(allow);
+    local_cache_.clear();
+    if (!allow_) {
+      for (const auto& c : connections_) c->stranger = false;
+      return 0;
+    }
+    std::vector<std::shared_ptr<Connection>> gone;
+    for (const auto& c : connections_) {
+      if (c->peer.is_unspecified()) {
+        std::error_code ec;
+        auto ep = c->socket.remote_endpoint(ec);
+        if (!ec) c->peer = Unmapped(ep.address());
+      }
+      if (Allowed(c->peer)) {
+        c->stranger = false;
+      } else if (!allow_->strangers_prefix.empty() && !c->used_other_keys) {
+        c->stranger = true;
+      } else {
+        gone.push_back(c);
+      }
+    }
+    for (const auto& c : gone) {
+      log::Info("store: closed the connection of {}: no longer a host of the job's current round",
+                c->peer.to_string());
+      g_refused.fetch_add(1, std::memory_order_relaxed);
+      ++refused_;
+      Drop(c, "");
+    }
+    return gone.size();
+  }
+
+  uint64_t num_refused() const { return refused_; }
+
+ private:
+  // A stranger's request outside the prefix drops it; a member's marks it,
+  // so that it is closed, not demoted, once its host leaves the round.
+  bool MayHandle(const std::shared_ptr<Connection>& c, const Request& r) {
+    if (!allow_ || allow_->strangers_prefix.empty()) return true;
+    auto keys = KeysOf(r);
+    bool inside = keys.has_value() && std::all_of(keys->begin(), keys->end(), [&](auto* k) {
+                    return k->starts_with(allow_->strangers_prefix);
+                  });
+    if (inside) return true;
+    if (!c->stranger) {
+      c->used_other_keys = true;
+      return true;
+    }
+    g_refused.fetch_add(1, std::memory_order_relaxed);
+    ++refused_;
+    log::Warning(
+        "store: refused {} from {}: not a host of the job's current round, which may use only "
+        "the rendezvous's keys; {}",
+        OpName(r.op), c->peer.to_string(), allow_->widen_hint);
+    Drop(c, "");
+    return false;
   }
 
   void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
@@ -471,6 +660,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
+    if (!MayHandle(c, r)) return;
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
     std::string o;
@@ -644,6 +834,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::unordered_map<std::string, WaitList> waiters_;
   std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
   uint64_t last_conn_id_ = 0;
+  std::optional<Allowlist> allow_;
+  std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
+  uint64_t refused_ = 0;
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
@@ -675,6 +868,10 @@ std::optional<std::string> StoreServer::Get(const std::string& key) const {
 size_t StoreServer::EraseAllBut(const std::string& keep_prefix) {
   return impl_->EraseAllBut(keep_prefix);
 }
+size_t StoreServer::SetAllowlist(std::optional<Allowlist> allowlist) {
+  return impl_->SetAllowlist(std::move(allowlist));
+}
+uint64_t StoreServer::num_refused() const { return impl_->num_refused(); }
 void StoreServer::Set(const std::string& key, std::string value) {
   impl_->LocalSet(key, std::move(value));
 }
@@ -718,6 +915,7 @@ StoreStats ProcessStoreStats() {
     s.requests[i] = g_requests[i].load(std::memory_order_relaxed);
   s.connections_accepted = g_accepted.load(std::memory_order_relaxed);
   s.connections_closed = g_closed.load(std::memory_order_relaxed);
+  s.clients_refused = g_refused.load(std::memory_order_relaxed);
   s.clients_dropped = g_dropped.load(std::memory_order_relaxed);
   return s;
 }

@@ -22,11 +22,41 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "store/parser.h"
 
 namespace trun::store {
+
+// Who may use a store: torch's clients carry no credential, so the store
+// tells its own job's hosts from others by their address. The peer address
+// a connection comes from is checked in the accept handler, before any of
+// its bytes are read.
+struct Network {
+  asio::ip::address address;
+  int prefix_length = 0;  // 32 or 128: one address
+  bool Contains(const asio::ip::address& a) const;
+};
+// "any" -> nullopt (everyone); otherwise a comma-separated list of CIDRs or
+// addresses ("10.0.0.0/8,192.168.1.7"), as TRUN_STORE_ALLOW takes them. An
+// InvalidArgument names what is wrong.
+Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spec);
+
+struct Allowlist {
+  // The hosts served in full; loopback and this host's own addresses too
+  // while local_always (tests turn it off, to be refused over loopback).
+  std::vector<Network> networks;
+  bool local_always = true;
+  // "": anyone else is refused at accept, with one log line. Otherwise
+  // anyone else is served only requests whose every key starts with this
+  // (a rendezvous's join traffic) and is dropped at the first other one;
+  // keyless requests that read the whole store (NUM_KEYS, LIST_KEYS,
+  // BARRIER) are refused to them too.
+  std::string strangers_prefix;
+  // Named in the log line of a refusal: how to widen the list.
+  std::string widen_hint = "the allowlist of whoever started this store widens it";
+};
 
 struct ServerOptions {
   // "" or "::": every address, IPv6 and IPv4 (falls back to 0.0.0.0 where
@@ -86,6 +116,14 @@ class StoreServer {
   // /worker/attempt_<N>), so a new round's workers would otherwise read the
   // last round's keys, such as gloo's peer addresses.
   size_t EraseAllBut(const std::string& keep_prefix);
+  // nullopt (the default): everyone is served. Otherwise only as
+  // `allowlist` says; connections already open from a peer it no longer
+  // allows are closed (or, with a strangers_prefix, kept to that prefix
+  // unless they already used a key outside it). Returns how many closed.
+  size_t SetAllowlist(std::optional<Allowlist> allowlist);
+  // Connections refused at accept or dropped for a key outside the
+  // strangers' prefix, since start. For tests and /metrics.
+  uint64_t num_refused() const;
 
  private:
   class Impl;
@@ -129,6 +167,7 @@ struct StoreStats {
   uint64_t connections_accepted = 0;
   uint64_t connections_closed = 0;
   uint64_t clients_dropped = 0;  // for breaking the protocol or a limit
+  uint64_t clients_refused = 0;  // not on the allowlist (SetAllowlist)
 };
 StoreStats ProcessStoreStats();
 

@@ -181,6 +181,128 @@ TEST_F(ServerTest, PrefixStoreJoinsWithASlash) {
   EXPECT_EQ(*p.NumKeys(), 2);
 }
 
+// The allowlist (issue 19): tests turn local_always off, so that loopback,
+// the only address a test can connect from, stands for a stranger.
+Allowlist Only(std::vector<std::string> addrs, std::string strangers_prefix = "") {
+  Allowlist a;
+  a.local_always = false;
+  for (auto& s : addrs) {
+    auto n = ParseNetworks(s);
+    EXPECT_TRUE(n.ok() && n->has_value()) << s;
+    for (auto& x : **n) a.networks.push_back(x);
+  }
+  a.strangers_prefix = std::move(strangers_prefix);
+  return a;
+}
+
+TEST(Networks, ParseAndContain) {
+  auto any = ParseNetworks("any");
+  ASSERT_TRUE(any.ok());
+  EXPECT_FALSE(any->has_value());
+  auto n = ParseNetworks(" 10.200.0.0/24, 192.168.1.7,fd00::/8 ");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ((*n)->size(), 3u);
+  auto in = [&](const char* a) {
+    for (const auto& x : **n) {
+      if (x.Contains(asio::ip::make_address(a))) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(in("10.200.0.3"));
+  EXPECT_FALSE(in("10.200.1.3"));
+  EXPECT_TRUE(in("192.168.1.7"));
+  EXPECT_FALSE(in("192.168.1.8"));
+  EXPECT_TRUE(in("::ffff:10.200.0.9"));  // a dual-stack socket's IPv4 peer
+  EXPECT_TRUE(in("fd12::1"));
+  EXPECT_FALSE(in("fe80::1"));
+  for (const char* bad : {"10.0.0.0/33", "host.example", "10.0.0.0/x", "::/129", "1.2.3.4/-1"}) {
+    EXPECT_FALSE(ParseNetworks(bad).ok()) << bad;
+  }
+}
+
+TEST_F(ServerTest, EveryoneIsServedWithoutAnAllowlist) {
+  StoreClient c = Connect();
+  EXPECT_TRUE(c.Set("k", "v").ok());
+  uint64_t refused = 1;
+  server_->RunOnLoop([&](StoreServer& s) { refused = s.num_refused(); });
+  EXPECT_EQ(refused, 0u);
+}
+
+TEST_F(ServerTest, AllowlistRefusesAStrangerAtAccept) {
+  server_->RunOnLoop([](StoreServer& s) { s.SetAllowlist(Only({"10.200.0.1"})); });
+  Raw r(port());
+  ASSERT_TRUE(r.connected());  // the kernel accepts; the server closes at once
+  EXPECT_TRUE(r.Closed());
+  uint64_t refused = 0;
+  server_->RunOnLoop([&](StoreServer& s) { refused = s.num_refused(); });
+  EXPECT_EQ(refused, 1u);
+  EXPECT_EQ(Connections(), 0u);
+  // A listed address (here loopback itself) is served.
+  server_->RunOnLoop([](StoreServer& s) { s.SetAllowlist(Only({"127.0.0.0/8"})); });
+  StoreClient c = Connect();
+  EXPECT_TRUE(c.Set("k", "v").ok());
+  // With local_always (the agent's setting) loopback is always served.
+  server_->RunOnLoop([](StoreServer& s) { s.SetAllowlist(Allowlist{}); });
+  StoreClient d = Connect();
+  EXPECT_EQ(*d.Get("k"), "v");
+}
+
+TEST_F(ServerTest, AHostThatLeavesTheListIsClosed) {
+  StoreClient c = Connect();
+  ASSERT_TRUE(c.Set("k", "v").ok());
+  size_t closed = 0;
+  server_->RunOnLoop([&](StoreServer& s) { closed = s.SetAllowlist(Only({"10.200.0.1"})); });
+  EXPECT_EQ(closed, 1u);
+  EXPECT_FALSE(c.Get("k").ok());
+  EXPECT_EQ(Connections(), 0u);
+}
+
+// The c10d host's store before the first round: an agent that is no member
+// yet may use the rendezvous's keys and nothing else.
+TEST_F(ServerTest, StrangersReachOnlyThePrefix) {
+  server_->RunOnLoop(
+      [](StoreServer& s) { s.SetAllowlist(Only({"10.200.0.1"}, "/trun/rdzv/job/")); });
+  StoreClient c = Connect();
+  EXPECT_TRUE(c.Ping().ok());
+  EXPECT_EQ(*c.Add("/trun/rdzv/job/seq", 1), 1);
+  EXPECT_TRUE(c.Set("/trun/rdzv/job/node/1", "{}").ok());
+  EXPECT_TRUE(*c.Check({"/trun/rdzv/job/node/1"}));
+  EXPECT_TRUE(c.Wait({"/trun/rdzv/job/node/1"}, milliseconds(1000)).ok());
+  EXPECT_FALSE(c.Get("/default_pg/0//cpu//0").ok());  // dropped
+  EXPECT_TRUE(Eventually([&] { return Connections() == 0; }));
+  // Keyless requests that read the whole store are refused too.
+  for (int which = 0; which < 2; ++which) {
+    StoreClient d = Connect();
+    EXPECT_FALSE((which == 0 ? d.NumKeys().status() : d.ListKeys().status()).ok());
+  }
+  // A request naming one key outside among several inside is refused.
+  StoreClient e = Connect();
+  EXPECT_FALSE(e.MultiGet({"/trun/rdzv/job/seq", "/x"}).ok());
+  uint64_t refused = 0;
+  server_->RunOnLoop([&](StoreServer& s) { refused = s.num_refused(); });
+  EXPECT_EQ(refused, 4u);
+}
+
+// A round closes without a host: its agent's rendezvous connection (only
+// rendezvous keys) stays, its workers' connections (other keys) close.
+TEST_F(ServerTest, ALeavingMemberKeepsOnlyItsRendezvousConnection) {
+  server_->RunOnLoop(
+      [](StoreServer& s) { s.SetAllowlist(Only({"127.0.0.1"}, "/trun/rdzv/job/")); });
+  StoreClient agent = Connect();
+  StoreClient worker = Connect();
+  ASSERT_TRUE(agent.Set("/trun/rdzv/job/node/1", "{}").ok());
+  ASSERT_TRUE(worker.Set("/worker/attempt_0/k", "v").ok());
+  ASSERT_EQ(*worker.Get("/worker/attempt_0/k"), "v");  // SET has no reply: wait for it
+  ASSERT_EQ(*agent.Get("/trun/rdzv/job/node/1"), "{}");
+  size_t closed = 0;
+  server_->RunOnLoop(
+      [&](StoreServer& s) { closed = s.SetAllowlist(Only({"10.200.0.1"}, "/trun/rdzv/job/")); });
+  EXPECT_EQ(closed, 1u);
+  EXPECT_TRUE(agent.Set("/trun/rdzv/job/ready/1", "1").ok());
+  EXPECT_FALSE(worker.Get("/worker/attempt_0/k").ok());
+  EXPECT_FALSE(agent.Get("/worker/attempt_0/k").ok());  // now a stranger
+}
+
 // Between two rounds the agent erases the workers' keys (torch 2.x's use
 // no per-attempt prefix) and keeps the rendezvous's.
 TEST_F(ServerTest, EraseAllButKeepsOnlyThePrefix) {
@@ -189,6 +311,9 @@ TEST_F(ServerTest, EraseAllButKeepsOnlyThePrefix) {
   ASSERT_TRUE(c.Set("/default_pg/0//cpu//0", "addr").ok());
   ASSERT_TRUE(c.Set("/worker/attempt_0/k", "v").ok());
   ASSERT_TRUE(c.QueuePush("/q", "item").ok());
+  // SET and QUEUE_PUSH have no reply: a round trip makes sure the server
+  // handled them before the loop erases.
+  ASSERT_EQ(*c.QueueLen("/q"), 1);
   size_t erased = 0;
   server_->RunOnLoop([&](StoreServer& s) { erased = s.EraseAllBut("/trun/"); });
   EXPECT_EQ(erased, 3);

@@ -1,0 +1,144 @@
+"""Issue 19, a job that lets no one in: the store serves only the hosts of
+the current round, the local scheduler's files are the user's alone, and no
+--rdzv-conf secret leaks into what trun publishes."""
+import json
+import os
+import pwd
+import re
+import stat
+import subprocess
+import urllib.request
+
+import pytest
+
+from conftest import FIXTURES, PYTHON, TRUN, base_env, free_port, trun
+from torchx_helpers import Jobs
+
+ELASTIC = FIXTURES / "elastic_train.py"
+
+# A client of torch's own TCPStore, as a process on a host outside the job
+# would use it.
+STRANGER = r"""
+import datetime, sys
+from torch.distributed import TCPStore
+try:
+    s = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False,
+                 timeout=datetime.timedelta(seconds=5))
+    s.set("stolen", "1")
+    print("SERVED", s.get("stolen"))
+except Exception as e:
+    print("REFUSED", type(e).__name__, str(e)[:200])
+"""
+
+
+def test_a_host_outside_the_round_is_refused_while_the_workers_train(agents, hosts, tmp_path):
+    args = ["--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "sec",
+            ELASTIC, "--steps", 40, "--step-time", 0.1]
+    h1 = agents("h1", *args, "--ckpt", tmp_path / "c1.pt", prefix=hosts.run(1))
+    h1.wait_for("hosting the store")
+    h2 = agents("h2", *args, "--ckpt", tmp_path / "c2.pt", prefix=hosts.run(2))
+    h1.wait_for(r"attempt 0 world 2 step 3")
+    r = subprocess.run([*hosts.run(3), PYTHON, "-c", STRANGER, "10.200.0.1", "29400"],
+                       capture_output=True, text=True, timeout=60, env=base_env())
+    assert "REFUSED" in r.stdout, r.stdout + r.stderr
+    assert [x.wait(timeout=180) for x in (h1, h2)] == [0, 0], h1.text() + h2.text()
+    # One line names the stranger and the switch that would let it in.
+    assert re.search(r"store: refused \w+ from 10\.200\.0\.3: .*store_allow=any", h1.text()), \
+        h1.text()
+    assert "RESULT world=2" in h1.text() + h2.text()
+
+
+def test_store_allow_any_lets_a_stranger_in(agents, hosts, tmp_path):
+    args = ["--nnodes", 1, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "sec",
+            "--rdzv-conf", "store_allow=10.200.0.3/32;10.9.0.0/16",
+            ELASTIC, "--steps", 30, "--step-time", 0.1, "--ckpt", tmp_path / "c.pt"]
+    h1 = agents("h1", *args, prefix=hosts.run(1))
+    h1.wait_for(r"attempt 0 world 1 step 3")
+    r = subprocess.run([*hosts.run(3), PYTHON, "-c", STRANGER, "10.200.0.1", "29400"],
+                       capture_output=True, text=True, timeout=60, env=base_env())
+    assert "SERVED" in r.stdout, r.stdout + r.stderr + h1.text()
+    assert h1.wait(timeout=180) == 0, h1.text()
+
+
+def test_a_bad_store_allow_is_a_usage_error():
+    r = trun("--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+             f"127.0.0.1:{free_port()}", "--rdzv-conf", "store_allow=10.0.0.0/40", ELASTIC)
+    assert r.returncode == 2, r.err
+    assert "store_allow=10.0.0.0/40" in r.err
+
+
+def test_rdzv_conf_secrets_stay_out_of_metrics_and_events(tmp_path):
+    port = free_port()
+    events = tmp_path / "events.jsonl"
+    script = tmp_path / "w.py"
+    script.write_text("import time, urllib.request, os\n"
+                      f"print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read()"
+                      ".decode())\n"
+                      f"print(urllib.request.urlopen('http://127.0.0.1:{port}/health').read()"
+                      ".decode())\n")
+    r = trun("--nnodes", 1, "--nproc-per-node", 1, "--health-check-port", port,
+             "--event-log-file", events,
+             "--rdzv-conf", "key=/secret/tls-key.pem,password=hunter2-very-secret",
+             script, timeout=120)
+    assert r.returncode == 0, r.err
+    everything = r.out + r.err + events.read_text()
+    assert "# TYPE" in r.out  # /metrics was read
+    assert "hunter2" not in everything
+    assert "/secret/tls-key.pem" not in everything
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    return Jobs(tmp_path)
+
+
+def test_local_state_and_logs_are_private(jobs):
+    old = os.umask(0o002)
+    try:
+        r = jobs.trun("run", "--wait", "utils.echo", "--msg", "hi")
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.err
+    root = jobs.tmp / "state"
+    for path, dirs, files in os.walk(root):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
+        for f in files:
+            mode = stat.S_IMODE(os.stat(os.path.join(path, f)).st_mode)
+            assert mode & 0o077 == 0, (os.path.join(path, f), oct(mode))
+
+
+def test_another_users_app_is_refused(jobs):
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to give an app to another user")
+    handle = jobs.trun("run", "--wait", "utils.echo", "--msg", "hi").out.strip()
+    app_id = handle.rsplit("/", 1)[1]
+    app_dir = jobs.tmp / "state" / "trun" / "local" / app_id
+    assert app_dir.is_dir(), list((jobs.tmp / "state").rglob("*"))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(app_dir, nobody, -1)
+    for cmd in (["status", handle], ["log", handle], ["cancel", handle]):
+        r = jobs.trun(*cmd)
+        assert r.returncode == 5, (cmd, r.returncode, r.err)
+        assert f"belongs to user nobody (uid {nobody})" in r.err, r.err
+
+
+def test_trun_store_serves_everyone_unless_told(hosts):
+    def client(i, port):
+        return subprocess.run([*hosts.run(i), PYTHON, "-c", STRANGER, "10.200.0.1", str(port)],
+                              capture_output=True, text=True, timeout=60, env=base_env()).stdout
+
+    for allow, expect3 in (([], "SERVED"), (["--allow", "10.200.0.2"], "REFUSED")):
+        port = free_port()
+        store = subprocess.Popen([*hosts.run(1), TRUN, "store", "--port", str(port), *allow],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert "listening" in store.stdout.readline()
+            assert "SERVED" in client(2, port)
+            assert expect3 in client(3, port)
+        finally:
+            store.terminate()
+            err = store.communicate(timeout=30)[1]
+        if allow:
+            assert "refused a client from 10.200.0.3" in err, err
