@@ -410,6 +410,15 @@ def bench_store2(a, tmp):
 NOTES = """
 ## How to read these
 
+- torchrun 2.x: Debian's python3-torch 2.14.1 from the torch2 root
+  (tools/torch2-python), with USE_LIBUV=0 as its libuv-less build needs;
+  its Python is 3.14 where 1.13's is 3.11, which is part of why it starts
+  slower. store2: torch 2.14's own server is its legacy backend (Debian's
+  build has no libuv, the default server of pip's torch); store_loadgen
+  speaks protocol v2 to both servers, each request in one write as torch
+  2.x's client sends them; the start-up barrier is met by torch 2.14's own
+  clients (one connection each), 64 processes.
+
 - launch: medians of hyperfine runs (`-N`, 3 warm-ups); torchrun's median of 5.
 - restart: median gap between a worker's last timestamp before `_exit(1)` and
   its replacement's first, over 30 restarts; the floor is the same gap for a
