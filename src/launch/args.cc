@@ -567,10 +567,9 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   // torchrun 2.x runs a one-node static job that names no address for its
   // store (no --rdzv-endpoint, no --master-port) as --standalone: a free
   // port and a run id of its own, so two such jobs never meet.
-  if (c.rdzv_backend == "static" && c.max_nodes == 1 && c.rdzv_endpoint.empty() &&
-      !c.master_port_given) {
-    c.standalone = true;
-  }
+  const bool implied_standalone = !c.standalone && c.rdzv_backend == "static" && c.max_nodes == 1 &&
+                                  c.rdzv_endpoint.empty() && !c.master_port_given;
+  if (implied_standalone) c.standalone = true;
   if (c.standalone) {
     if (c.max_nodes > 1) {
       p.Add(
@@ -580,7 +579,9 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
-    c.rdzv_id = RandomUuid4();
+    // torchrun 2.x replaces even a given --rdzv-id here; trun keeps it where
+    // the standalone is only implied, as the events and log folder name it.
+    if (!implied_standalone || c.rdzv_id == "none") c.rdzv_id = RandomUuid4();
     c.min_nodes = c.max_nodes = 1;
   }
   if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {

@@ -36,6 +36,16 @@ TEST(ArgsTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(c.worker_argv, std::vector<std::string>{"true"});
 }
 
+TEST(ArgsTest, OneStaticNodeKeepsAGivenRunId) {
+  auto p = Parse({"--rdzv-id", "job7", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->config.standalone);
+  EXPECT_EQ(p->config.rdzv_id, "job7");
+  auto s = Parse({"--standalone", "--rdzv-id", "job7", "--no-python", "true"});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_NE(s->config.rdzv_id, "job7");  // as torchrun's --standalone
+}
+
 TEST(ArgsTest, OneStaticNodeWithAStoreAddressStaysStatic) {
   auto p = Parse({"--master-port", "29511", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
