@@ -71,14 +71,19 @@ def filtered(log_dir, name):
     return sorted(f.read_text().splitlines()) if f.exists() else None
 
 
+def side_by_side():
+    """trun, and torchrun where it has these flags (torch 2.x)."""
+    yield "trun", trun
+    if TORCH2:
+        yield "torchrun", torchrun
+
+
 def test_duplicate_filters_write_matching_teed_lines(tmp_path):
     args = ["--nproc-per-node", 3, "--tee", 3, "--local-ranks-filter", "0,1",
             "--duplicate-stdout-filters", "apple,or,,ange", "--duplicate_stderr_filters", "err:",
             *FILTER_WORKER]
     out, err = {}, {}
-    for name, launcher in [("trun", trun), ("torchrun", torchrun)]:
-        if name == "torchrun" and not TORCH2:
-            continue
+    for name, launcher in side_by_side():
         d = tmp_path / name
         r = launcher("--log-dir", d, *args)
         assert r.returncode == 0, r.err
@@ -107,9 +112,7 @@ def test_duplicate_filters_use_the_prefix_template_and_pet(tmp_path):
 def test_duplicate_filters_without_tee_leave_empty_files(tmp_path):
     args = ["--duplicate-stdout-filters", "apple", "--duplicate-stderr-filters", "err",
             *FILTER_WORKER]
-    for name, launcher in [("trun", trun), ("torchrun", torchrun)]:
-        if name == "torchrun" and not TORCH2:
-            continue
+    for name, launcher in side_by_side():
         d = tmp_path / name
         r = launcher("--log-dir", d, *args)
         assert r.returncode == 0, r.err
