@@ -206,12 +206,17 @@ Result<std::string> StoreClient::RecvBytes() {
   return s;
 }
 
-Status StoreClient::Set(const std::string& key, const std::string& value) {
+// SET, APPEND and QUEUE_PUSH: the opcode, the key, the value; no reply.
+Status StoreClient::SendKeyValue(uint8_t op, const std::string& key, const std::string& value) {
   std::string o;
-  PutU8(o, v2::kSet);
+  PutU8(o, op);
   PutBytes(o, key);
   PutBytes(o, value);
   return SendAll(o);
+}
+
+Status StoreClient::Set(const std::string& key, const std::string& value) {
+  return SendKeyValue(v2::kSet, key, value);
 }
 
 Result<std::string> StoreClient::Get(const std::string& key) {
@@ -296,11 +301,7 @@ Result<int64_t> StoreClient::NumKeys() {
 }
 
 Status StoreClient::Append(const std::string& key, const std::string& value) {
-  std::string o;
-  PutU8(o, v2::kAppend);
-  PutBytes(o, key);
-  PutBytes(o, value);
-  return SendAll(o);
+  return SendKeyValue(v2::kAppend, key, value);
 }
 
 Result<std::vector<std::string>> StoreClient::MultiGet(const std::vector<std::string>& keys) {
@@ -367,11 +368,7 @@ Status StoreClient::Barrier(const std::string& key, int64_t world_size,
 }
 
 Status StoreClient::QueuePush(const std::string& key, const std::string& value) {
-  std::string o;
-  PutU8(o, v2::kQueuePush);
-  PutBytes(o, key);
-  PutBytes(o, value);
-  return SendAll(o);
+  return SendKeyValue(v2::kQueuePush, key, value);
 }
 
 Result<std::string> StoreClient::QueuePop(const std::string& key, bool block) {

@@ -73,6 +73,7 @@ class StoreClient {
   StoreClient(int fd, Duration timeout) : fd_(fd), timeout_(timeout) {}
   void SetSendTimeout();
   Status SendAll(const std::string& bytes);
+  Status SendKeyValue(uint8_t op, const std::string& key, const std::string& value);
   Status RecvAll(void* buf, size_t n, Duration timeout);
   Result<std::string> RecvBytes();
   Result<int64_t> RecvI64();
