@@ -12,11 +12,13 @@
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
 #include "cli/job_commands.h"
+#include "common/exit_code.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "components/builtins.h"
 #include "schedulers/local_scheduler.h"
+#include "schedulers/local_supervisor.h"
 #include "specs/config.h"
 #include "specs/named_resources.h"
 #include "specs/serialize.h"
@@ -72,7 +74,7 @@ std::string Table(const std::vector<std::string>& headers,
 
 int StatusCommand(const Args& args) {
   auto f = ParseFlags("status", {kHelp, {{"--json"}, false}, {{"--roles"}, true}}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun status [--json] [--roles ROLE,...] HANDLE\n\n"
@@ -81,11 +83,11 @@ int StatusCommand(const Args& args) {
         "  --roles A,B   only these roles\n");
   }
   auto handle = OnePositional("status", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return Fail(handle.status());
+  if (!handle.ok()) return ReportError(handle.status());
   auto app = OpenApp(*handle);
-  if (!app.ok()) return Fail(app.status());
+  if (!app.ok()) return ReportError(app.status());
   auto d = app->scheduler->Describe(app->handle.app_id);
-  if (!d.ok()) return Fail(d.status());
+  if (!d.ok()) return ReportError(d.status());
   std::vector<std::string> roles;
   if (f->Has("--roles")) roles = Split(f->Get("--roles"), ',');
   specs::AppStatus st = d->ToAppStatus();
@@ -96,7 +98,7 @@ int StatusCommand(const Args& args) {
 int LogCommand(const Args& args) {
   auto f = ParseFlags(
       "log", {kHelp, {{"--regex"}, true}, {{"--tail", "-t"}, false}, {{"--streams"}, true}}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun log [--regex REGEX] [-t|--tail] [--streams stdout|stderr|combined]\n"
@@ -107,11 +109,11 @@ int LogCommand(const Args& args) {
         "  --streams S    which stream (default combined: stdout and stderr, whole lines)\n");
   }
   auto id = OnePositional("log", *f, "the app handle, SCHEDULER://SESSION/APP_ID[/ROLE[/IDS]]");
-  if (!id.ok()) return Fail(id.status());
+  if (!id.ok()) return ReportError(id.status());
   static const std::regex kId(R"(^(\w+)://([^/]*)/([^/]+)(/([^/]+)(/((\d+,?)+))?)?$)");
   std::smatch m;
   if (!std::regex_match(*id, m, kId)) {
-    return Fail(Status::InvalidArgument(fmt::format(
+    return ReportError(Status::InvalidArgument(fmt::format(
         "log: '{}' is not of the form SCHEDULER://[SESSION]/APP_ID[/ROLE[/REPLICA_IDS,...]]",
         *id)));
   }
@@ -121,13 +123,13 @@ int LogCommand(const Args& args) {
   if (f->Has("--streams")) {
     options.streams = schedulers::ParseStream(f->Get("--streams"));
     if (!options.streams) {
-      return Fail(Status::InvalidArgument(fmt::format(
+      return ReportError(Status::InvalidArgument(fmt::format(
           "log: --streams: expected stdout, stderr or combined, got '{}'", f->Get("--streams"))));
     }
   }
   const std::string handle = fmt::format("{}://{}/{}", m.str(1), m.str(2), m.str(3));
   auto app = OpenApp(handle);
-  if (!app.ok()) return Fail(app.status());
+  if (!app.ok()) return ReportError(app.status());
   schedulers::Scheduler& s = *app->scheduler;
   const std::string app_id = m.str(3), role = m.str(5);
   std::vector<std::pair<std::string, int>> replicas;
@@ -137,23 +139,23 @@ int LogCommand(const Args& args) {
     }
   } else {
     auto d = s.Describe(app_id);
-    if (!d.ok()) return Fail(d.status());
+    if (!d.ok()) return ReportError(d.status());
     replicas = ReplicasOf(*d, role);
     if (replicas.empty()) {
       std::string roles;
       for (const auto& rs : d->roles_statuses) roles += (roles.empty() ? "" : ", ") + rs.role;
-      return Fail(Status::InvalidArgument(
+      return ReportError(Status::InvalidArgument(
           fmt::format("log: app {} has no role '{}'; its roles are {}", app_id, role, roles)));
     }
   }
   Status st = FollowLogs(s, app_id, replicas, options, 1);
-  if (!st.ok()) return Fail(st);
+  if (!st.ok()) return ReportError(st);
   return 0;
 }
 
 int CancelCommand(const Args& args) {
   auto f = ParseFlags("cancel", {kHelp}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun cancel HANDLE\n\n"
@@ -161,11 +163,11 @@ int CancelCommand(const Args& args) {
         "timeout) and records the app CANCELLED. An app that has ended is left as it is.\n");
   }
   auto handle = OnePositional("cancel", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return Fail(handle.status());
+  if (!handle.ok()) return ReportError(handle.status());
   auto app = OpenApp(*handle);
-  if (!app.ok()) return Fail(app.status());
+  if (!app.ok()) return ReportError(app.status());
   Status s = app->scheduler->Cancel(app->handle.app_id);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return ReportError(s);
   auto d = app->scheduler->Describe(app->handle.app_id);
   if (d.ok()) log::Info("{}: {}", *handle, specs::AppStateName(d->state));
   return 0;
@@ -177,7 +179,7 @@ int ListCommand(const Args& args) {
                        {{"--scheduler", "-s"}, true},
                        {{"--scheduler_args", "-cfg", "--scheduler-args"}, true}},
                       args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun list [-s SCHEDULER] [-cfg K=V,...]\n\n"
@@ -185,18 +187,19 @@ int ListCommand(const Args& args) {
         "in .trunconfig, else local).\n");
   }
   if (!f->positionals.empty()) {
-    return Fail(Status::InvalidArgument("list: unexpected argument '" + f->positionals[0] + "'"));
+    return ReportError(
+        Status::InvalidArgument("list: unexpected argument '" + f->positionals[0] + "'"));
   }
   auto config = specs::TrunConfig::Load();
-  if (!config.ok()) return Fail(config.status());
+  if (!config.ok()) return ReportError(config.status());
   const std::string name =
       f->Get("--scheduler", config->Get("cli:list", "scheduler").value_or("local"));
   auto s = schedulers::CreateScheduler(name, std::string(schedulers::kDefaultSession));
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) return ReportError(s.status());
   auto cfg = (*s)->RunOpts().CfgFromStr(f->Get("--scheduler_args"), name);
-  if (!cfg.ok()) return Fail(cfg.status());
+  if (!cfg.ok()) return ReportError(cfg.status());
   auto apps = (*s)->List();
-  if (!apps.ok()) return Fail(apps.status());
+  if (!apps.ok()) return ReportError(apps.status());
   std::vector<std::vector<std::string>> rows;
   for (const auto& a : *apps) {
     rows.push_back({a.app_handle, a.name, std::string(specs::AppStateName(a.state))});
@@ -207,18 +210,18 @@ int ListCommand(const Args& args) {
 
 int DescribeCommand(const Args& args) {
   auto f = ParseFlags("describe", {kHelp, {{"--json"}, false}}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun describe [--json] HANDLE\n\n"
         "The AppDef the app was submitted with, as YAML (or JSON).\n");
   }
   auto handle = OnePositional("describe", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return Fail(handle.status());
+  if (!handle.ok()) return ReportError(handle.status());
   auto app = OpenApp(*handle);
-  if (!app.ok()) return Fail(app.status());
+  if (!app.ok()) return ReportError(app.status());
   auto d = app->scheduler->Describe(app->handle.app_id);
-  if (!d.ok()) return Fail(d.status());
+  if (!d.ok()) return ReportError(d.status());
   specs::AppDef def{d->name, d->roles, {}};
   Print(f->Has("--json") ? specs::ToJson(def).dump(2) + "\n" : specs::AppDefToYaml(def));
   return 0;
@@ -226,7 +229,7 @@ int DescribeCommand(const Args& args) {
 
 int BuiltinsCommand(const Args& args) {
   auto f = ParseFlags("builtins", {kHelp, {{"--print"}, true}, {{"--resources"}, false}}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun builtins [--print NAME] [--resources]\n\n"
@@ -235,23 +238,23 @@ int BuiltinsCommand(const Args& args) {
         "  --resources    the named resources for -h (cpu/gpu/memMB)\n");
   }
   if (!f->positionals.empty()) {
-    return Fail(
+    return ReportError(
         Status::InvalidArgument("builtins: unexpected argument '" + f->positionals[0] + "'"));
   }
   const std::string trun = SelfExecutable();
   if (f->Has("--print")) {
     auto c = components::FindComponent(f->Get("--print"), trun);
-    if (!c.ok()) return Fail(c.status());
+    if (!c.ok()) return ReportError(c.status());
     Print(components::ComponentHelp(*c));
     return 0;
   }
   if (f->Has("--resources")) {
     auto names = specs::NamedResourceNames();
-    if (!names.ok()) return Fail(names.status());
+    if (!names.ok()) return ReportError(names.status());
     std::vector<std::vector<std::string>> rows;
     for (const auto& n : *names) {
       auto r = specs::NamedResource(n);
-      if (!r.ok()) return Fail(r.status());
+      if (!r.ok()) return ReportError(r.status());
       std::string devices;
       for (const auto& [k, v] : r->devices)
         devices += (devices.empty() ? "" : ",") + fmt::format("{}={}", k, v);
@@ -272,7 +275,7 @@ int BuiltinsCommand(const Args& args) {
 
 int RunoptsCommand(const Args& args) {
   auto f = ParseFlags("runopts", {kHelp}, args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun runopts [SCHEDULER]\n\n"
@@ -280,12 +283,12 @@ int RunoptsCommand(const Args& args) {
         "in .trunconfig.\n");
   }
   if (f->positionals.size() > 1) {
-    return Fail(Status::InvalidArgument("runopts: give at most one scheduler"));
+    return ReportError(Status::InvalidArgument("runopts: give at most one scheduler"));
   }
   const std::string only = f->positionals.empty() ? "" : f->positionals[0];
   if (!only.empty()) {
     auto s = schedulers::CreateScheduler(only, std::string(schedulers::kDefaultSession));
-    if (!s.ok()) return Fail(s.status());
+    if (!s.ok()) return ReportError(s.status());
   }
   std::string out;
   for (const auto& info : schedulers::Schedulers()) {
@@ -309,7 +312,7 @@ int ConfigureCommand(const Args& args) {
                        {{"--all", "-a"}, false},
                        {{"--force"}, false}},
                       args);
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
         "usage: trun configure [-s SCHEDULER,...] [--print] [-a|--all] [--force]\n\n"
@@ -319,7 +322,7 @@ int ConfigureCommand(const Args& args) {
         "  --force   replace an existing .trunconfig\n");
   }
   if (!f->positionals.empty()) {
-    return Fail(
+    return ReportError(
         Status::InvalidArgument("configure: unexpected argument '" + f->positionals[0] + "'"));
   }
   std::vector<std::string> names;
@@ -333,7 +336,7 @@ int ConfigureCommand(const Args& args) {
   std::vector<specs::IniSection> sections;
   for (const auto& n : names) {
     auto s = schedulers::CreateScheduler(n, std::string(schedulers::kDefaultSession));
-    if (!s.ok()) return Fail(s.status());
+    if (!s.ok()) return ReportError(s.status());
     sections.push_back(specs::RunOptsSection(n, (*s)->RunOpts(), !f->Has("--all")));
   }
   std::string text = specs::FormatIni(sections);
@@ -343,12 +346,12 @@ int ConfigureCommand(const Args& args) {
   }
   const std::string path(specs::kConfigFile);
   if (!f->Has("--force") && ::access(path.c_str(), F_OK) == 0) {
-    return Fail(Status::InvalidArgument(
+    return ReportError(Status::InvalidArgument(
         "configure: ./.trunconfig exists; --print shows what would be written, --force replaces "
         "it"));
   }
   Status s = WriteFileAtomic(path, text);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return ReportError(s);
   log::Info("wrote {}", path);
   return 0;
 }
@@ -356,7 +359,7 @@ int ConfigureCommand(const Args& args) {
 int LocalSupervisorCommand(const Args& args) {
   auto fd = args.size() == 2 ? ParseInt(args[1]) : std::nullopt;
   if (!fd) {
-    return Fail(Status::InvalidArgument(
+    return ReportError(Status::InvalidArgument(
         "local-supervisor: expected APP_DIR READY_FD; the local scheduler starts it, not you"));
   }
   return schedulers::RunLocalSupervisor(args[0], static_cast<int>(*fd));

@@ -11,6 +11,7 @@
 #include "cli/completion.h"
 #include "cli/job_commands.h"
 #include "cli/store_command.h"
+#include "common/exit_code.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "components/builtins.h"
@@ -23,10 +24,7 @@ int PrintCompletion(const std::string& shell);
 
 int Launch(const Args& args) {
   auto parsed = launch::ParseLaunchArgs(args);
-  if (!parsed.ok()) {
-    for (const auto& line : Split(parsed.status().message(), '\n')) log::Error("{}", line);
-    return agent::kExitUsage;
-  }
+  if (!parsed.ok()) return ReportError(parsed.status());
   if (parsed->action == launch::LaunchAction::kHelp) {
     std::fputs(parsed->help_text.c_str(), stdout);
     return 0;
@@ -79,10 +77,7 @@ int PrintCompletion(const std::string& shell) {
   // Only the names are used; the path dist.ddp would run does not matter.
   for (const auto& c : components::Builtins("trun")) words.components.push_back(c.name);
   auto script = CompletionScript(shell, words);
-  if (!script.ok()) {
-    log::Error("{}", script.status().message());
-    return agent::kExitUsage;
-  }
+  if (!script.ok()) return ReportError(script.status());
   std::fputs(script->c_str(), stdout);
   return 0;
 }
@@ -115,7 +110,7 @@ int Main(int argc, char** argv) {
     if (!guess.empty()) {
       log::Error("'{}' is neither a trun subcommand nor a file (did you mean 'trun {}'?)", args[0],
                  guess);
-      return agent::kExitUsage;
+      return kExitUsage;
     }
   }
   return Launch(args);

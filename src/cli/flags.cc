@@ -76,28 +76,4 @@ Result<Flags> ParseFlags(std::string_view command, const std::vector<Flag>& flag
   return out;
 }
 
-int ExitCode(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return 0;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kUnsupported:
-      return 2;
-    case StatusCode::kTimeout:
-      return 1;
-    case StatusCode::kUnavailable:
-      return 4;
-    case StatusCode::kPermissionDenied:
-      return 5;
-    default:
-      return 3;
-  }
-}
-
-int Fail(const Status& s) {
-  for (const auto& line : Split(s.message(), '\n')) log::Error("{}", line);
-  return ExitCode(s);
-}
-
 }  // namespace trun::cli

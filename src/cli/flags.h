@@ -3,7 +3,7 @@
 // ending the options; unknown options get a suggestion, an option given
 // twice is an error. (The launcher's torchrun flags are launch/args.h's.)
 //
-// Thread-safety: pure functions, plus Fail() writing to stderr.
+// Thread-safety: pure functions.
 #pragma once
 
 #include <map>
@@ -34,13 +34,5 @@ struct Flags {
 // (options too) are left, in order, in `positionals`.
 Result<Flags> ParseFlags(std::string_view command, const std::vector<Flag>& flags,
                          const std::vector<std::string>& args, bool stop_at_positional = false);
-
-// 2 when the problem is the user's input (a bad argument, an unknown app
-// or component, a scheduler not available yet), 1 for a timeout, 4 when a
-// service cannot be reached (nothing was done; running again is safe), else 3.
-int ExitCode(const Status& s);
-
-// Prints `s` as "trun: error: ..." lines and returns ExitCode(s).
-int Fail(const Status& s);
 
 }  // namespace trun::cli

@@ -31,13 +31,5 @@ TEST(FlagsTest, MistakesTogether) {
   EXPECT_NE(m.find("see `trun status --help`"), std::string::npos);
 }
 
-TEST(FlagsTest, ExitCodes) {
-  EXPECT_EQ(ExitCode(Status::InvalidArgument("x")), 2);
-  EXPECT_EQ(ExitCode(Status::NotFound("x")), 2);
-  EXPECT_EQ(ExitCode(Status::Unsupported("x")), 2);
-  EXPECT_EQ(ExitCode(Status::Timeout("x")), 1);
-  EXPECT_EQ(ExitCode(Status::IOError("x")), 3);
-}
-
 }  // namespace
 }  // namespace trun::cli

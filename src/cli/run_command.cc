@@ -12,6 +12,7 @@
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
 #include "cli/job_commands.h"
+#include "common/exit_code.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "components/builtins.h"
@@ -107,7 +108,7 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
   std::chrono::milliseconds poll(10);
   while (true) {
     auto d = s.Describe(app_id);
-    if (!d.ok()) return Fail(d.status());
+    if (!d.ok()) return ReportError(d.status());
     std::vector<std::string> lines;
     lines.push_back(
         fmt::format("{} {}{}", handle, specs::AppStateName(d->state),
@@ -147,13 +148,13 @@ const std::vector<Flag>& RunFlags() { return kRunFlags; }
 
 int RunCommand(const Args& args) {
   auto flags = ParseFlags("run", kRunFlags, args, /*stop_at_positional=*/true);
-  if (!flags.ok()) return Fail(flags.status());
+  if (!flags.ok()) return ReportError(flags.status());
   if (flags->Has("--help")) {
     std::fputs(kRunUsage, stdout);
     return 0;
   }
   auto config = specs::TrunConfig::Load();
-  if (!config.ok()) return Fail(config.status());
+  if (!config.ok()) return ReportError(config.status());
 
   // The component and its arguments; [cli:run] component when the
   // arguments start with an option.
@@ -165,7 +166,7 @@ int RunCommand(const Args& args) {
   } else if (auto c = config->Get("cli:run", "component")) {
     component_name = *c;
   } else {
-    return Fail(Status::InvalidArgument(
+    return ReportError(Status::InvalidArgument(
         "run: missing the component, e.g. `trun run utils.echo --msg hi`; `trun builtins` lists "
         "the builtins (or set [cli:run] component in .trunconfig)"));
   }
@@ -173,33 +174,33 @@ int RunCommand(const Args& args) {
       flags->Get("--scheduler", config->Get("cli:run", "scheduler").value_or("local"));
 
   auto component = components::FindComponent(component_name, SelfExecutable());
-  if (!component.ok()) return Fail(component.status());
+  if (!component.ok()) return ReportError(component.status());
   auto parsed = components::ParseComponentArgs(*component, rest,
                                                config->Section("component:" + component_name));
-  if (!parsed.ok()) return Fail(parsed.status());
+  if (!parsed.ok()) return ReportError(parsed.status());
   if (parsed->help) {
     std::fputs(components::ComponentHelp(*component).c_str(), stdout);
     return 0;
   }
   auto scheduler =
       schedulers::CreateScheduler(sched_name, std::string(schedulers::kDefaultSession));
-  if (!scheduler.ok()) return Fail(scheduler.status());
+  if (!scheduler.ok()) return ReportError(scheduler.status());
   schedulers::Scheduler& s = **scheduler;
 
   auto cfg = s.RunOpts().CfgFromStr(flags->Get("--scheduler_args"), sched_name);
-  if (!cfg.ok()) return Fail(cfg.status());
+  if (!cfg.ok()) return ReportError(cfg.status());
   Status applied = config->ApplySchedulerSection(sched_name, s.RunOpts(), *cfg);
-  if (!applied.ok()) return Fail(applied);
+  if (!applied.ok()) return ReportError(applied);
 
   auto app = components::Materialize(*component, parsed->args);
-  if (!app.ok()) return Fail(app.status());
+  if (!app.ok()) return ReportError(app.status());
   // As TorchX's runner does: every replica knows its app's handle.
   for (auto& role : app->roles) {
     role.env["TORCHX_JOB_ID"] =
         fmt::format("{}://{}/{}", sched_name, s.session(), specs::kMacroAppId);
   }
   auto info = s.SubmitDryRun(*app, *cfg);
-  if (!info.ok()) return Fail(info.status());
+  if (!info.ok()) return ReportError(info.status());
   if (flags->Has("--dryrun")) {
     std::string out = "=== APPLICATION ===\n" + specs::AppDefToYaml(info->app) +
                       "\n=== SCHEDULER REQUEST ===\n" + info->Format();
@@ -207,7 +208,7 @@ int RunCommand(const Args& args) {
     return 0;
   }
   auto app_id = s.Schedule(*info);
-  if (!app_id.ok()) return Fail(app_id.status());
+  if (!app_id.ok()) return ReportError(app_id.status());
   std::printf("%s\n", s.Handle(*app_id).c_str());
   std::fflush(stdout);
 
@@ -217,7 +218,7 @@ int RunCommand(const Args& args) {
   Status log_status;
   if (follow) {
     auto d = s.Describe(*app_id);
-    if (!d.ok()) return Fail(d.status());
+    if (!d.ok()) return ReportError(d.status());
     schedulers::LogOptions options;
     options.tail = true;
     logs = std::thread([&, replicas = ReplicasOf(*d)] {

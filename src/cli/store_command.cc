@@ -4,6 +4,7 @@
 #include <asio.hpp>
 #include <cstdio>
 
+#include "common/exit_code.h"
 #include "common/log.h"
 #include "store/server.h"
 
@@ -31,23 +32,20 @@ int RunStoreCommand(const std::vector<std::string>& args) {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
-    return 0;
+    return kExitSuccess;
   } catch (const CLI::ParseError& e) {
-    log::Error("store: {}; run 'trun store --help'", e.what());
-    return 2;
+    return ReportError(
+        Status::InvalidArgument(fmt::format("store: {}; run 'trun store --help'", e.what())));
   }
   auto networks = store::ParseNetworks(allow);
   if (!networks.ok()) {
-    log::Error("store: --allow {}: {}", allow, networks.status().message());
-    return 2;
+    return ReportError(Status::InvalidArgument(
+        fmt::format("store: --allow {}: {}", allow, networks.status().message())));
   }
   store::RaiseOpenFileLimit();
   asio::io_context io(1);
   auto server = store::StoreServer::Start(io, options);
-  if (!server.ok()) {
-    log::Error("{}", server.status().message());
-    return server.status().code() == StatusCode::kInvalidArgument ? 2 : 3;
-  }
+  if (!server.ok()) return ReportError(server.status());
   if (networks->has_value()) {
     store::Allowlist list;
     list.networks = std::move(**networks);
@@ -60,7 +58,7 @@ int RunStoreCommand(const std::vector<std::string>& args) {
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](std::error_code, int) { io.stop(); });
   io.run();
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace trun::cli

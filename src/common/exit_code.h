@@ -1,0 +1,39 @@
+// trun's exit codes: the one table every subcommand and the launcher use
+// (docs/cli.md, "Exit codes"), and the one mapping from a Status to a code.
+//
+// A module returns a Status whose code says what kind of problem it is; only
+// here does that become a number. A module never picks a status code for
+// the exit number it would produce.
+//
+// Thread-safety: pure functions, plus ReportError() writing to stderr.
+#pragma once
+
+#include "common/status.h"
+
+namespace trun {
+
+inline constexpr int kExitSuccess = 0;
+// The workers or the app failed (after their restarts), the rendezvous
+// failed, or a wait timed out.
+inline constexpr int kExitFailed = 1;
+// The user's input is wrong, nothing was started or submitted.
+inline constexpr int kExitUsage = 2;
+// trun could not do it (I/O, spawning, an internal error).
+inline constexpr int kExitCannot = 3;
+// A service trun needs (the SLURM controller) cannot be reached; nothing was
+// done, so running again is safe.
+inline constexpr int kExitUnavailable = 4;
+// Another user's app.
+inline constexpr int kExitPermission = 5;
+// A handled signal ends trun with 128 + its number, as a shell reports it.
+constexpr int ExitForSignal(int sig) { return 128 + sig; }
+
+// InvalidArgument, NotFound and Unsupported: 2; Timeout: 1; Unavailable: 4;
+// PermissionDenied: 5; any other problem: 3.
+int ExitCodeFor(const Status& s);
+
+// Prints `s` with "trun: error: " before each of its lines and returns
+// ExitCodeFor(s).
+int ReportError(const Status& s);
+
+}  // namespace trun
