@@ -1,4 +1,4 @@
-#include "agent/failure.h"
+#include "failure/failure.h"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -7,15 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <tuple>
 
 #include "common/files.h"
 #include "proc/signals.h"
 
-namespace trun::agent {
+namespace trun::failure {
 namespace {
 
 std::string ReplaceAll(std::string s, std::string_view from, std::string_view to) {
@@ -46,6 +44,37 @@ std::string FailureHint(std::string_view text) {
   return "";
 }
 
+Result<ErrorFile> ReadErrorFile(const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Status::NotFound("no error file at " + path);
+  }
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  ErrorFile f;
+  f.json = std::move(*text);
+  auto timestamp = [](const nlohmann::json& ts) -> int64_t {
+    return ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
+  };
+  try {
+    auto j = nlohmann::json::parse(f.json);
+    const auto& msg = j.at("message");
+    if (msg.is_string()) {
+      f.message = msg.get<std::string>();
+      f.legacy = true;
+      if (j.contains("timestamp")) f.timestamp = timestamp(j["timestamp"]);
+    } else {
+      const auto& extra = msg.value("extraInfo", nlohmann::json::object());
+      f.message = extra.contains("py_callstack") ? extra["py_callstack"].get<std::string>()
+                                                 : msg.value("message", std::string(kNotAvailable));
+      if (extra.contains("timestamp")) f.timestamp = timestamp(extra["timestamp"]);
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("unreadable error file {}: {}", path, e.what()));
+  }
+  return f;
+}
+
 WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int exitcode,
                               const std::string& error_file, int64_t detected_at,
                               std::string_view stderr_tail) {
@@ -55,39 +84,17 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
   f.pid = pid;
   f.exitcode = exitcode;
   f.timestamp = detected_at;
-  struct stat st;
-  if (!error_file.empty() && ::stat(error_file.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    std::ifstream in(error_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    try {
-      auto j = nlohmann::json::parse(text);
-      const auto& msg = j.at("message");
-      if (msg.is_string()) {
-        f.message = msg.get<std::string>();
-        if (j.contains("timestamp")) {
-          const auto& ts = j["timestamp"];
-          f.timestamp = ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
-        }
-      } else {
-        const auto& extra = msg.value("extraInfo", nlohmann::json::object());
-        f.message = extra.contains("py_callstack")
-                        ? extra["py_callstack"].get<std::string>()
-                        : msg.value("message", std::string(kNotAvailable));
-        f.message = ReplaceAll(f.message, "\n", "\n  ");
-        if (extra.contains("timestamp")) {
-          const auto& ts = extra["timestamp"];
-          f.timestamp = ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
-        }
-      }
-      f.error_file = error_file;
-      f.error_json = std::move(text);
-    } catch (const std::exception& e) {
-      // A torn or foreign file is reported, not fatal: the exit code still
-      // tells the story.
-      f.message = fmt::format("(unreadable error file {}: {})", error_file, e.what());
-    }
+  auto file = ReadErrorFile(error_file);
+  if (file.ok()) {
+    // The table indents a traceback's lines under its row, as torch does.
+    f.message = file->legacy ? file->message : ReplaceAll(file->message, "\n", "\n  ");
+    f.timestamp = file->timestamp.value_or(detected_at);
+    f.error_file = error_file;
+    f.error_json = std::move(file->json);
+  } else if (file.status().code() != StatusCode::kNotFound) {
+    // A torn or foreign file is reported, not fatal: the exit code still
+    // tells the story.
+    f.message = "(" + file.status().message() + ")";
   }
   if (f.message.empty()) {
     f.message =
@@ -101,17 +108,24 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
   return f;
 }
 
-size_t RootCause(const std::vector<WorkerFailure>& failures) {
+size_t RootCause(std::span<const FailureKey> failures) {
+  auto key = [](const FailureKey& f) {
+    return std::tuple(f.stopped, f.timestamp, !f.has_error_file, f.rank);
+  };
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
-    const auto& a = failures[i];
-    const auto& b = failures[best];
-    auto key = [](const WorkerFailure& f) {
-      return std::tuple(f.stopped, f.timestamp, f.global_rank);
-    };
-    if (key(a) < key(b)) best = i;
+    if (key(failures[i]) < key(failures[best])) best = i;
   }
   return best;
+}
+
+size_t RootCause(const std::vector<WorkerFailure>& failures) {
+  std::vector<FailureKey> keys;
+  keys.reserve(failures.size());
+  for (const auto& f : failures) {
+    keys.push_back({f.timestamp, !f.error_json.empty(), f.global_rank, f.stopped});
+  }
+  return RootCause(keys);
 }
 
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
@@ -193,4 +207,4 @@ Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
   return Status::OK();
 }
 
-}  // namespace trun::agent
+}  // namespace trun::failure

@@ -1,13 +1,21 @@
-// Worker failures: reading torch's error files, choosing the root cause,
-// printing torchrun's failure table, and writing trun's own error file.
+// Failures: torch's error-file format, the root-cause rule, torchrun's
+// failure table and the error file trun writes of its own. The agent (its
+// workers), the local scheduler (its replicas) and the SLURM scheduler (its
+// nodes' agents) all judge failures here, by one rule.
 //
 // torch's @record decorator writes, on an uncaught exception, to
 // $TORCHELASTIC_ERROR_FILE:
 //   {"message": {"message": "ValueError: boom",
 //                "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1795338824"}}}
-// (older writers: {"message": "<str>", "timestamp": <int>}). The root cause is
-// the failure with the earliest timestamp; a failure without a file is dated
-// when trun saw it.
+// (older writers: {"message": "<str>", "timestamp": <int>}). trun's agent
+// writes its root cause in the same shape, with "errorCode" added.
+//
+// The root-cause rule (RootCause): among the failures trun did not cause by
+// stopping the process, the earliest; a failure is dated by its error file's
+// timestamp, else by when trun saw it (both in whole seconds, as torch
+// dates them). Within one second, a failure with an error file comes first
+// (it says why), then the lowest rank. Only when every failure was a
+// stopped one is the earliest of those the root cause.
 //
 // Thread-safety: pure functions, plus file I/O.
 #pragma once
@@ -15,13 +23,15 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
-namespace trun::agent {
+namespace trun::failure {
 
 inline constexpr const char* kNotAvailable = "<N/A>";
 
@@ -53,6 +63,29 @@ struct WorkerFailure {
 // libuv support" (a torch 2.x built without libuv, e.g. Debian's).
 std::string FailureHint(std::string_view text);
 
+// An error file as torch's @record (or trun's agent) wrote it.
+struct ErrorFile {
+  std::string json;     // the whole text
+  std::string message;  // the traceback, else the message
+  std::optional<int64_t> timestamp;
+  bool legacy = false;  // the older {"message": "<str>"} form
+};
+
+// NotFound when there is no file at `path`; InvalidArgument, naming the
+// file and the problem, for a torn or foreign one.
+Result<ErrorFile> ReadErrorFile(const std::string& path);
+
+// What the rule needs to know of a failure.
+struct FailureKey {
+  int64_t timestamp = 0;
+  bool has_error_file = false;
+  int rank = 0;  // or any order that breaks the last tie
+  bool stopped = false;
+};
+
+// Index of the root cause in `failures` (non-empty), by the rule above.
+size_t RootCause(std::span<const FailureKey> failures);
+
 // Builds the failure of a worker that ended with `exitcode`, reading its
 // error file when there is one. `detected_at` dates a failure without file.
 // `stderr_tail`, the last of its stderr when trun saw it, only feeds the hint.
@@ -60,8 +93,7 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
                               const std::string& error_file, int64_t detected_at,
                               std::string_view stderr_tail = {});
 
-// Index of the root cause: earliest timestamp, lowest rank on ties, among
-// the failures that were not stopped (all of them if every one was).
+// The rule over workers' failures.
 size_t RootCause(const std::vector<WorkerFailure>& failures);
 
 // torchrun 2.x's ChildFailedError message, byte for byte (including the
@@ -77,4 +109,4 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
 // appended to the message, on a line of its own.
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root);
 
-}  // namespace trun::agent
+}  // namespace trun::failure

@@ -1,4 +1,4 @@
-#include "agent/failure.h"
+#include "failure/failure.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace trun::agent {
+namespace trun::failure {
 namespace {
 
 std::string TempPath(const std::string& name) {
@@ -64,6 +64,31 @@ TEST(FailureTest, RootCauseIsEarliestThenLowestRank) {
   fs[2].timestamp = 10;
   fs[2].stopped = true;
   EXPECT_EQ(RootCause(fs), 0u);
+}
+
+TEST(FailureTest, WithinASecondAnErrorFileComesFirst) {
+  std::vector<FailureKey> fs = {
+      {.timestamp = 10, .has_error_file = false, .rank = 0},
+      {.timestamp = 10, .has_error_file = true, .rank = 1},
+      {.timestamp = 9, .has_error_file = false, .rank = 2, .stopped = true}};
+  EXPECT_EQ(RootCause(fs), 1u);
+  // An earlier failure wins, file or not.
+  fs[0].timestamp = 9;
+  EXPECT_EQ(RootCause(fs), 0u);
+  // Only stopped ones: the earliest of them.
+  fs[0].timestamp = 10;
+  for (auto& f : fs) f.stopped = true;
+  EXPECT_EQ(RootCause(fs), 2u);
+}
+
+TEST(FailureTest, ReadErrorFileTellsMissingFromTorn) {
+  EXPECT_EQ(ReadErrorFile("/nonexistent/error.json").status().code(), StatusCode::kNotFound);
+  std::string path = TempPath("torn2.json");
+  std::ofstream(path) << "{";
+  auto f = ReadErrorFile(path);
+  EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().message().find(path), std::string::npos);
+  std::remove(path.c_str());
 }
 
 TEST(FailureTest, TableMatchesTorchrunsLayout) {
@@ -149,4 +174,4 @@ TEST(FailureTest, LibuvHintFromTheStderrTail) {
 }
 
 }  // namespace
-}  // namespace trun::agent
+}  // namespace trun::failure

@@ -11,11 +11,11 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/failure.h"
 #include "common/files.h"
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "failure/failure.h"
 #include "proc/command.h"
 #include "schedulers/log_files.h"
 #include "schedulers/slurm_batch.h"
@@ -216,26 +216,27 @@ struct App {
   std::string job_dir;
 };
 
-// A failed app's root cause: the earliest failure trun's agents recorded in
-// `attempt`'s error files. The replicas that wrote none were stopped with
-// the failed ones.
+// A failed app's root cause, by failure::RootCause's rule, among the error
+// files trun's agents wrote in `attempt`. The replicas that wrote none were
+// stopped with the failed ones.
 void AddRootCause(App& app, int attempt) {
   if (app.job_dir.empty()) return;
-  std::vector<agent::WorkerFailure> failures;
+  std::vector<failure::FailureKey> keys;
   std::vector<specs::ReplicaStatus*> failed;
   for (auto& rs : app.d.roles_statuses) {
     for (auto& r : rs.replicas) {
       std::string path = slurm::ErrorFile(app.job_dir, app.d.app_id, rs.role, r.id, attempt);
-      auto text = ReadFile(path);
-      if (!text.ok()) continue;
-      failures.push_back(
-          agent::DescribeFailure(r.id, static_cast<int>(failed.size()), 0, 1, path, 0));
-      r.structured_error_msg = std::string(Trim(*text));
+      auto file = failure::ReadErrorFile(path);
+      if (!file.ok()) continue;
+      keys.push_back({.timestamp = file->timestamp.value_or(0),
+                      .has_error_file = true,
+                      .rank = static_cast<int>(failed.size())});
+      r.structured_error_msg = std::string(Trim(file->json));
       failed.push_back(&r);
     }
   }
-  if (failures.empty()) return;
-  app.d.structured_error_msg = failed[agent::RootCause(failures)]->structured_error_msg;
+  if (failed.empty()) return;
+  app.d.structured_error_msg = failed[failure::RootCause(keys)]->structured_error_msg;
   for (auto& rs : app.d.roles_statuses) {
     for (auto& r : rs.replicas) {
       r.state = r.structured_error_msg != specs::kNone ? AppState::kFailed : AppState::kCancelled;
