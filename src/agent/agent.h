@@ -1,39 +1,47 @@
 // LocalAgent: runs one node's worker group to completion, as torchrun's
 // LocalElasticAgent does, but driven by events instead of a polling loop.
 //
-// The whole state machine is in agent.cc, in order:
-//   Start -> StartAttempt -> RUNNING
-//   RUNNING  --worker exits non-zero--> STOPPING(SIGTERM) -> restart or FAILED
-//   RUNNING  --all exit 0-------------> SUCCEEDED
-//   any      --handled signal---------> STOPPING(that signal) -> exit 128+sig
+// Its states (agent.cc's State), and what moves it between them:
+//
+//   WAITING --a round is given----------------> RUNNING (one process group per worker)
+//   RUNNING --a worker exits non-zero---------> STOPPING (SIGTERM, grace, SIGKILL)
+//           --> WAITING for the next round (a restart), or DONE (exit 1) when
+//               the restart budget is spent
+//   RUNNING --another node ended the round----> STOPPING --> WAITING for the next round
+//   RUNNING --every worker exits 0------------> WAITING in the exit barrier --> DONE (exit 0)
+//   any     --a handled signal----------------> STOPPING (that signal) --> DONE (exit 128+sig)
+//   WAITING --the rendezvous fails------------> DONE (exit 1)
+//
 // One asio event loop on the calling thread sees child exits (SIGCHLD),
 // worker output (pipes), signals and the shutdown grace timer the moment they
 // happen; --monitor-interval is accepted and ignored.
 //
-// Processes: every worker leads its own process group with a parent-death
-// signal; trun is a child subreaper; a sentinel process (proc/sentinel.h)
-// kills every worker group left behind if trun itself is killed.
+// Processes: the workers run under a proc::GroupSupervisor: each leads its
+// own process group with a parent-death signal; trun is a child subreaper;
+// a sentinel process (proc/sentinel.h) kills every worker group left behind
+// if trun itself is killed. Exit codes are common/exit_code.h's.
 //
 // Thread-safety: Run() is called once, from the thread that will own the
 // workers (PR_SET_PDEATHSIG is per thread).
 #pragma once
 
+#include <functional>
 #include <memory>
 
+#include "common/status.h"
 #include "launch/config.h"
+#include "proc/process_table.h"
 
 namespace trun::agent {
 
-// trun's exit codes, documented in docs/cli.md.
-inline constexpr int kExitSuccess = 0;
-inline constexpr int kExitWorkersFailed = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitLaunchError = 3;  // trun could not start (log dir, spawn, ...)
-// A handled signal ends trun with 128 + its number, as a shell reports it.
-
 class LocalAgent {
  public:
-  explicit LocalAgent(launch::LaunchConfig config);
+  // Makes the process table the workers run in, on the agent's event loop:
+  // the system's by default, a fake in the agent's unit tests.
+  using ProcessTableFactory =
+      std::function<Result<std::unique_ptr<proc::ProcessTable>>(asio::io_context&)>;
+
+  explicit LocalAgent(launch::LaunchConfig config, ProcessTableFactory table = {});
   ~LocalAgent();
   LocalAgent(const LocalAgent&) = delete;
   LocalAgent& operator=(const LocalAgent&) = delete;
