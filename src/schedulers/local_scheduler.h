@@ -52,10 +52,4 @@ class LocalScheduler : public Scheduler {
   specs::RunOpts opts_;
 };
 
-// The supervisor's main: runs the app described by <app_dir>/request.json
-// to its end, recording every change in state.json. Writes one byte to
-// `ready_fd` (then closes it) once it has recorded itself, so that the
-// submitter knows it is running. Returns the process's exit code.
-int RunLocalSupervisor(const std::string& app_dir, int ready_fd);
-
 }  // namespace trun::schedulers

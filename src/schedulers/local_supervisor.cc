@@ -12,32 +12,32 @@
 //   any     --SIGTERM or SIGINT (cancel)-------> CANCELLING: stop all -> CANCELLED
 //
 // Stopping is SIGTERM to each replica's process group, SIGKILL after the
-// request's stop_timeout; a second cancel SIGKILLs at once. Replicas that
-// were stopped, not failed on their own, are CANCELLED.
+// request's stop_timeout (proc::GroupSupervisor's rules); a second cancel
+// SIGKILLs at once. Replicas that were stopped, not failed on their own, are
+// CANCELLED. The app's root cause is chosen by failure::RootCause's rule.
+#include "schedulers/local_supervisor.h"
+
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 
+#include "common/exit_code.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "failure/failure.h"
+#include "proc/group_supervisor.h"
 #include "proc/pipe_reader.h"
 #include "proc/pump.h"
 #include "proc/signals.h"
-#include "proc/spawn.h"
-#include "schedulers/local_scheduler.h"
 #include "schedulers/local_state.h"
 
 extern char** environ;
@@ -47,19 +47,19 @@ namespace {
 
 using specs::AppState;
 
-using Stream = proc::PipeReader;
-
 struct Replica {
   size_t role = 0;
+  size_t index = 0;  // in the app, role by role: the root cause's last tie-break
   const local::ReplicaRequest* req = nullptr;
   local::ReplicaState* state = nullptr;
   pid_t pid = -1;
   bool running = false;
-  bool stopping = false;  // we asked it to stop
   int attempt = 0;
+  // Its last failure, for the root-cause rule.
+  failure::FailureKey failure;
   int out_file = -1, err_file = -1, combined_file = -1;
-  std::shared_ptr<Stream> out = std::make_shared<Stream>();
-  std::shared_ptr<Stream> err = std::make_shared<Stream>();
+  std::shared_ptr<proc::PipeReader> out = std::make_shared<proc::PipeReader>();
+  std::shared_ptr<proc::PipeReader> err = std::make_shared<proc::PipeReader>();
 };
 
 class Supervisor {
@@ -68,12 +68,18 @@ class Supervisor {
       : dir_(std::move(dir)),
         req_(std::move(req)),
         st_(std::move(st)),
-        signals_(io_, SIGCHLD, SIGTERM, SIGINT),
-        stop_timer_(io_),
+        signals_(io_, SIGTERM, SIGINT),
         drain_timer_(io_) {}
 
   int Run(int ready_fd) {
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    auto table = proc::SystemProcessTable::Start(io_);
+    if (!table.ok()) return ReportError(table.status());
+    table_ = std::move(*table);
+    groups_.emplace(
+        *table_, loop_,
+        proc::GroupSupervisor::Hooks{.on_exit = [this](const proc::GroupExit& e) { OnExit(e); },
+                                     .after_exits = [this] { Evaluate(); },
+                                     .on_grace_expired = {}});
     ::signal(SIGPIPE, SIG_IGN);
     ::signal(SIGHUP, SIG_IGN);
     devnull_ = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -92,6 +98,7 @@ class Supervisor {
         rep.role = r;
         rep.req = &req_.roles[r].replicas[k];
         rep.state = &st_.roles[r].replicas[k];
+        rep.index = replicas_.size();
         replicas_.push_back(std::move(rep));
       }
     }
@@ -103,7 +110,7 @@ class Supervisor {
     Evaluate();
     if (phase_ != Phase::kDone) io_.run();
     log::Info("app {} ended {}", st_.app_id, specs::AppStateName(st_.state));
-    return 0;
+    return kExitSuccess;
   }
 
  private:
@@ -112,7 +119,6 @@ class Supervisor {
   // ---- replicas ---------------------------------------------------------------
 
   void Start(Replica& rep) {
-    rep.stopping = false;
     ++rep.attempt;
     const auto& req = *rep.req;
     // A restarted replica keeps its predecessor's error file under another name.
@@ -131,6 +137,8 @@ class Supervisor {
       log::Error("{}/{}: {}", req_.roles[rep.role].name, req.id, s.message());
       rep.state->state = AppState::kFailed;
       rep.state->exitcode = 127;
+      rep.failure = {.timestamp = static_cast<int64_t>(local::Now()),
+                     .rank = static_cast<int>(rep.index)};
       failure_msgs_[&rep] = s.message();
       pending_failures_.push_back(&rep);
       return;
@@ -168,7 +176,7 @@ class Supervisor {
     o.stdin_fd = devnull_;
     o.stdout_fd = out_pipe[1];
     o.stderr_fd = err_pipe[1];
-    auto pid = proc::Spawn(o);
+    auto pid = groups_->Start(o);
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
     if (!pid.ok()) {
@@ -186,8 +194,8 @@ class Supervisor {
 
   // stdout.log / stderr.log get the bytes as they come, combined.log whole
   // lines of both streams, so lines of the two never mix.
-  std::shared_ptr<Stream> NewStream(int fd, int combined_fd, int file_fd) {
-    auto s = std::make_shared<Stream>();
+  std::shared_ptr<proc::PipeReader> NewStream(int fd, int combined_fd, int file_fd) {
+    auto s = std::make_shared<proc::PipeReader>();
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
     s->fd = fd;
     s->pump = std::make_unique<proc::LinePump>("", combined_fd, file_fd);
@@ -200,50 +208,49 @@ class Supervisor {
   void WatchSignals() {
     signals_.async_wait([this](std::error_code ec, int sig) {
       if (ec) return;
-      if (sig == SIGCHLD) {
-        Reap();
-      } else {
-        OnCancel(sig);
-      }
+      OnCancel(sig);
       if (phase_ != Phase::kDone || !exited_) WatchSignals();
     });
   }
 
-  void Reap() {
-    while (true) {
-      int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      for (auto& rep : replicas_) {
-        if (rep.running && rep.pid == pid) OnExit(rep, status);
-      }
+  void OnExit(const proc::GroupExit& e) {
+    Replica* found = nullptr;
+    for (auto& r : replicas_) {
+      if (r.running && r.pid == e.pid) found = &r;
     }
-    Evaluate();
-  }
-
-  void OnExit(Replica& rep, int status) {
+    if (!found) return;
+    Replica& rep = *found;
     rep.running = false;
-    int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+    const int code = e.exitcode;
     rep.state->exitcode = code;
     proc::DrainPipe(*rep.out);
     proc::DrainPipe(*rep.err);
     // Whatever the replica left in its group (a shell's children) goes too.
-    ::kill(-rep.pid, SIGKILL);
+    groups_->Release(rep.pid);
     const std::string name = fmt::format("{}/{}", req_.roles[rep.role].name, rep.req->id);
     std::string error;
+    std::optional<int64_t> written_at;
     if (code != 0) {
-      auto text = ReadFile(rep.req->ErrorFile());
-      if (text.ok()) error = std::string(Trim(*text));
+      auto file = failure::ReadErrorFile(rep.req->ErrorFile());
+      if (file.ok()) {
+        error = std::string(Trim(file->json));
+        written_at = file->timestamp;
+      } else if (file.status().code() != StatusCode::kNotFound) {
+        log::Warning("{}", file.status().message());
+      }
     }
     // A replica being stopped that wrote an error file failed on its own
     // before the stop reached it (another replica's exit came first).
-    if (code == 0 && !rep.stopping) {
+    if (code == 0 && !e.stopped) {
       rep.state->state = AppState::kSucceeded;
-    } else if (rep.stopping && error.empty()) {
+    } else if (e.stopped && error.empty()) {
       rep.state->state = AppState::kCancelled;
     } else {
       rep.state->state = AppState::kFailed;
       if (!error.empty()) rep.state->structured_error_msg = error;
+      rep.failure = {.timestamp = written_at.value_or(static_cast<int64_t>(local::Now())),
+                     .has_error_file = !error.empty(),
+                     .rank = static_cast<int>(rep.index)};
       failure_msgs_[&rep] =
           code < 0 ? fmt::format("replica {} was killed by {}", name, proc::SignalName(-code))
                    : fmt::format("replica {} exited with {}", name, code);
@@ -265,27 +272,26 @@ class Supervisor {
       for (const auto& rep : replicas_) all_done &= rep.state->state == AppState::kSucceeded;
       if (all_done) Finish(AppState::kSucceeded, "");
     }
-    if (stopping_ && Live() == 0) {
-      stop_timer_.cancel();
-      stopping_ = false;
-      auto then = std::move(after_stop_);
-      after_stop_ = nullptr;
-      if (then) then();
-    }
     MaybeExit();
   }
 
   void OnFailure(Replica& rep) {
-    // While failing, a later failure may bring the error file the first
-    // one lacked.
-    if (phase_ == Phase::kFailing && RecordRootCause(rep)) st_.msg = failure_msgs_[&rep];
+    // While failing, a later failure may be dated earlier, or bring the
+    // error file the first one lacked.
+    if (phase_ == Phase::kFailing) {
+      failing_.push_back(&rep);
+      if (RootCauseNow() == &rep) {
+        st_.msg = failure_msgs_[&rep];
+        st_.structured_error_msg = rep.state->structured_error_msg;
+      }
+    }
     if (phase_ != Phase::kRunning) return;
     const auto& role_req = req_.roles[rep.role];
     auto& role_st = st_.roles[rep.role];
     st_.structured_error_msg = std::string(specs::kNone);
-    root_cause_ = 0;
     if (role_st.restarts >= role_req.max_retries) {
-      RecordRootCause(rep);
+      failing_ = {&rep};
+      st_.structured_error_msg = rep.state->structured_error_msg;
       st_.msg = failure_msgs_[&rep] + (role_req.max_retries > 0
                                            ? fmt::format("; role {} has used its {} retries",
                                                          role_req.name, role_req.max_retries)
@@ -329,23 +335,18 @@ class Supervisor {
     });
   }
 
-  // The first failure with an error file is the root cause; until one has
-  // a file, the first failure. Returns whether `rep` is the root cause now.
-  bool RecordRootCause(const Replica& rep) {
-    int rank = rep.state->structured_error_msg != specs::kNone ? 2 : 1;
-    if (rank <= root_cause_) return false;
-    st_.structured_error_msg = rep.state->structured_error_msg;
-    root_cause_ = rank;
-    return true;
+  // The root cause among the failures since the app began failing.
+  const Replica* RootCauseNow() const {
+    std::vector<failure::FailureKey> keys;
+    for (const Replica* r : failing_) keys.push_back(r->failure);
+    return failing_[failure::RootCause(keys)];
   }
 
   void OnCancel(int sig) {
     if (phase_ == Phase::kDone) return;
     if (phase_ == Phase::kCancelling) {
       log::Warning("received {} again; killing the replicas now", proc::SignalName(sig));
-      for (auto& r : replicas_) {
-        if (r.running) ::kill(-r.pid, SIGKILL);
-      }
+      groups_->KillStopping();
       return;
     }
     log::Info("received {}; cancelling the app", proc::SignalName(sig));
@@ -368,35 +369,15 @@ class Supervisor {
     return out;
   }
 
-  int Live() const {
-    int n = 0;
-    for (const auto& r : replicas_) n += r.running && r.stopping ? 1 : 0;
-    return n;
-  }
-
   // SIGTERM to each replica's group, SIGKILL after the stop timeout; `then`
   // runs once they have all exited. A later Stop joins the one under way.
   void Stop(const std::vector<Replica*>& reps, std::function<void()> then) {
-    for (auto* r : reps) {
-      if (r->stopping || !r->running) continue;
-      r->stopping = true;
-      ::kill(-r->pid, SIGTERM);
-    }
-    after_stop_ = std::move(then);
-    if (!stopping_) {
-      stopping_ = true;
-      stop_timer_.expires_after(
-          std::chrono::milliseconds(static_cast<long long>(req_.stop_timeout_s * 1000)));
-      stop_timer_.async_wait([this](std::error_code ec) {
-        if (ec) return;
-        for (auto& r : replicas_) {
-          if (r.running && r.stopping) ::kill(-r.pid, SIGKILL);
-        }
-      });
-    }
+    std::vector<pid_t> pids;
+    for (auto* r : reps) pids.push_back(r->pid);
+    groups_->Stop(pids, SIGTERM,
+                  std::chrono::milliseconds(static_cast<long long>(req_.stop_timeout_s * 1000)),
+                  std::move(then));
     Save();
-    // Nothing to wait for: go on at once (from the loop, not from here).
-    if (Live() == 0) asio::post(io_, [this] { Evaluate(); });
   }
 
   void Finish(AppState state, const std::string& msg) {
@@ -439,31 +420,16 @@ class Supervisor {
       return;
     }
     exited_ = true;
-    KillOrphans();
+    // Processes that left their replica's group were reparented to us (a
+    // subreaper); nothing of the app outlives it.
+    for (pid_t pid : groups_->KillOrphans()) {
+      log::Warning("killed pid {}, left behind by a replica", pid);
+    }
     st_.finished_at = local::Now();
     Save();
     signals_.cancel();
-    stop_timer_.cancel();
     drain_timer_.cancel();
     io_.stop();
-  }
-
-  // Processes that left their replica's group were reparented to us (a
-  // subreaper); nothing of the app outlives it.
-  void KillOrphans() {
-    const std::string me = std::to_string(::getpid());
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-      auto pid = ParseInt(e.path().filename().string());
-      if (!pid) continue;
-      auto fields = local::ProcStat(static_cast<pid_t>(*pid));
-      if (fields.size() > 1 && fields[1] == me) {
-        log::Warning("killing pid {}, left behind by a replica", *pid);
-        ::kill(static_cast<pid_t>(*pid), SIGKILL);
-      }
-    }
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
   }
 
   void Save() {
@@ -476,17 +442,16 @@ class Supervisor {
   local::State st_;
   asio::io_context io_{1};
   asio::signal_set signals_;
-  asio::steady_timer stop_timer_;
   asio::steady_timer drain_timer_;
+  proc::AsioLoop loop_{io_};
+  std::unique_ptr<proc::SystemProcessTable> table_;
+  std::optional<proc::GroupSupervisor> groups_;
   std::vector<Replica> replicas_;
   Phase phase_ = Phase::kStarting;
-  bool stopping_ = false;
   bool exited_ = false;
   bool draining_ = false;
-  // The root cause so far: 0 none, 1 a failure without error file, 2 one
-  // with an error file (it wins over an earlier one without).
-  int root_cause_ = 0;
-  std::function<void()> after_stop_;
+  // The failures since the app began failing (retries spent).
+  std::vector<const Replica*> failing_;
   std::vector<Replica*> pending_failures_;
   std::map<const Replica*, std::string> failure_msgs_;
   int devnull_ = -1;
@@ -496,16 +461,13 @@ class Supervisor {
 
 int RunLocalSupervisor(const std::string& app_dir, int ready_fd) {
   auto text = ReadFile(app_dir + "/request.json");
-  if (!text.ok()) {
-    log::Error("{}", text.status().message());
-    return 3;
-  }
+  // The submitter wrote these files: a problem with them is trun's, not the
+  // user's.
+  if (!text.ok()) return ReportError(Status::Internal(text.status().message()));
   auto req = local::RequestFromJson(nlohmann::json::parse(*text, nullptr, false));
   auto st = local::ReadState(app_dir);
-  if (!req.ok() || !st.ok()) {
-    log::Error("{}", !req.ok() ? req.status().message() : st.status().message());
-    return 3;
-  }
+  if (!req.ok()) return ReportError(Status::Internal(req.status().message()));
+  if (!st.ok()) return ReportError(Status::Internal(st.status().message()));
   Supervisor sup(app_dir, std::move(*req), std::move(*st));
   return sup.Run(ready_fd);
 }
