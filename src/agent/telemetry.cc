@@ -130,6 +130,7 @@ Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
     ho.port = *options_.health_port;
     auto server = HttpServer::Start(io, ho, [this](const HttpRequest& req) { return Serve(req); });
     if (!server.ok()) {
+      // Which flag to change depends on what failed: the address or the port.
       return Status::InvalidArgument(
           server.status().code() == StatusCode::kInvalidArgument
               ? fmt::format("{}; give --health-check-addr an IP such as 127.0.0.1 or ::",

@@ -71,8 +71,9 @@ enum class FailureCause { kExitCode, kSignal, kWatchdog };
 class Telemetry {
  public:
   // Opens the event sink and starts the HTTP server when a port is given.
-  // A file that cannot be opened or an address that is not an IP is an
-  // InvalidArgument; a port that cannot be bound an IOError.
+  // Every failure is an InvalidArgument naming the flag to change: the
+  // file, address and port all come from the user (--event-log-file,
+  // --health-check-addr, --health-check-port).
   Status Start(asio::io_context& io, TelemetryOptions options, std::function<GroupHealth()> health);
   // The port /health is served on; 0 when it is not.
   int health_port() const;
