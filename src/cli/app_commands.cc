@@ -1,5 +1,7 @@
 // The subcommands that ask about submitted apps (status, log, cancel, list,
 // describe) and about what there is (builtins, runopts, configure).
+#include "cli/app_commands.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
-#include "cli/job_commands.h"
 #include "common/exit_code.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -121,7 +122,7 @@ int LogCommand(const Args& args) {
   options.tail = f->Has("--tail");
   options.regex = f->Get("--regex");
   if (f->Has("--streams")) {
-    options.streams = schedulers::ParseStream(f->Get("--streams"));
+    options.streams = schedulers::ParseLogStream(f->Get("--streams"));
     if (!options.streams) {
       return ReportError(Status::InvalidArgument(fmt::format(
           "log: --streams: expected stdout, stderr or combined, got '{}'", f->Get("--streams"))));

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "cli/app_commands.h"
 #include "cli/completion.h"
-#include "cli/job_commands.h"
+#include "cli/run_command.h"
 #include "cli/store_command.h"
 #include "common/exit_code.h"
 #include "common/log.h"

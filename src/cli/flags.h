@@ -15,6 +15,9 @@
 
 namespace trun::cli {
 
+// A subcommand's arguments, after its name.
+using Args = std::vector<std::string>;
+
 struct Flag {
   std::vector<std::string> names;  // names[0] is the key in Flags::values
   bool takes_value = false;

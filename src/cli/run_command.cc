@@ -1,4 +1,6 @@
 // `trun run`: component -> AppDef -> scheduler request -> submitted app.
+#include "cli/run_command.h"
+
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,7 +13,6 @@
 
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
-#include "cli/job_commands.h"
 #include "common/exit_code.h"
 #include "common/files.h"
 #include "common/log.h"

@@ -382,8 +382,8 @@ Status LocalScheduler::Log(const std::string& app_id, const std::string& role, i
         fmt::format("app {} has no replica {}/{}; it has {}", app_id, role, replica_id, all));
   }
   const char* file = "combined.log";
-  if (options.streams == Stream::kStdout) file = "stdout.log";
-  if (options.streams == Stream::kStderr) file = "stderr.log";
+  if (options.streams == LogStream::kStdout) file = "stdout.log";
+  if (options.streams == LogStream::kStderr) file = "stderr.log";
   return FollowFiles(
       {rep->log_dir + "/" + file}, options,
       [&] {

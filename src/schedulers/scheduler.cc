@@ -27,10 +27,10 @@ specs::AppStatus DescribeAppResponse::ToAppStatus() const {
   return s;
 }
 
-std::optional<Stream> ParseStream(std::string_view s) {
-  if (s == "stdout") return Stream::kStdout;
-  if (s == "stderr") return Stream::kStderr;
-  if (s == "combined") return Stream::kCombined;
+std::optional<LogStream> ParseLogStream(std::string_view s) {
+  if (s == "stdout") return LogStream::kStdout;
+  if (s == "stderr") return LogStream::kStderr;
+  if (s == "combined") return LogStream::kCombined;
   return std::nullopt;
 }
 

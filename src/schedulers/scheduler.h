@@ -69,13 +69,13 @@ struct ListAppResponse {
   std::string name;
 };
 
-enum class Stream { kStdout, kStderr, kCombined };
-std::optional<Stream> ParseStream(std::string_view s);  // "stdout", "stderr", "combined"
+enum class LogStream { kStdout, kStderr, kCombined };
+std::optional<LogStream> ParseLogStream(std::string_view s);  // "stdout", "stderr", "combined"
 
 struct LogOptions {
   std::string regex;              // only lines matching it (std::regex, ECMAScript); empty: all
   bool tail = false;              // follow the log until the app ends
-  std::optional<Stream> streams;  // the scheduler's default when unset
+  std::optional<LogStream> streams;  // the scheduler's default when unset
 };
 
 class Scheduler {

@@ -530,10 +530,10 @@ Status SlurmScheduler::Log(const std::string& app_id, const std::string& role, i
         fmt::format("app {} has no replica {}/{}; it has {}", app_id, role, replica_id, all));
   }
   std::vector<std::string> paths;
-  if (options.streams != Stream::kStderr) {
+  if (options.streams != LogStream::kStderr) {
     paths.push_back(slurm::LogFile(app->job_dir, app_id, role, replica_id, false));
   }
-  if (options.streams != Stream::kStdout) {
+  if (options.streams != LogStream::kStdout) {
     paths.push_back(slurm::LogFile(app->job_dir, app_id, role, replica_id, true));
   }
   // Asking SLURM costs an RPC to the controller: once a second is enough.
