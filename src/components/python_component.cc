@@ -1,7 +1,9 @@
 #include "components/python_component.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -48,6 +50,9 @@ Result<std::string> RunLoader(const std::string& verb, const std::string& name,
   std::string python = Env("PYTHON_EXEC");
   if (python.empty()) python = "python3";
   auto resolved = proc::ResolveExecutable(python, Env("PATH"));
+  if (resolved.ok() && ::access(resolved->c_str(), X_OK) != 0) {
+    resolved = Status::FromErrno(*resolved, errno);
+  }
   if (!resolved.ok()) {
     return Status::IOError(fmt::format(
         "component {}: cannot run the Python interpreter '{}' ({}); set PYTHON_EXEC to one "

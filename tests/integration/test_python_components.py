@@ -148,6 +148,10 @@ def test_help_module_form_and_dryrun_json(jobs):
     info = json.loads(jobs.trun("run", "--dryrun", "--json", f"{COMPONENT}:trainer",
                                 "--script", DDP).out)
     assert info["app"]["metadata"] == {"component": "trainer"}
+    # .trunconfig's [component:NAME] supplies defaults, as for every component.
+    (jobs.tmp / ".trunconfig").write_text("[component:mycomps.echo:hello]\ntimes = 3\n")
+    r = jobs.trun("run", "--dryrun", "--json", "mycomps.echo:hello", "ho")
+    assert json.loads(r.out)["app"]["roles"][0]["args"] == ["hohoho"], r.err
     r = jobs.trun("run", "--wait", "mycomps.echo:hello", "bye")
     assert r.returncode == 0, r.err
 
