@@ -371,6 +371,9 @@ def build(fn: Callable[..., Any], path: str, payload: Dict[str, Any]) -> Dict[st
 
 
 def main(argv: List[str]) -> int:
+    # stdout carries the JSON alone: what the component prints goes to
+    # stderr, which trun shows.
+    out_stream, sys.stdout = sys.stdout, sys.stderr
     try:
         if len(argv) < 2 or argv[0] not in ("describe", "build"):
             raise ComponentError("usage: python -m trun._component describe|build SPEC [ARGS_JSON]")
@@ -382,6 +385,8 @@ def main(argv: List[str]) -> int:
     except ComponentError as e:
         print(str(e), file=sys.stderr)
         return 2
+    finally:
+        sys.stdout = out_stream
     print(json.dumps(out))
     return 0
 

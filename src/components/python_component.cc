@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -79,11 +80,24 @@ Result<std::string> RunLoader(const std::string& verb, const std::string& name,
     return Status::Timeout(fmt::format("component {}: the Python loader did not finish in {} s",
                                        name, kLoaderTimeoutS));
   }
-  if (r->exit_code == 2) return Status::InvalidArgument(err);
+  if (r->exit_code == 2 && !err.empty()) return Status::InvalidArgument(err);
   if (r->exit_code != 0) {
-    return Status::Internal(fmt::format("component {}: '{} -m trun._component' exited {}{}{}", name,
-                                        python, r->exit_code, err.empty() ? "" : ":\n", err));
+    std::string hint;
+    if (err.find("No module named 'trun") != std::string::npos ||
+        err.find("No module named trun") != std::string::npos) {
+      hint = fmt::format(
+          "\n'{}' cannot import trun's package: install it for that interpreter (make "
+          "install-python) or set PYTHONPATH",
+          python);
+    }
+    return Status::Internal(fmt::format("component {}: '{} -m trun._component' exited {}{}{}{}",
+                                        name, python, r->exit_code, err.empty() ? "" : ":\n", err,
+                                        hint));
   }
+  // What the component printed or warned went to stderr (stdout carries
+  // the JSON): show it, as TorchX would, once (build imports the module
+  // again after describe).
+  if (verb == "build" && !r->err.empty()) std::fputs(r->err.c_str(), stderr);
   return r->out;
 }
 

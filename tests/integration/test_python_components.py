@@ -252,3 +252,23 @@ def test_bad_names_and_a_real_torchx_is_never_shadowed(jobs):
     r = jobs.trun("run", "./comp.py:c", env=env)
     assert r.returncode == 2, r.err
     assert "importing it raised ModuleNotFoundError: No module named 'torchx.specs'" in r.err
+
+
+def test_what_a_component_prints_is_shown_once_and_keeps_the_json_intact(jobs):
+    write(jobs, "noisy.py", '''
+        import warnings
+        import torchx.specs as specs
+
+        print("importing noisy")
+
+        def c(msg: str = "hi") -> specs.AppDef:
+            print("building with", msg)
+            warnings.warn("msg is deprecated")
+            return specs.AppDef(name="noisy", roles=[specs.Role(
+                name="r", image="i", entrypoint="echo", args=[msg])])
+        ''')
+    r = jobs.trun("run", "--dryrun", "--json", "./noisy.py:c", "--msg", "yo")
+    assert r.returncode == 0, r.err
+    assert json.loads(r.out)["app"]["roles"][0]["args"] == ["yo"]
+    assert r.err.count("importing noisy") == 1 and "building with yo" in r.err, r.err
+    assert "UserWarning: msg is deprecated" in r.err, r.err
