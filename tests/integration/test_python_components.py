@@ -123,24 +123,25 @@ def test_help_module_form_and_dryrun_json(jobs):
     (jobs.tmp / "mycomps").mkdir()
     (jobs.tmp / "mycomps" / "__init__.py").write_text("")
     write(jobs, "mycomps/echo.py", '''
-        from typing import List, Optional
+        from typing import Annotated, List, Optional
         from torchx import specs
         from torchx.components import utils
 
         def hello(*words: str, times: int = 1, loud: bool = False,
-                  tags: Optional[List[int]] = None) -> specs.AppDef:
+                  tags: Optional[List[int]] = None,
+                  sep: Annotated[str, "-S"] = " ") -> specs.AppDef:
             """Says words."""
-            text = " ".join(words) * times
+            text = sep.join(words) * times
             app = utils.echo(msg=text.upper() if loud else text)
             app.roles[0].env["TAGS"] = repr(tags)
             return app
         ''')
     r = jobs.trun("run", "--dryrun", "--json", "mycomps.echo:hello", "--times", 2, "--loud",
-                  "yes", "--tags", "1,2", "hi", "there")
+                  "yes", "--tags", "1,2", "-S", "_", "hi", "there")
     assert r.returncode == 0, r.err
     d = json.loads(r.out)
     role = d["app"]["roles"][0]
-    assert role["entrypoint"] == "echo" and role["args"] == ["HI THEREHI THERE"]
+    assert role["entrypoint"] == "echo" and role["args"] == ["HI_THEREHI_THERE"]
     assert role["env"]["TAGS"] == "[1, 2]"
     assert d["scheduler"] == "local" and "stop_timeout" in d["cfg"] and d["text"]
     # What the C++ side read is what trun.specs makes of it again.
