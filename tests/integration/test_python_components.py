@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import EXAMPLES, FIXTURES, ROOT, TRUN
-from torchx_helpers import free_port, jobs  # noqa: F401 (fixture)
+from torchx_helpers import free_port, jobs, use_env  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(ROOT / "python"))
 from trun import specs  # noqa: E402
@@ -27,8 +27,7 @@ COMPONENT = FIXTURES / "torchx_component.py"
 @pytest.fixture
 def runner(jobs, monkeypatch):
     """A Runner whose trun sees the test's state directory and environment."""
-    for k, v in jobs.env.items():
-        monkeypatch.setenv(k, v)
+    use_env(monkeypatch, jobs.env)
     monkeypatch.chdir(jobs.tmp)
     with Runner(trun=TRUN) as r:
         yield r

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, live_processes_with, run
-from torchx_helpers import Jobs, free_port
+from torchx_helpers import Jobs, free_port, use_env
 
 DDP = EXAMPLES / "ddp_train.py"
 TOOL = ROOT / "tools" / "slurm-cluster"
@@ -166,8 +166,7 @@ def test_a_torchx_python_component_through_trun_run_and_the_runner(cluster, monk
     component = FIXTURES / "torchx_component.py"
     args = ["--script", str(DDP), "--", "--steps", "3"]
     cli = cluster.submit(f"{component}:trainer", "--rdzv_port", free_port(), *args)
-    for k, v in cluster.env.items():
-        monkeypatch.setenv(k, v)
+    use_env(monkeypatch, cluster.env)
     monkeypatch.chdir(cluster.work)
     runner = Runner(trun=TRUN)
     api = runner.run_component(f"{component}:trainer", ["--rdzv_port", str(free_port()), *args],
