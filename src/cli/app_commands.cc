@@ -178,14 +178,16 @@ int ListCommand(const Args& args) {
   auto f = ParseFlags("list",
                       {kHelp,
                        {{"--scheduler", "-s"}, true},
-                       {{"--scheduler_args", "-cfg", "--scheduler-args"}, true}},
+                       {{"--scheduler_args", "-cfg", "--scheduler-args"}, true},
+                       {{"--json"}, false}},
                       args);
   if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
-        "usage: trun list [-s SCHEDULER] [-cfg K=V,...]\n\n"
+        "usage: trun list [-s SCHEDULER] [-cfg K=V,...] [--json]\n\n"
         "The apps the scheduler knows, oldest first (default scheduler: [cli:list] scheduler\n"
-        "in .trunconfig, else local).\n");
+        "in .trunconfig, else local). --json: one list of {app_id, app_handle, name, state}\n"
+        "(TorchX's ListAppResponse).\n");
   }
   if (!f->positionals.empty()) {
     return ReportError(
@@ -202,10 +204,16 @@ int ListCommand(const Args& args) {
   auto apps = (*s)->List();
   if (!apps.ok()) return ReportError(apps.status());
   std::vector<std::vector<std::string>> rows;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
   for (const auto& a : *apps) {
     rows.push_back({a.app_handle, a.name, std::string(specs::AppStateName(a.state))});
+    all.push_back({{"app_id", a.app_id},
+                   {"app_handle", a.app_handle},
+                   {"name", a.name},
+                   {"state", std::string(specs::AppStateName(a.state))}});
   }
-  Print(Table({"APP HANDLE", "APP NAME", "APP STATUS"}, rows));
+  Print(f->Has("--json") ? all.dump() + "\n"
+                         : Table({"APP HANDLE", "APP NAME", "APP STATUS"}, rows));
   return 0;
 }
 
@@ -229,14 +237,17 @@ int DescribeCommand(const Args& args) {
 }
 
 int BuiltinsCommand(const Args& args) {
-  auto f = ParseFlags("builtins", {kHelp, {{"--print"}, true}, {{"--resources"}, false}}, args);
+  auto f =
+      ParseFlags("builtins",
+                 {kHelp, {{"--print"}, true}, {{"--resources"}, false}, {{"--json"}, false}}, args);
   if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
-        "usage: trun builtins [--print NAME] [--resources]\n\n"
+        "usage: trun builtins [--print NAME] [--resources [--json]]\n\n"
         "Lists the builtin components.\n"
         "  --print NAME   the component's arguments (as `trun run NAME --help`)\n"
-        "  --resources    the named resources for -h (cpu/gpu/memMB)\n");
+        "  --resources    the named resources for -h (cpu/gpu/memMB)\n"
+        "  --json         with --resources: {NAME: resource} as JSON (what trun.specs reads)\n");
   }
   if (!f->positionals.empty()) {
     return ReportError(
@@ -253,16 +264,19 @@ int BuiltinsCommand(const Args& args) {
     auto names = specs::NamedResourceNames();
     if (!names.ok()) return ReportError(names.status());
     std::vector<std::vector<std::string>> rows;
+    nlohmann::ordered_json all = nlohmann::ordered_json::object();
     for (const auto& n : *names) {
       auto r = specs::NamedResource(n);
       if (!r.ok()) return ReportError(r.status());
+      all[n] = specs::ToJson(*r);
       std::string devices;
       for (const auto& [k, v] : r->devices)
         devices += (devices.empty() ? "" : ",") + fmt::format("{}={}", k, v);
       rows.push_back(
           {n, std::to_string(r->cpu), std::to_string(r->gpu), std::to_string(r->mem_mb), devices});
     }
-    Print(Table({"NAME", "CPU", "GPU", "MEMMB", "DEVICES"}, rows));
+    Print(f->Has("--json") ? all.dump() + "\n"
+                           : Table({"NAME", "CPU", "GPU", "MEMMB", "DEVICES"}, rows));
     return 0;
   }
   auto all = components::Builtins(trun);

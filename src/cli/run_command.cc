@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "components/builtins.h"
+#include "components/file_component.h"
 #include "proc/pump.h"
 #include "specs/config.h"
 #include "specs/macros.h"
@@ -28,12 +29,14 @@ namespace {
 using specs::AppState;
 
 constexpr const char* kRunUsage =
-    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun] [--wait] [--log] [--tee-logs]\n"
+    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json]] [--wait] [--log]\n"
+    "                [--tee-logs]\n"
     "                COMPONENT [COMPONENT ARGS...]\n"
     "\n"
     "Builds the app a component describes and submits it to a scheduler; prints the app's\n"
     "handle, SCHEDULER://SESSION/APP_ID. COMPONENT is a builtin (`trun builtins`) or a\n"
-    "component file (./my_component.yaml); `trun run COMPONENT --help` shows its arguments.\n"
+    "component file (./my_component.yaml, ./my_component.py:FUNCTION, a.module:FUNCTION);\n"
+    "`trun run COMPONENT --help` shows its arguments.\n"
     "\n"
     "options:\n"
     "  -s, --scheduler SCHEDULER   where the app runs (default: [cli:run] scheduler in\n"
@@ -41,6 +44,8 @@ constexpr const char* kRunUsage =
     "  -cfg, --scheduler_args K=V,...\n"
     "                              the scheduler's run options (`trun runopts SCHEDULER`)\n"
     "  --dryrun                    print the AppDef and the scheduler's request; submit nothing\n"
+    "  --json                      with --dryrun: print them as one JSON object (app,\n"
+    "                              scheduler, cfg, request, text)\n"
     "  --wait                      wait for the app to end; exit 0 only if it SUCCEEDED\n"
     "  --log                       follow the replicas' logs (on stderr) until the app ends\n"
     "  --tee-logs, --tee_logs      as --log\n"
@@ -50,6 +55,7 @@ const std::vector<Flag> kRunFlags = {
     {{"--scheduler", "-s"}, true},
     {{"--scheduler_args", "-cfg", "--scheduler-args"}, true},
     {{"--dryrun"}, false},
+    {{"--json"}, false},
     {{"--wait"}, false},
     {{"--log"}, false},
     {{"--tee_logs", "--tee-logs"}, false},
@@ -171,6 +177,10 @@ int RunCommand(const Args& args) {
         "run: missing the component, e.g. `trun run utils.echo --msg hi`; `trun builtins` lists "
         "the builtins (or set [cli:run] component in .trunconfig)"));
   }
+  if (flags->Has("--json") && !flags->Has("--dryrun")) {
+    return ReportError(Status::InvalidArgument(
+        "run: --json goes with --dryrun (a submitted app's handle is printed alone on stdout)"));
+  }
   const std::string sched_name =
       flags->Get("--scheduler", config->Get("cli:run", "scheduler").value_or("local"));
 
@@ -202,6 +212,18 @@ int RunCommand(const Args& args) {
   }
   auto info = s.SubmitDryRun(*app, *cfg);
   if (!info.ok()) return ReportError(info.status());
+  if (flags->Has("--json")) {
+    // What trun.runner reads for TorchX's AppDryRunInfo.
+    nlohmann::ordered_json j;
+    j["app"] = specs::ToJson(info->app);
+    j["scheduler"] = info->scheduler;
+    j["cfg"] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : info->cfg) j["cfg"][k] = components::ValueJson(v);
+    j["request"] = info->request;
+    j["text"] = info->Format();
+    std::fputs((j.dump() + "\n").c_str(), stdout);
+    return 0;
+  }
   if (flags->Has("--dryrun")) {
     std::string out = "=== APPLICATION ===\n" + specs::AppDefToYaml(info->app) +
                       "\n=== SCHEDULER REQUEST ===\n" + info->Format();

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "components/file_component.h"
+#include "components/python_component.h"
 #include "specs/macros.h"
 #include "specs/mounts.h"
 #include "specs/named_resources.h"
@@ -527,6 +528,11 @@ Result<Component> FindComponent(const std::string& name, const std::string& trun
   for (auto& c : builtins) {
     if (c.name == name) return std::move(c);
   }
+  if (IsPythonComponent(name)) return LoadPythonComponent(name, trun_path);
+  if (name.ends_with(".py")) {
+    return Status::InvalidArgument(fmt::format(
+        "component '{}': name the function too, as in TorchX: {}:FUNCTION", name, name));
+  }
   bool is_file = name.find('/') != std::string::npos;
   for (const char* ext : {".yaml", ".yml", ".json"}) {
     is_file =
@@ -538,8 +544,9 @@ Result<Component> FindComponent(const std::string& name, const std::string& trun
   for (const auto& c : builtins) names.push_back(c.name);
   std::string guess = ClosestMatch(name, names);
   return Status::InvalidArgument(fmt::format(
-      "no component '{}'{}; `trun builtins` lists the builtins, and a component file is given by "
-      "its path (./my_component.yaml)",
+      "no component '{}'{}; `trun builtins` lists the builtins, a component file is given by "
+      "its path (./my_component.yaml), a Python component as FILE.py:FUNCTION or "
+      "MODULE:FUNCTION",
       name, guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
 }
 

@@ -73,19 +73,6 @@ std::optional<CfgValue> DefaultOf(const json& v, ParamType t) {
   return std::nullopt;
 }
 
-json ValueJson(const CfgValue& v) {
-  struct Visitor {
-    json operator()(std::monostate) const { return nullptr; }
-    json operator()(const std::string& s) const { return s; }
-    json operator()(long long x) const { return x; }
-    json operator()(double x) const { return x; }
-    json operator()(bool b) const { return b; }
-    json operator()(const std::vector<std::string>& l) const { return l; }
-    json operator()(const std::map<std::string, std::string>& m) const { return m; }
-  };
-  return std::visit(Visitor{}, v);
-}
-
 // How a value reads inside a longer string: its command-line form.
 std::string ValueText(const CfgValue& v) {
   if (std::holds_alternative<std::monostate>(v)) return "";
@@ -142,17 +129,27 @@ json Substitute(const json& v, const Bindings& b) {
   return v;
 }
 
+}  // namespace
+
+json ValueJson(const CfgValue& v) {
+  struct Visitor {
+    json operator()(std::monostate) const { return nullptr; }
+    json operator()(const std::string& s) const { return s; }
+    json operator()(long long x) const { return x; }
+    json operator()(double x) const { return x; }
+    json operator()(bool b) const { return b; }
+    json operator()(const std::vector<std::string>& l) const { return l; }
+    json operator()(const std::map<std::string, std::string>& m) const { return m; }
+  };
+  return std::visit(Visitor{}, v);
+}
+
 Result<Param> ReadParam(const std::string& name, const json& v, Problems& p) {
   static const std::regex kIdent(R"([_A-Za-z][_A-Za-z0-9]*)");
   Param param;
   param.name = name;
   if (!std::regex_match(name, kIdent)) {
     p.Add(fmt::format("params.{}: a parameter name must be an identifier", name));
-  }
-  for (const char* macro : {"img_root", "app_id", "replica_id", "rank0_env"}) {
-    if (name == macro) {
-      p.Add(fmt::format("params.{}: the name is taken by TorchX's macro ${{{}}}", name, name));
-    }
   }
   json spec = v.is_string() ? json{{"type", v}} : v;
   if (!spec.is_object()) {
@@ -206,8 +203,6 @@ Result<Param> ReadParam(const std::string& name, const json& v, Problems& p) {
   return param;
 }
 
-}  // namespace
-
 Result<Component> LoadFileComponent(const std::string& path) {
   auto text = ReadFile(path);
   if (!text.ok()) {
@@ -243,6 +238,12 @@ Result<Component> LoadFileComponent(const std::string& path) {
       p.Add("params: expected a mapping of parameter names");
     } else {
       for (const auto& [name, v] : (*doc)["params"].items()) {
+        for (const char* macro : {"img_root", "app_id", "replica_id", "rank0_env"}) {
+          if (name == macro) {
+            p.Add(
+                fmt::format("params.{}: the name is taken by TorchX's macro ${{{}}}", name, name));
+          }
+        }
         auto param = ReadParam(name, v, p);
         if (param->type == ParamType::kVarArgs) ++varargs;
         c.params.push_back(*param);

@@ -35,13 +35,25 @@
 // Thread-safety: pure functions over the file system.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/problems.h"
 #include "common/status.h"
 #include "components/component.h"
 
 namespace trun::components {
 
 Result<Component> LoadFileComponent(const std::string& path);
+
+// One parameter's declaration, `{type, default, help, aliases}` (or just its
+// type name), as under `params:`; problems are added to `p`, each naming
+// `params.NAME`. Python components declare theirs the same way
+// (python_component.h).
+Result<Param> ReadParam(const std::string& name, const nlohmann::json& v, Problems& p);
+
+// A parsed argument as JSON: null, a string, a number, a bool, a list of
+// strings or a mapping of strings.
+nlohmann::json ValueJson(const specs::CfgValue& v);
 
 }  // namespace trun::components

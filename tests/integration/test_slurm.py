@@ -8,12 +8,13 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, TRUN, base_env, live_processes_with, run
-from torchx_helpers import Jobs, free_port
+from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, live_processes_with, run
+from torchx_helpers import Jobs, free_port, use_env
 
 DDP = EXAMPLES / "ddp_train.py"
 TOOL = ROOT / "tools" / "slurm-cluster"
@@ -152,6 +153,39 @@ def test_cancel_reaches_cancelled_and_stops_every_process(cluster):
     assert not live_processes_with(token)
     # A second cancel of an ended app is fine and changes nothing.
     assert cluster.trun("cancel", handle).returncode == 0
+
+
+def test_a_torchx_python_component_through_trun_run_and_the_runner(cluster, monkeypatch):
+    """TorchX's Python side on SLURM: the component file of
+    test_python_components.py as two 2x2 DDP jobs, one by `trun run`, one by
+    trun.runner, and a third app cancelled from Python."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from trun import specs
+    from trun.runner import Runner
+
+    component = FIXTURES / "torchx_component.py"
+    args = ["--script", str(DDP), "--", "--steps", "3"]
+    cli = cluster.submit(f"{component}:trainer", "--rdzv_port", free_port(), *args)
+    use_env(monkeypatch, cluster.env)
+    monkeypatch.chdir(cluster.work)
+    runner = Runner(trun=TRUN)
+    api = runner.run_component(f"{component}:trainer", ["--rdzv_port", str(free_port()), *args],
+                               scheduler="slurm")
+    nap = runner.run_component(f"{component}:sleeper", {"seconds": 300}, scheduler="slurm")
+    assert HANDLE.fullmatch(api) and HANDLE.fullmatch(nap), (api, nap)
+    for handle in (cli, api):
+        st = runner.wait(handle, wait_interval=0.5, timeout=180)
+        assert st.state == specs.AppState.SUCCEEDED, st
+        assert len({r.hostname for r in st.roles[0].replicas}) == 2, st
+        lines = [ln for k in (0, 1) for ln in runner.log_lines(handle, "ddp_train", k)]
+        assert sum("RESULT world=4" in ln for ln in lines) == 1, lines
+        assert runner.describe(handle).roles[0].num_replicas == 2
+    assert {cli, api, nap} <= {a.app_handle for a in runner.list("slurm")}
+    deadline = time.time() + 60
+    while runner.status(nap).state != specs.AppState.RUNNING and time.time() < deadline:
+        time.sleep(0.2)
+    runner.cancel(nap)
+    assert runner.status(nap).state == specs.AppState.CANCELLED
 
 
 def test_two_roles_are_a_heterogeneous_job(cluster):

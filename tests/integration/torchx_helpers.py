@@ -19,6 +19,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def use_env(monkeypatch, env):
+    """This process's environment becomes `env`, for code that runs trun from
+    inside the test process (trun.runner passes its environment on)."""
+    for k in set(os.environ) - set(env):
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 class Jobs:
     """Runs trun with XDG_STATE_HOME in the test's own directory."""
 

@@ -1,0 +1,59 @@
+"""TorchX's builtin components as Python functions (``torchx.components``).
+
+``dist.ddp(...)`` and the others return the AppDef that ``trun run dist.ddp
+...`` builds: each call asks the trun binary (``trun run --dryrun --json``),
+so the command, its defaults and its checks are the C++ builtin's, not a
+second copy. Arguments are TorchX's; ``image=None`` and ``name=None`` mean
+the builtin's own default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Dict, List, Sequence
+
+from trun import specs
+
+
+def word(value: Any, kv: str = "=") -> str:
+    """A value as trun's command line spells it: bools as true/false, lists as a,b,
+    dicts as K=V,K2=V2 (``kv=":"`` for -cfg's k:v)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}{kv}{v}" for k, v in value.items())
+    return str(value)
+
+
+def options_argv(options: Dict[str, Any]) -> List[str]:
+    """``--key value`` per option that is not None."""
+    argv: List[str] = []
+    for key, value in options.items():
+        if value is not None:
+            argv += [f"--{key}", word(value)]
+    return argv
+
+
+def builtin(name: str, args: Sequence[str], options: Dict[str, Any]) -> specs.AppDef:
+    """The AppDef of trun's builtin component ``name`` for these options (None: not given)
+    and ``*args``. A bad argument raises ValueError with trun's message."""
+    from trun.launcher import trun_binary
+    argv = [trun_binary(), "run", "--dryrun", "--json", "-s", "local", name,
+            *options_argv(options)]
+    if args:
+        argv += ["--", *map(str, args)]
+    # The call is TorchX's Python function, which reads no .torchxconfig.
+    env = dict(os.environ, TRUNCONFIG="")
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        lines = [ln.removeprefix("trun: error: ") for ln in r.stderr.strip().splitlines()]
+        raise ValueError(f"{name}: " + "\n".join(lines))
+    app = json.loads(r.stdout)["app"]
+    # `trun run` adds the handle variable to every role; the outer run will.
+    for role in app["roles"]:
+        role["env"].pop("TORCHX_JOB_ID", None)
+    return specs.from_dict(app)

@@ -1,0 +1,55 @@
+"""``torchx.components.utils``: small programs, for tutorials and glue."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from trun import specs
+from trun.components import builtin
+
+
+def echo(msg: str = "hello world", image: Optional[str] = None,
+         num_replicas: int = 1) -> specs.AppDef:
+    """Echoes a message to stdout."""
+    return builtin("utils.echo", (), dict(msg=msg, image=image, num_replicas=num_replicas))
+
+
+def touch(file: str, image: Optional[str] = None) -> specs.AppDef:
+    """Touches a file."""
+    return builtin("utils.touch", (), dict(file=file, image=image))
+
+
+def sh(*args: str, image: Optional[str] = None, num_replicas: int = 1, cpu: int = 1,
+       gpu: int = 0, memMB: int = 1024, h: Optional[str] = None,
+       env: Optional[Dict[str, str]] = None, max_retries: int = 0,
+       mounts: Optional[List[str]] = None, entrypoint: Optional[str] = None) -> specs.AppDef:
+    """Runs ``sh -c "ARGS"`` (or ``entrypoint ARGS``)."""
+    return builtin("utils.sh", args, dict(
+        image=image, num_replicas=num_replicas, cpu=cpu, gpu=gpu, memMB=memMB, h=h, env=env,
+        max_retries=max_retries, mounts=mounts, entrypoint=entrypoint))
+
+
+def python(*args: str, m: Optional[str] = None, c: Optional[str] = None,
+           script: Optional[str] = None, image: Optional[str] = None,
+           name: Optional[str] = None, cpu: int = 1, gpu: int = 0, memMB: int = 1024,
+           h: Optional[str] = None, num_replicas: int = 1,
+           mounts: Optional[List[str]] = None) -> specs.AppDef:
+    """Runs python3 with exactly one of a module, a command or a script."""
+    return builtin("utils.python", args, dict(
+        m=m, c=c, script=script, image=image, name=name, cpu=cpu, gpu=gpu, memMB=memMB, h=h,
+        num_replicas=num_replicas, mounts=mounts))
+
+
+def binary(*args: str, entrypoint: str, name: Optional[str] = None, num_replicas: int = 1,
+           cpu: int = 1, gpu: int = 0, memMB: int = 1024,
+           h: Optional[str] = None) -> specs.AppDef:
+    """Runs ``entrypoint ARGS``."""
+    return builtin("utils.binary", args, dict(
+        entrypoint=entrypoint, name=name, num_replicas=num_replicas, cpu=cpu, gpu=gpu,
+        memMB=memMB, h=h))
+
+
+def copy(src: str, dst: str, image: Optional[str] = None,
+         mounts: Optional[List[str]] = None) -> specs.AppDef:
+    """Copies ``src`` to ``dst``."""
+    return builtin("utils.copy", (), dict(src=src, dst=dst, image=image, mounts=mounts))

@@ -1,0 +1,291 @@
+"""TorchX's ``torchx.runner`` for trun: submit and follow apps from Python.
+
+    from trun.runner import get_runner
+    with get_runner() as runner:
+        handle = runner.run_component("dist.ddp", ["-j", "2x2", "--script", "train.py"],
+                                      scheduler="local")
+        print(runner.wait(handle, wait_interval=1))
+
+The Runner drives the trun binary's job subcommands (``trun run``,
+``status --json``, ``describe --json``, ``log``, ``cancel``, ``list
+--json``), so an app submitted here is the same app the command line sees,
+with the same handles (``local://trun/ID``, ``slurm://trun/JOBID``), from
+any process. A failed command raises :class:`TrunCommandError` (a
+:class:`ValueError` too when trun says the input is bad, exit 2) carrying
+trun's message. See docs/python.md ("trun.runner").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+from trun import specs
+from trun.components import options_argv, word
+from trun.launcher import trun_binary
+
+
+class TrunCommandError(RuntimeError):
+    """A trun subcommand failed; ``returncode`` is its exit code (docs/cli.md)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        lines = [ln.removeprefix("trun: error: ") for ln in stderr.strip().splitlines()]
+        super().__init__(f"`trun {' '.join(self.argv[1:3])}` failed (exit {returncode}): "
+                         + ("\n".join(lines) or "no message"))
+
+
+class TrunInvalidInputError(TrunCommandError, ValueError):
+    """trun refused the input (exit 2): a component, its arguments, an AppDef, a run
+    option, a handle; nothing was submitted."""
+
+
+@dataclass
+class ListAppResponse:
+    app_id: str
+    state: specs.AppState
+    app_handle: str = "<NOT_SET>"
+    name: str = ""
+
+
+def _cfg_word(value: Any) -> str:
+    """A run option's value; a plain string with a separator in it is quoted."""
+    if isinstance(value, (bool, list, tuple, dict)):
+        return word(value, kv=":")
+    text = str(value)
+    return f"'{text}'" if any(c in text for c in ",;=") else text
+
+
+def _cfg_flag(cfg: Optional[Mapping[str, Any]]) -> List[str]:
+    pairs = [f"{k}={_cfg_word(v)}" for k, v in (cfg or {}).items() if v is not None]
+    return ["-cfg", ",".join(pairs)] if pairs else []
+
+
+def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]]) -> List[str]:
+    """A list is the command line; a dict is keyword arguments (``--key value``)."""
+    if not isinstance(component_args, Mapping):
+        return [str(a) for a in component_args]
+    return options_argv(component_args)
+
+
+def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
+    roles = [specs.RoleStatus(r["role"], [
+        specs.ReplicaStatus(id=x["id"], state=specs.AppState(x["state"]), role=x["role"],
+                            hostname=x.get("hostname", ""),
+                            structured_error_msg=x.get("structured_error_msg", specs.NONE))
+        for x in r["replicas"]]) for r in d.get("roles", [])]
+    return specs.AppStatus(state=specs.AppState[d["state"]],
+                           num_restarts=d.get("num_restarts", 0), msg=d.get("msg", ""),
+                           structured_error_msg=d.get("structured_error_msg", specs.NONE),
+                           ui_url=d.get("url"), roles=roles)
+
+
+class Runner:
+    """TorchX's Runner over the trun binary (``trun`` is its path; default: the one
+    ``trun.trun_binary()`` finds)."""
+
+    def __init__(self, name: str = "trun", trun: Optional[str] = None) -> None:
+        self._name = name
+        self._trun = trun or trun_binary()
+
+    # -- plumbing --
+
+    def _call(self, *args: str) -> str:
+        argv = [self._trun, *args]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            cls = TrunInvalidInputError if r.returncode == 2 else TrunCommandError
+            raise cls(argv, r.returncode, r.stderr)
+        return r.stdout
+
+    def _ask(self, command: str, app_handle: str) -> Optional[str]:
+        """``trun COMMAND --json HANDLE``; None when the scheduler knows no such app."""
+        try:
+            return self._call(command, "--json", self._handle(app_handle))
+        except TrunInvalidInputError as e:
+            if _is_unknown_app(e):
+                return None
+            raise
+
+    def _handle(self, app_handle: str) -> str:
+        specs.parse_app_handle(app_handle)  # MalformedAppHandleException names the form
+        return app_handle
+
+    def _with_app_file(self, app: Any, *args: str) -> str:
+        """``trun run ARGS APP.json``, with the AppDef in a file of its own."""
+        with tempfile.TemporaryDirectory(prefix="trun-runner-") as d:
+            path = os.path.join(d, "app.json")
+            with open(path, "w") as f:
+                f.write(specs.to_json(app))
+            return self._call("run", *args, path)
+
+    @staticmethod
+    def _dryrun_info(out: str, cfg: Optional[Mapping[str, Any]]) -> specs.AppDryRunInfo:
+        d = json.loads(out)
+        info: specs.AppDryRunInfo = specs.AppDryRunInfo(d["request"], lambda _, t=d["text"]: t)
+        info._app = specs.from_dict(d["app"])
+        info._cfg = dict(cfg or {})
+        info._scheduler = d["scheduler"]
+        return info
+
+    # -- submitting --
+
+    def dryrun(self, app: specs.AppDef, scheduler: str,
+               cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
+               parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+        """The scheduler's request for ``app``, submitting nothing."""
+        _no_workspace(workspace)
+        out = self._with_app_file(app, "--dryrun", "--json", "-s", scheduler, *_cfg_flag(cfg))
+        return self._dryrun_info(out, cfg)
+
+    def dryrun_component(self, component: str,
+                         component_args: Union[Sequence[str], Mapping[str, Any]],
+                         scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
+                         workspace: Any = None,
+                         parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+        """The request for a component (a builtin, a YAML file, ``FILE.py:FN``,
+        ``module:FN``) with its command-line arguments."""
+        _no_workspace(workspace)
+        out = self._call("run", "--dryrun", "--json", "-s", scheduler, *_cfg_flag(cfg),
+                         component, *_component_argv(component_args))
+        return self._dryrun_info(out, cfg)
+
+    def schedule(self, dryrun_info: specs.AppDryRunInfo) -> str:
+        """Submits ``dryrun_info.app`` with its cfg; trun makes the request again
+        from them, so edit the AppDef, not ``request``."""
+        if dryrun_info.app is None or dryrun_info._scheduler is None:
+            raise ValueError("schedule: the AppDryRunInfo comes from Runner.dryrun or "
+                             "Runner.dryrun_component")
+        out = self._with_app_file(dryrun_info.app, "-s", dryrun_info._scheduler,
+                                  *_cfg_flag(dryrun_info.cfg))
+        return out.strip().splitlines()[-1]
+
+    def run(self, app: specs.AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
+            workspace: Any = None, parent_run_id: Optional[str] = None) -> str:
+        """Submits ``app``; returns its handle as soon as it has started."""
+        return self.schedule(self.dryrun(app, scheduler, cfg, workspace))
+
+    def run_component(self, component: str,
+                      component_args: Union[Sequence[str], Mapping[str, Any]], scheduler: str,
+                      cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
+                      parent_run_id: Optional[str] = None) -> str:
+        """``trun run -s SCHEDULER COMPONENT ARGS``; returns the handle."""
+        _no_workspace(workspace)
+        out = self._call("run", "-s", scheduler, *_cfg_flag(cfg), component,
+                         *_component_argv(component_args))
+        return out.strip().splitlines()[-1]
+
+    # -- following --
+
+    def status(self, app_handle: str) -> Optional[specs.AppStatus]:
+        """The app's status; None when the scheduler knows no such app."""
+        out = self._ask("status", app_handle)
+        return None if out is None else _status_from_json(json.loads(out))
+
+    def wait(self, app_handle: str, wait_interval: float = 10,
+             timeout: Optional[float] = None) -> Optional[specs.AppStatus]:
+        """Polls every ``wait_interval`` seconds until the app ends; its last status
+        (None for an unknown app). ``timeout``: raise TimeoutError after that long."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status(app_handle)
+            if st is None or st.is_terminal():
+                return st
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{app_handle} is still {st.state} after {timeout} s")
+            time.sleep(wait_interval)
+
+    def cancel(self, app_handle: str) -> None:
+        """Stops the app; returns once it is CANCELLED (or had ended)."""
+        self._call("cancel", self._handle(app_handle))
+
+    stop = cancel
+
+    def describe(self, app_handle: str) -> Optional[specs.AppDef]:
+        """The AppDef the app was submitted with; None for an unknown app."""
+        out = self._ask("describe", app_handle)
+        return None if out is None else specs.from_dict(json.loads(out))
+
+    def log_lines(self, app_handle: str, role_name: str, k: int = 0,
+                  regex: Optional[str] = None, since: Any = None, until: Any = None,
+                  should_tail: bool = False, streams: Any = None) -> Iterator[str]:
+        """Replica ``k`` of ``role_name``'s log lines (with their newlines), as they
+        come when ``should_tail``. ``since``/``until`` are not supported (trun's logs
+        carry no timestamps) and must be None."""
+        if since is not None or until is not None:
+            raise ValueError("log_lines: since/until are not supported by trun's schedulers")
+        argv = [self._trun, "log"]
+        if should_tail:
+            argv.append("--tail")
+        if regex:
+            argv += ["--regex", regex]
+        if streams is not None:
+            argv += ["--streams", getattr(streams, "value", str(streams)).lower()]
+        argv.append(f"{self._handle(app_handle)}/{role_name}/{k}")
+        prefix = f"{role_name}/{k} "
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in proc.stdout:
+                yield line[len(prefix):] if line.startswith(prefix) else line
+            err = proc.stderr.read()
+        finally:
+            proc.stdout.close()
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+        if proc.returncode != 0:
+            e = (TrunInvalidInputError if proc.returncode == 2 else TrunCommandError)(
+                argv, proc.returncode, err)
+            if isinstance(e, TrunInvalidInputError) and _is_unknown_app(e):
+                raise specs.UnknownAppException(app_handle, str(e))
+            raise e
+
+    def list(self, scheduler: str,
+             cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
+        """The apps the scheduler knows, oldest first."""
+        out = self._call("list", "--json", "-s", scheduler, *_cfg_flag(cfg))
+        return [ListAppResponse(app_id=a["app_id"], state=specs.AppState[a["state"]],
+                                app_handle=a["app_handle"], name=a["name"])
+                for a in json.loads(out)]
+
+    def scheduler_backends(self) -> List[str]:
+        return ["local", "slurm"]
+
+    def close(self) -> None:
+        """Nothing to release: every call is a trun process of its own."""
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _no_workspace(workspace: Any) -> None:
+    if workspace:
+        raise ValueError("workspace: trun has no workspaces (replicas run in the submitter's "
+                         "directory or the slurm job_dir); pass None")
+
+
+def _is_unknown_app(e: TrunCommandError) -> bool:
+    """trun's exit 2 for a handle whose app nobody knows ("no local app 'x'", "no
+    SLURM job 12"), as opposed to a malformed handle or an unknown scheduler."""
+    return "no local app" in e.stderr or "no SLURM job" in e.stderr
+
+
+def get_runner(name: Optional[str] = None, component_defaults: Optional[Dict[str, Any]] = None,
+               **scheduler_params: Any) -> Runner:
+    """A Runner; ``name`` is the session (trun's handles always say ``trun``).
+    ``component_defaults`` and scheduler constructor parameters have no trun
+    counterpart (use ``.trunconfig``) and must be left out."""
+    if component_defaults or scheduler_params:
+        raise ValueError("get_runner: component_defaults and scheduler parameters are not "
+                         "supported; put defaults in .trunconfig ([component:NAME], [SCHEDULER])")
+    return Runner(name or "trun")
