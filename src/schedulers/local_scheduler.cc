@@ -438,6 +438,8 @@ Status LocalScheduler::Cancel(const std::string& app_id) {
 Result<std::vector<ListAppResponse>> LocalScheduler::List() {
   std::vector<std::pair<double, ListAppResponse>> apps;
   for (const auto& id : KnownAppIds()) {
+    // Another user's app (a shared state directory) is not ours to show.
+    if (!local::CheckOwner(id).ok()) continue;
     auto st = CurrentState(id);
     if (!st.ok()) continue;
     apps.push_back(

@@ -122,6 +122,10 @@ def test_another_users_app_is_refused(jobs):
         r = jobs.trun(*cmd)
         assert r.returncode == 5, (cmd, r.returncode, r.err)
         assert f"belongs to user nobody (uid {nobody})" in r.err, r.err
+    # Nor is it listed: `trun list` shows the user's own apps only.
+    mine = jobs.trun("run", "--wait", "utils.echo", "--msg", "mine").out.strip()
+    listed = jobs.trun("list").out
+    assert mine in listed and handle not in listed, listed
 
 
 def test_trun_store_serves_everyone_unless_told(hosts):
