@@ -20,14 +20,14 @@
 
 #include "common/status.h"
 #include "rendezvous/coordinator.h"
+#include "store/auth.h"
 
 namespace trun::rendezvous {
 
 inline constexpr Duration kNoOpTimeout = std::chrono::hours(24 * 365);
 
-// Every key that trun's rendezvous writes in a store starts with this; a
-// worker's key (torch's) never does.
-inline constexpr const char* kTrunKeys = "/trun/";
+// Every key that trun's rendezvous writes in a store starts with this.
+using store::kTrunKeys;
 
 class Link {
  public:

@@ -100,6 +100,9 @@ struct Options {
   std::string etcd_prefix = "/torchelastic/p2p";
   // Who may use the stores this agent hosts (--rdzv-conf store_allow).
   StoreAccess store_access;
+  // The job token (store/auth.h): the agents prove it to the store that
+  // hosts the rendezvous; "" for none. Never logged.
+  std::string job_token;
 };
 
 // Reads the rendezvous part of the launch flags; every bad --rdzv-conf key

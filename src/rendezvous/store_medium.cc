@@ -86,6 +86,7 @@ class StoreMedium final : public Medium {
     auto c = StoreClient::Connect(o_.endpoint_host, o_.endpoint_port, std::max(left, Duration(1)),
                                   op_timeout);
     if (!c.ok()) return c.status();
+    TRUN_RETURN_IF_ERROR(store::ShowJobToken(*c, o_.job_token, Where()));
     return std::unique_ptr<Link>(std::make_unique<StoreLink>(std::move(*c), prefix_));
   }
 
@@ -141,6 +142,18 @@ class StoreMedium final : public Medium {
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     o_.endpoint_port = server_->port();
+    if (!o_.job_token.empty()) {
+      server_->RequireJobToken(o_.job_token);
+    } else {
+      static bool warned = false;
+      if (!std::exchange(warned, true)) {
+        log::Warning(
+            "rendezvous: the store on port {} listens on every address and this job has no "
+            "token: anyone who reaches the port can join or end its rounds; give every agent "
+            "the same TRUN_JOB_TOKEN (docs/cli.md, \"The job token\")",
+            o_.endpoint_port);
+      }
+    }
     // Until a round closes nobody is a member: agents that join reach
     // only the rendezvous's keys (docs/rendezvous.md, "Who may use the
     // store").

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "store/auth.h"
 #include "store/encode.h"
 
 namespace trun::store {
@@ -343,6 +344,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     asio::ip::address peer;                      // set where an allowlist is checked
     bool stranger = false;                       // kept to the allowlist's strangers_prefix
     bool used_other_keys = false;                // a request outside that prefix
+    std::string auth_nonce;                      // the job token's nonce, until used
+    bool proven = false;                         // showed the job token (auth.h)
     std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
     std::vector<std::string> watched;            // v1 WATCH_KEY registrations
   };
@@ -455,14 +458,18 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   uint64_t num_refused() const { return refused_; }
 
+  void RequireJobToken(std::string token) { job_token_ = std::move(token); }
+
  private:
   // A stranger's request outside the prefix drops it; a member's marks it,
   // so that it is closed, not demoted, once its host leaves the round.
   bool MayHandle(const std::shared_ptr<Connection>& c, const Request& r) {
     if (!allow_ || allow_->strangers_prefix.empty()) return true;
+    // The job token's exchange is open to strangers: it is how they join.
     auto keys = KeysOf(r);
     bool inside = keys.has_value() && std::all_of(keys->begin(), keys->end(), [&](auto* k) {
-                    return k->starts_with(allow_->strangers_prefix);
+                    return k->starts_with(allow_->strangers_prefix) || *k == kAuthNonceKey ||
+                           *k == kAuthProofKey;
                   });
     if (inside) return true;
     if (!c->stranger) {
@@ -475,6 +482,60 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         "store: refused {} from {}: not a host of the job's current round, which may use only "
         "the rendezvous's keys; {}",
         OpName(r.op), c->peer.to_string(), allow_->widen_hint);
+    Drop(c, "");
+    return false;
+  }
+
+  static std::string PeerOf(const Connection& c) {
+    std::error_code ec;
+    auto ep = c.socket.remote_endpoint(ec);
+    return ec ? std::string("?") : Unmapped(ep.address()).to_string();
+  }
+
+  // The job token's exchange (auth.h). Returns false when `r` was part of
+  // it (answered here), or when it names one of trun's keys on a connection
+  // that has not shown the token (dropped, with one log line).
+  bool PassesJobToken(const std::shared_ptr<Connection>& c, const Request& r) {
+    if (r.op == Op::kCompareSet && r.args[0] == kAuthNonceKey) {
+      c->auth_nonce = NewAuthNonce();
+      std::string o;
+      PutBytes(o, c->auth_nonce);
+      c->Send(o);
+      return false;
+    }
+    if (r.op == Op::kCompareSet && r.args[0] == kAuthProofKey) {
+      // A nonce is good for one proof: a replay, here or elsewhere, fails.
+      std::string nonce = std::exchange(c->auth_nonce, "");
+      std::string answer = kAuthOk;
+      if (nonce.empty() || r.args[1] != nonce) {
+        answer = "refused: no fresh nonce on this connection (a replayed proof?)";
+      } else if (!AuthProofMatches(job_token_, nonce, r.args[2])) {
+        answer = "refused: wrong job token";
+      }
+      c->proven = answer == kAuthOk;
+      if (!c->proven) {
+        g_refused.fetch_add(1, std::memory_order_relaxed);
+        ++refused_;
+        log::Warning("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
+                     answer, PeerOf(*c));
+      }
+      std::string o;
+      PutBytes(o, answer);
+      c->Send(o);
+      return false;
+    }
+    if (c->proven) return true;
+    auto keys = KeysOf(r);
+    if (!keys || std::none_of(keys->begin(), keys->end(),
+                              [](auto* k) { return k->starts_with(kTrunKeys); })) {
+      return true;
+    }
+    g_refused.fetch_add(1, std::memory_order_relaxed);
+    ++refused_;
+    log::Warning(
+        "store: refused {} from {}: trun's keys need the job token, which this client has not "
+        "shown; every agent of the job needs the same TRUN_JOB_TOKEN",
+        OpName(r.op), PeerOf(*c));
     Drop(c, "");
     return false;
   }
@@ -660,6 +721,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
+    if (!job_token_.empty() && !PassesJobToken(c, r)) return;
     if (!MayHandle(c, r)) return;
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
@@ -835,6 +897,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
   uint64_t last_conn_id_ = 0;
   std::optional<Allowlist> allow_;
+  std::string job_token_;                              // "" when none is asked for
   std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
   uint64_t refused_ = 0;
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
@@ -868,6 +931,8 @@ std::optional<std::string> StoreServer::Get(const std::string& key) const {
 size_t StoreServer::EraseAllBut(const std::string& keep_prefix) {
   return impl_->EraseAllBut(keep_prefix);
 }
+void StoreServer::RequireJobToken(std::string token) { impl_->RequireJobToken(std::move(token)); }
+
 size_t StoreServer::SetAllowlist(std::optional<Allowlist> allowlist) {
   return impl_->SetAllowlist(std::move(allowlist));
 }

@@ -121,6 +121,10 @@ class StoreServer {
   // allows are closed (or, with a strangers_prefix, kept to that prefix
   // unless they already used a key outside it). Returns how many closed.
   size_t SetAllowlist(std::optional<Allowlist> allowlist);
+  // Non-empty: trun's keys (/trun/...) are served only to connections that
+  // have shown this job token (auth.h); torch's clients, which never use
+  // them, are unaffected. Empty (the default): no token is asked for.
+  void RequireJobToken(std::string token);
   // Connections refused at accept or dropped for a key outside the
   // strangers' prefix, since start. For tests and /metrics.
   uint64_t num_refused() const;

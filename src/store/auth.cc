@@ -1,0 +1,94 @@
+#include "store/auth.h"
+
+#include <fmt/format.h>
+#include <sodium.h>
+
+#include "store/client.h"
+
+namespace trun::store {
+namespace {
+
+constexpr std::string_view kContext = "trun-job-token-v1\n";
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  std::string out(n * 2 + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes, n);
+  out.pop_back();
+  return out;
+}
+
+std::string RandomHex(size_t n) {
+  // sodium_init is idempotent and thread-safe; it picks the random source.
+  if (sodium_init() < 0) std::abort();
+  std::string bytes(n, '\0');
+  randombytes_buf(bytes.data(), n);
+  return Hex(reinterpret_cast<const unsigned char*>(bytes.data()), n);
+}
+
+}  // namespace
+
+std::string NewAuthNonce() { return RandomHex(32); }
+
+std::string NewJobToken() { return RandomHex(32); }
+
+std::string AuthProof(std::string_view token, std::string_view nonce) {
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(token.data()),
+                              token.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(kContext.data()),
+                                kContext.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(nonce.data()),
+                                nonce.size());
+  unsigned char mac[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256_final(&st, mac);
+  return Hex(mac, sizeof mac);
+}
+
+bool AuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof) {
+  std::string want = AuthProof(token, nonce);
+  return proof.size() == want.size() && sodium_memcmp(proof.data(), want.data(), want.size()) == 0;
+}
+
+Status ShowJobToken(StoreClient& client, const std::string& token, const std::string& where) {
+  auto nonce = client.CompareSet(kAuthNonceKey, "", "");
+  if (!nonce.ok()) return nonce.status();
+  if (nonce->empty()) {
+    if (token.empty()) return Status::OK();
+    return Status::InvalidArgument(
+        where +
+        " asks for no job token, but this agent has one: give every agent of the job the same "
+        "TRUN_JOB_TOKEN, or none");
+  }
+  if (token.empty()) {
+    return Status::PermissionDenied(
+        where +
+        " asks for the job's token and this agent has none: set TRUN_JOB_TOKEN (or --rdzv-conf "
+        "job_token_file=PATH) to the token every agent of the job has");
+  }
+  auto answer = client.CompareSet(kAuthProofKey, *nonce, AuthProof(token, *nonce));
+  if (!answer.ok()) return answer.status();
+  if (*answer != kAuthOk) {
+    return Status::PermissionDenied(fmt::format(
+        "{} {}: this agent's TRUN_JOB_TOKEN is not the job's; give every agent the same one", where,
+        *answer));
+  }
+  return Status::OK();
+}
+
+Status CheckJobToken(std::string_view token) {
+  if (token.size() < 16 || token.size() > 1024) {
+    return Status::InvalidArgument(
+        fmt::format("the job token has {} characters; it needs 16 to 1024 (e.g. `openssl rand "
+                    "-hex 32`)",
+                    token.size()));
+  }
+  for (char c : token) {
+    if (c <= ' ' || c > '~') {
+      return Status::InvalidArgument(
+          "the job token may hold only printable ASCII characters without spaces");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace trun::store
