@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/log.h"
 #include "common/problems.h"
 #include "common/strings.h"
 #include "launch/rdzv_conf.h"
@@ -586,6 +587,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
   }
+  for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
   c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
 
   // torchrun: --shutdown-timeout (whole seconds) when given, else

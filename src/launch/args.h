@@ -5,7 +5,8 @@
 // torch does. Options end at the training script; everything after it is the
 // script's. Errors are collected, --rdzv-conf's and --rdzv-endpoint's too
 // (rdzv_conf.h): one message that names each problem and its fix, and the
-// caller exits 2.
+// caller exits 2. A --rdzv-conf key that looks misspelt is a warning on
+// stderr.
 //
 // Thread-safety: reads the process environment; call before starting threads.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <set>
@@ -13,6 +14,28 @@ namespace trun::launch {
 namespace {
 
 using Ms = RdzvSettings::Ms;
+
+// The keys trun reads (docs/rendezvous.md, "Settings").
+const std::vector<std::string> kReadKeys = {"timeout",
+                                            "join_timeout",
+                                            "last_call_timeout",
+                                            "close_timeout",
+                                            "heartbeat_interval",
+                                            "heartbeat_timeout",
+                                            "keep_alive_interval",
+                                            "keep_alive_max_attempt",
+                                            "is_host",
+                                            "store_allow",
+                                            "protocol",
+                                            "cacert",
+                                            "cert",
+                                            "key",
+                                            "etcd_prefix"};
+
+// torch's keys that trun has no use for ("rank" is torchrun's own, from
+// --node-rank): no typo warning, however close they are to a key trun reads
+// (read_timeout is to join_timeout).
+const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "store_type", "use_libuv"};
 
 // Longer than any rendezvous wait anyone means, and short enough that its
 // milliseconds, times keep_alive_max_attempt, fit an int64.
@@ -117,6 +140,19 @@ std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems
     items[std::string(Trim(kv.substr(0, eq)))] = std::string(Trim(kv.substr(eq + 1)));
   }
   return items;
+}
+
+std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items) {
+  std::vector<std::string> warnings;
+  for (const auto& [key, value] : items) {
+    bool known = std::find(kReadKeys.begin(), kReadKeys.end(), key) != kReadKeys.end();
+    if (known || kIgnoredTorchKeys.count(key)) continue;
+    std::string guess = ClosestMatch(key, kReadKeys);
+    if (guess.empty()) continue;
+    warnings.push_back(fmt::format(
+        "--rdzv-conf {}: trun reads no such key and ignores it (did you mean '{}'?)", key, guess));
+  }
+  return warnings;
 }
 
 RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,

@@ -181,5 +181,26 @@ TEST(RdzvConfTest, TooLargeToBeMeant) {
       << problems;
 }
 
+// torch passes any key on, so an unknown one is no error; a likely typo of a
+// key trun reads is a warning that names neither the value nor a secret.
+TEST(RdzvConfTest, UnknownKeysWarnOnlyWhenLikelyTypos) {
+  auto w = RdzvConfWarnings({{"jion_timeout", "5"},
+                             {"heartbeat_timout", "9"},
+                             {"password", "hunter2"},
+                             {"rank", "1"},
+                             {"read_timeout", "60"},
+                             {"join_timeout", "5"}});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0],
+            "--rdzv-conf heartbeat_timout: trun reads no such key and ignores it (did you mean "
+            "'heartbeat_timeout'?)");
+  EXPECT_EQ(w[1],
+            "--rdzv-conf jion_timeout: trun reads no such key and ignores it (did you mean "
+            "'join_timeout'?)");
+  std::string problems;
+  Settings({{"jion_timeout", "5"}, {"password", "hunter2"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "");
+}
+
 }  // namespace
 }  // namespace trun::launch

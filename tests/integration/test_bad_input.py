@@ -53,6 +53,13 @@ def test_flag_endpoint_and_rdzv_conf_problems_in_one_run():
         assert needle in r.err, (needle, r.err)
 
 
+def test_a_misspelt_rdzv_conf_key_is_a_warning():
+    r = trun("--rdzv-conf", "jion_timeout=5", "--nnodes", 0, *worker())
+    assert r.returncode == 2, r.err
+    assert ("trun: warning: --rdzv-conf jion_timeout: trun reads no such key and ignores it "
+            "(did you mean 'join_timeout'?)") in r.err, r.err
+
+
 def test_help_exits_0():
     r = trun("--help")
     assert r.returncode == 0 and "--nproc-per-node" in r.out
