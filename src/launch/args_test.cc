@@ -190,7 +190,7 @@ TEST(ArgsTest, RdzvConf) {
   EXPECT_FALSE(Parse({"--rdzv-conf", "join_timeout=soon", "--no-python", "true"}).ok());
 }
 
-// Two mistakes in the flags, two in --rdzv-conf and a bad endpoint: one run,
+// Two mistakes in the flags, three in --rdzv-conf and a bad endpoint: one run,
 // one message, a line each.
 TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {
   auto p = Parse({"--nnodes", "x", "--max-restarts", "-1", "--rdzv-backend", "c10d",
@@ -202,13 +202,22 @@ TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {
   for (const char* needle :
        {"--nnodes: expected N or MIN:MAX", "--max-restarts: expected a whole number",
         "--rdzv-endpoint '[::1': an IPv6 address needs its closing ']'",
+        "--rdzv-conf timeout=abc: expected seconds > 0",
         "--rdzv-conf join_timeout=soon: expected seconds > 0",
         "--rdzv-conf is_host=maybe: expected true or false"}) {
     EXPECT_NE(m.find(needle), std::string::npos) << needle << " not in:\n" << m;
   }
-  // c10d reads no `timeout`, as torch's does not.
-  EXPECT_EQ(m.find("timeout=abc"), std::string::npos) << m;
-  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 4) << m;
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 5) << m;
+}
+
+// The example of issue 16: a one-node job runs c10d (implicitly
+// --standalone), and its `timeout` is checked all the same.
+TEST(ArgsTest, TwoMistakesOfOneNodeInOneRun) {
+  auto p = Parse({"--nnodes=x", "--rdzv-conf", "timeout=abc", "--no-python", "true"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got 'x'\n"
+            "--rdzv-conf timeout=abc: expected seconds > 0");
 }
 
 // The observability flags and the variables behind them.

@@ -183,11 +183,12 @@ RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
   }
 
   // static's and etcd's "timeout" is their join timeout; torchrun's default
-  // for it is 900 s. c10d reads only join_timeout, as torch's does.
-  if (c.rdzv_backend != "c10d") {
-    s.join_timeout = Ms(900'000);
-    Seconds(items, "timeout", s.join_timeout, p);
-  }
+  // for it is 900 s. c10d waits only join_timeout, as torch's does, but a bad
+  // timeout is a mistake there too: a one-node job that is implicitly
+  // --standalone runs c10d, and its timeout must not pass unchecked.
+  Ms timeout(900'000);
+  Seconds(items, "timeout", timeout, p);
+  if (c.rdzv_backend != "c10d") s.join_timeout = timeout;
   Seconds(items, "join_timeout", s.join_timeout, p);
   Seconds(items, "last_call_timeout", s.last_call_timeout, p);
   Seconds(items, "close_timeout", s.close_timeout, p);

@@ -76,12 +76,15 @@ TEST(RdzvConfTest, TimeoutIsStaticsAndEtcdsJoinTimeout) {
   EXPECT_EQ(Settings({{"timeout", "1.5"}}, Backend("static"), &problems).join_timeout,
             std::chrono::milliseconds(1500));
   EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("etcd", "e"), &problems).join_timeout, seconds(7));
-  // join_timeout wins; c10d reads no `timeout`, as torch's does not.
+  // join_timeout wins; c10d waits no `timeout`, as torch's does not, but
+  // checks it.
   EXPECT_EQ(Settings({{"timeout", "7"}, {"join_timeout", "3"}}, Backend("static"), &problems)
                 .join_timeout,
             seconds(3));
-  EXPECT_EQ(Settings({{"timeout", "abc"}}, Backend("c10d"), &problems).join_timeout, seconds(600));
+  EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("c10d"), &problems).join_timeout, seconds(600));
   EXPECT_EQ(problems, "");
+  Settings({{"timeout", "abc"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "--rdzv-conf timeout=abc: expected seconds > 0");
 }
 
 TEST(RdzvConfTest, KeepAliveThenHeartbeat) {
