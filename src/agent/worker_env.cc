@@ -10,25 +10,15 @@ namespace trun::agent {
 std::vector<std::string> WorkerEnv(std::span<const std::string> agent_env,
                                    const launch::LaunchConfig& config,
                                    const std::string& timer_file, const WorkerPlace& place) {
-  static const std::set<std::string, std::less<>> kOwn = {"LOCAL_RANK",
-                                                          "RANK",
-                                                          "GROUP_RANK",
-                                                          "ROLE_RANK",
-                                                          "ROLE_NAME",
-                                                          "LOCAL_WORLD_SIZE",
-                                                          "WORLD_SIZE",
-                                                          "GROUP_WORLD_SIZE",
-                                                          "ROLE_WORLD_SIZE",
-                                                          "MASTER_ADDR",
-                                                          "MASTER_PORT",
-                                                          "TORCHELASTIC_RESTART_COUNT",
-                                                          "TORCHELASTIC_MAX_RESTARTS",
-                                                          "TORCHELASTIC_RUN_ID",
-                                                          "TORCHELASTIC_USE_AGENT_STORE",
-                                                          "NCCL_ASYNC_ERROR_HANDLING",
-                                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                                                          "TORCHELASTIC_ERROR_FILE",
-                                                          "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+  static const std::set<std::string, std::less<>> kOwn = {
+      "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+      "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+      "TORCHELASTIC_USE_AGENT_STORE", "NCCL_ASYNC_ERROR_HANDLING",
+      "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE",
+      "TORCHELASTIC_SIGNALS_TO_HANDLE",
+      // The agents' secret, not the workers'.
+      "TRUN_JOB_TOKEN"};
   std::vector<std::string> env;
   env.reserve(agent_env.size() + 24);
   std::string nccl_async = "1", torch_nccl_async = "1";

@@ -3,7 +3,8 @@
 // the worker's place in it.
 //
 // What a worker gets, on top of the agent's environment (minus every
-// variable below, so a stale value never leaks through):
+// variable below, so a stale value never leaks through, and minus the job
+// token, TRUN_JOB_TOKEN, which is the agents' secret):
 //   LOCAL_RANK RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE
 //   WORLD_SIZE GROUP_WORLD_SIZE ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT
 //   TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID

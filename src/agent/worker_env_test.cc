@@ -71,13 +71,15 @@ TEST(WorkerEnv, TorchrunsContract) {
 }
 
 TEST(WorkerEnv, TheAgentsOwnValuesOfTheContractNeverLeakThrough) {
-  std::vector<std::string> agent = {"RANK=99", "MASTER_PORT=1", "TORCHELASTIC_ERROR_FILE=/agent",
-                                    "WORLD_SIZE=77", "X=1"};
+  std::vector<std::string> agent = {
+      "RANK=99",       "MASTER_PORT=1", "TORCHELASTIC_ERROR_FILE=/agent",
+      "WORLD_SIZE=77", "X=1",           "TRUN_JOB_TOKEN=secret"};
   auto env = AsMap(WorkerEnv(agent, Config(), "", Place()));
   EXPECT_EQ(env["RANK"], "5");
   EXPECT_EQ(env["MASTER_PORT"], "29400");
   EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], "/logs/attempt_2/1/error.json");
   EXPECT_EQ(env["X"], "1");
+  EXPECT_FALSE(env.count("TRUN_JOB_TOKEN"));
 }
 
 TEST(WorkerEnv, KeepsTheAgentsNcclErrorHandling) {

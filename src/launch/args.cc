@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/log.h"
 #include "common/problems.h"
 #include "common/strings.h"
+#include "launch/rdzv_conf.h"
 #include "launch/slurm_env.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
@@ -168,22 +170,6 @@ void ParseNproc(const std::string& v, LaunchConfig& c, Problems& p) {
       return;
     }
     c.nproc_per_node = static_cast<int>(*n);
-  }
-}
-
-// "k=v,k=v" as torchrun's _parse_rendezvous_config: keys and values trimmed,
-// empty items skipped, a missing value is an error.
-void ParseRdzvConf(const std::string& v, LaunchConfig& c, Problems& p) {
-  for (auto& item : Split(v, ',')) {
-    std::string_view kv = Trim(item);
-    if (kv.empty()) continue;
-    size_t eq = kv.find('=');
-    if (eq == std::string_view::npos || Trim(kv.substr(0, eq)).empty() ||
-        Trim(kv.substr(eq + 1)).empty()) {
-      p.Add(fmt::format("--rdzv-conf: '{}' is not of the form key=value", kv));
-      continue;
-    }
-    c.rdzv_configs[std::string(Trim(kv.substr(0, eq)))] = std::string(Trim(kv.substr(eq + 1)));
   }
 }
 
@@ -412,7 +398,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("rdzv_backend")) c.rdzv_backend = value("rdzv_backend");
   if (given("rdzv_endpoint")) c.rdzv_endpoint = value("rdzv_endpoint");
   if (given("rdzv_id")) c.rdzv_id = value("rdzv_id");
-  if (given("rdzv_conf")) ParseRdzvConf(value("rdzv_conf"), c, p);
+  std::map<std::string, std::string> rdzv_conf;
+  if (given("rdzv_conf")) rdzv_conf = SplitRdzvConf(value("rdzv_conf"), p);
   c.standalone = flags["standalone"];
   if (given("max_restarts")) {
     if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p)) c.max_restarts = *n;
@@ -600,8 +587,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
   }
-  if (!c.rdzv_configs.count("timeout")) c.rdzv_configs["timeout"] = "900";
-  if (c.rdzv_backend == "static") c.rdzv_configs["rank"] = std::to_string(c.node_rank);
+  for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
+  c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
 
   // torchrun: --shutdown-timeout (whole seconds) when given, else
   // TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30.

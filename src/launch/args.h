@@ -3,8 +3,10 @@
 // Every torchrun flag is accepted in its dash and underscore spellings
 // (--nproc-per-node, --nproc_per_node), with PET_<DEST> as the fallback, as
 // torch does. Options end at the training script; everything after it is the
-// script's. Errors are collected: one message that names each problem and its
-// fix, and the caller exits 2.
+// script's. Errors are collected, --rdzv-conf's and --rdzv-endpoint's too
+// (rdzv_conf.h): one message that names each problem and its fix, and the
+// caller exits 2. A --rdzv-conf key that looks misspelt is a warning on
+// stderr.
 //
 // Thread-safety: reads the process environment; call before starting threads.
 #pragma once

@@ -56,7 +56,9 @@ TEST_F(ArgsUnderSrun, StaticFindsNodeZeroOnTheFirstHost) {
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->config.master_addr, "node3");
   EXPECT_EQ(p->config.master_port, 15077);
-  EXPECT_EQ(p->config.rdzv_configs.at("rank"), "1");
+  EXPECT_EQ(p->config.node_rank, 1);
+  EXPECT_EQ(p->config.rdzv.endpoint_host, "node3");
+  EXPECT_EQ(p->config.rdzv.endpoint_port, 15077);
 }
 
 TEST_F(ArgsUnderSrun, StandaloneIgnoresSlurm) {

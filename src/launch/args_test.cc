@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <chrono>
+
 namespace trun::launch {
 namespace {
 
@@ -29,7 +32,10 @@ TEST(ArgsTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(c.rdzv_backend, "c10d");
   EXPECT_EQ(c.rdzv_id.size(), 36u);
   EXPECT_EQ(c.rdzv_endpoint, "localhost:0");
-  EXPECT_EQ(c.rdzv_configs.at("timeout"), "900");
+  // c10d waits join_timeout; torchrun's timeout=900 is static's and etcd's.
+  EXPECT_EQ(c.rdzv.join_timeout, std::chrono::seconds(600));
+  EXPECT_EQ(c.rdzv.endpoint_host, "localhost");
+  EXPECT_EQ(c.rdzv.endpoint_port, 0);
   EXPECT_EQ(c.role, "default");
   EXPECT_EQ(c.max_restarts, 0);
   EXPECT_EQ(c.signals_to_handle.size(), 4u);
@@ -53,7 +59,9 @@ TEST(ArgsTest, OneStaticNodeWithAStoreAddressStaysStatic) {
   EXPECT_EQ(p->config.rdzv_backend, "static");
   EXPECT_EQ(p->config.rdzv_id, "none");
   EXPECT_EQ(p->config.rdzv_endpoint, "127.0.0.1:29511");
-  EXPECT_EQ(p->config.rdzv_configs.at("rank"), "0");
+  EXPECT_EQ(p->config.rdzv.endpoint_host, "127.0.0.1");
+  EXPECT_EQ(p->config.rdzv.endpoint_port, 29511);
+  EXPECT_EQ(p->config.rdzv.join_timeout, std::chrono::seconds(900));
   auto two = Parse({"--nnodes", "2", "--no-python", "true"});
   ASSERT_TRUE(two.ok()) << two.status().ToString();
   EXPECT_EQ(two->config.rdzv_backend, "static");
@@ -175,9 +183,41 @@ TEST(ArgsTest, ConflictingEntrypoints) {
 TEST(ArgsTest, RdzvConf) {
   auto p = Parse({"--rdzv-conf", "join_timeout=5, is_host=1", "--no-python", "true"});
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->config.rdzv_configs.at("join_timeout"), "5");
-  EXPECT_EQ(p->config.rdzv_configs.at("is_host"), "1");
+  EXPECT_EQ(p->config.rdzv.join_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(p->config.rdzv.is_host, true);
   EXPECT_FALSE(Parse({"--rdzv-conf", "novalue", "--no-python", "true"}).ok());
+  // Checked for a one-node job too, which never meets a backend.
+  EXPECT_FALSE(Parse({"--rdzv-conf", "join_timeout=soon", "--no-python", "true"}).ok());
+}
+
+// Two mistakes in the flags, three in --rdzv-conf and a bad endpoint: one run,
+// one message, a line each.
+TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {
+  auto p = Parse({"--nnodes", "x", "--max-restarts", "-1", "--rdzv-backend", "c10d",
+                  "--rdzv-endpoint", "[::1", "--rdzv-conf",
+                  "timeout=abc,join_timeout=soon,is_host=maybe", "--no-python", "true"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = p.status().message();
+  for (const char* needle :
+       {"--nnodes: expected N or MIN:MAX", "--max-restarts: expected a whole number",
+        "--rdzv-endpoint '[::1': an IPv6 address needs its closing ']'",
+        "--rdzv-conf timeout=abc: expected seconds > 0",
+        "--rdzv-conf join_timeout=soon: expected seconds > 0",
+        "--rdzv-conf is_host=maybe: expected true or false"}) {
+    EXPECT_NE(m.find(needle), std::string::npos) << needle << " not in:\n" << m;
+  }
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 5) << m;
+}
+
+// The example of issue 16: a one-node job runs c10d (implicitly
+// --standalone), and its `timeout` is checked all the same.
+TEST(ArgsTest, TwoMistakesOfOneNodeInOneRun) {
+  auto p = Parse({"--nnodes=x", "--rdzv-conf", "timeout=abc", "--no-python", "true"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got 'x'\n"
+            "--rdzv-conf timeout=abc: expected seconds > 0");
 }
 
 // The observability flags and the variables behind them.

@@ -70,8 +70,9 @@ struct Round {
   }
 };
 
-// Everything a backend needs, from the launch flags and --rdzv-conf.
-struct Options {
+// Everything a backend needs: the rendezvous settings of the command line,
+// as ParseLaunchArgs checked them, and this node's part in the job.
+struct Options : launch::RdzvSettings {
   std::string backend;  // static | c10d | etcd (etcd-v2 is the same)
   std::string run_id;
   std::string node_id;  // this agent's: host, pid and a random part
@@ -79,35 +80,18 @@ struct Options {
   int max_nodes = 1;
   int nproc = 1;
   int max_restarts = 0;
-  std::string endpoint_host;
-  int endpoint_port = 0;
-  std::optional<bool> is_host;  // c10d: --rdzv-conf is_host
-  int node_rank = 0;            // static
-  std::string local_addr;       // --local-addr; empty: the address the store sees us from
-  Duration join_timeout{600'000};
-  Duration last_call_timeout{30'000};
-  Duration close_timeout{30'000};
-  Duration heartbeat_interval{1'000};
-  Duration heartbeat_timeout{5'000};
+  int node_rank = 0;       // static
+  std::string local_addr;  // --local-addr; empty: the address the store sees us from
   // How long a leaving host serves the others' last reads (Leave): their
   // workers' shutdown grace plus a heartbeat timeout.
   Duration linger{35'000};
   // static's MASTER_PORT given by flag: bind exactly that port.
   bool port_given = false;
-  // etcd: the servers (from --rdzv-endpoint), TLS files and key prefix
-  // (--rdzv-conf protocol, cacert, cert, key, etcd_prefix).
-  EtcdOptions etcd;
-  std::string etcd_prefix = "/torchelastic/p2p";
-  // Who may use the stores this agent hosts (--rdzv-conf store_allow).
-  StoreAccess store_access;
-  // The job token (store/auth.h): the agents prove it to the store that
-  // hosts the rendezvous; "" for none. Never logged.
-  std::string job_token;
 };
 
-// Reads the rendezvous part of the launch flags; every bad --rdzv-conf key
-// or value is an InvalidArgument naming it.
-Result<Options> OptionsFromConfig(const launch::LaunchConfig& config);
+// The rendezvous part of the launch flags, already checked by
+// ParseLaunchArgs.
+Options OptionsFromConfig(const launch::LaunchConfig& config);
 
 class Rendezvous {
  public:

@@ -41,6 +41,25 @@ def test_all_problems_are_reported_at_once():
     assert "--nproc-per-node" in r.err and "--tee" in r.err and "--nnodes" in r.err
 
 
+def test_flag_endpoint_and_rdzv_conf_problems_in_one_run():
+    r = trun("--nnodes", "x", "--max-restarts", -1, "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", "[::1", "--rdzv-conf", "join_timeout=soon,is_host=maybe",
+             *worker())
+    assert r.returncode == 2, r.err
+    lines = r.err.splitlines()
+    assert len(lines) == 5 and all(line.startswith("trun: error: ") for line in lines), r.err
+    for needle in ("--nnodes", "--max-restarts", "--rdzv-endpoint '[::1'",
+                   "--rdzv-conf join_timeout=soon", "--rdzv-conf is_host=maybe"):
+        assert needle in r.err, (needle, r.err)
+
+
+def test_a_misspelt_rdzv_conf_key_is_a_warning():
+    r = trun("--rdzv-conf", "jion_timeout=5", "--nnodes", 0, *worker())
+    assert r.returncode == 2, r.err
+    assert ("trun: warning: --rdzv-conf jion_timeout: trun reads no such key and ignores it "
+            "(did you mean 'join_timeout'?)") in r.err, r.err
+
+
 def test_help_exits_0():
     r = trun("--help")
     assert r.returncode == 0 and "--nproc-per-node" in r.out

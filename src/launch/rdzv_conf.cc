@@ -1,0 +1,261 @@
+#include "launch/rdzv_conf.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+
+#include "common/files.h"
+#include "common/strings.h"
+#include "rendezvous/etcd_client.h"
+#include "store/auth.h"
+
+namespace trun::launch {
+namespace {
+
+using Ms = RdzvSettings::Ms;
+
+// The keys trun reads (docs/rendezvous.md, "Settings").
+const std::vector<std::string> kReadKeys = {"timeout",
+                                            "join_timeout",
+                                            "last_call_timeout",
+                                            "close_timeout",
+                                            "heartbeat_interval",
+                                            "heartbeat_timeout",
+                                            "keep_alive_interval",
+                                            "keep_alive_max_attempt",
+                                            "is_host",
+                                            "store_allow",
+                                            "protocol",
+                                            "cacert",
+                                            "cert",
+                                            "key",
+                                            "etcd_prefix",
+                                            "job_token",
+                                            "job_token_file"};
+
+// torch's keys that trun has no use for ("rank" is torchrun's own, from
+// --node-rank): no typo warning, however close they are to a key trun reads
+// (read_timeout is to join_timeout).
+const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "store_type", "use_libuv"};
+
+// Longer than any rendezvous wait anyone means, and short enough that its
+// milliseconds, times keep_alive_max_attempt, fit an int64.
+constexpr double kMaxSeconds = 1e9;
+constexpr long long kMaxAttempts = 1'000'000;
+
+// The job token (store/auth.h): --rdzv-conf job_token_file=PATH, else
+// job_token=TOKEN (which `ps` shows: for tests and one-off runs), else
+// $TRUN_JOB_TOKEN. A problem never quotes the token.
+void ParseJobToken(const std::map<std::string, std::string>& items, RdzvSettings& s, Problems& p) {
+  std::string from;
+  if (auto it = items.find("job_token_file"); it != items.end()) {
+    auto text = ReadFile(it->second);
+    if (!text.ok()) {
+      p.Add(fmt::format("--rdzv-conf job_token_file={}: {}", it->second, text.status().message()));
+      return;
+    }
+    s.job_token = std::string(Trim(*text));
+    from = "--rdzv-conf job_token_file=" + it->second;
+  } else if (auto it = items.find("job_token"); it != items.end()) {
+    s.job_token = it->second;
+    from = "--rdzv-conf job_token";
+  } else if (const char* env = std::getenv("TRUN_JOB_TOKEN"); env && *env) {
+    s.job_token = env;
+    from = "TRUN_JOB_TOKEN";
+  }
+  if (from.empty()) return;
+  if (Status st = store::CheckJobToken(s.job_token); !st.ok()) {
+    p.Add(fmt::format("{}: {}", from, st.message()));
+  }
+}
+
+// Sets `out` to the key's seconds where the key is there and valid; true
+// when it was set.
+bool Seconds(const std::map<std::string, std::string>& items, const std::string& key, Ms& out,
+             Problems& p) {
+  auto it = items.find(key);
+  if (it == items.end()) return false;
+  auto v = ParseDouble(it->second);
+  if (!v || !(*v > 0)) {
+    p.Add(fmt::format("--rdzv-conf {}={}: expected seconds > 0", key, it->second));
+    return false;
+  }
+  if (*v > kMaxSeconds) {
+    p.Add(fmt::format("--rdzv-conf {}={}: at most {:.0f} seconds", key, it->second, kMaxSeconds));
+    return false;
+  }
+  out = Ms(static_cast<int64_t>(*v * 1000));
+  return true;
+}
+
+// "host", "host:port", "[v6]:port" -> the settings' host and port (or
+// `default_port`).
+void SplitEndpoint(const std::string& endpoint, int default_port, RdzvSettings& s, Problems& p) {
+  std::string host;
+  std::string port_text;
+  if (endpoint.starts_with("[")) {
+    size_t close = endpoint.find(']');
+    if (close == std::string::npos) {
+      p.Add(fmt::format("--rdzv-endpoint '{}': an IPv6 address needs its closing ']'", endpoint));
+      return;
+    }
+    host = endpoint.substr(1, close - 1);
+    if (close + 1 < endpoint.size()) {
+      if (endpoint[close + 1] != ':') {
+        p.Add(fmt::format("--rdzv-endpoint '{}': expected [address]:port", endpoint));
+        return;
+      }
+      port_text = endpoint.substr(close + 2);
+    }
+  } else {
+    size_t colon = endpoint.rfind(':');
+    if (colon != std::string::npos && endpoint.find(':') == colon) {
+      host = endpoint.substr(0, colon);
+      port_text = endpoint.substr(colon + 1);
+    } else {
+      host = endpoint;
+    }
+  }
+  if (host.empty()) {
+    p.Add(fmt::format(
+        "--rdzv-endpoint '{}': no host; give the host that runs the store, as HOST:PORT",
+        endpoint));
+    return;
+  }
+  int port = default_port;
+  if (!port_text.empty()) {
+    auto n = ParseInt(port_text);
+    if (!n || *n < 0 || *n > 65535) {
+      p.Add(fmt::format("--rdzv-endpoint '{}': expected a port 0-65535, got '{}'", endpoint,
+                        port_text));
+      return;
+    }
+    port = static_cast<int>(*n);
+  }
+  s.endpoint_host = std::move(host);
+  s.endpoint_port = port;
+}
+
+// torch's get_as_bool words, in any case.
+void ParseIsHost(const std::string& value, RdzvSettings& s, Problems& p) {
+  static const std::set<std::string> kTrue = {"1", "true", "t", "yes", "y"};
+  static const std::set<std::string> kFalse = {"0", "false", "f", "no", "n"};
+  std::string v = value;
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (kTrue.count(v)) {
+    s.is_host = true;
+  } else if (kFalse.count(v)) {
+    s.is_host = false;
+  } else {
+    p.Add(fmt::format("--rdzv-conf is_host={}: expected true or false", value));
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p) {
+  std::map<std::string, std::string> items;
+  for (auto& item : Split(text, ',')) {
+    std::string_view kv = Trim(item);
+    if (kv.empty()) continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || Trim(kv.substr(0, eq)).empty() ||
+        Trim(kv.substr(eq + 1)).empty()) {
+      p.Add(fmt::format("--rdzv-conf: '{}' is not of the form key=value", kv));
+      continue;
+    }
+    items[std::string(Trim(kv.substr(0, eq)))] = std::string(Trim(kv.substr(eq + 1)));
+  }
+  return items;
+}
+
+std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items) {
+  std::vector<std::string> warnings;
+  for (const auto& [key, value] : items) {
+    bool known = std::find(kReadKeys.begin(), kReadKeys.end(), key) != kReadKeys.end();
+    if (known || kIgnoredTorchKeys.count(key)) continue;
+    std::string guess = ClosestMatch(key, kReadKeys);
+    if (guess.empty()) continue;
+    warnings.push_back(fmt::format(
+        "--rdzv-conf {}: trun reads no such key and ignores it (did you mean '{}'?)", key, guess));
+  }
+  return warnings;
+}
+
+RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
+                               const LaunchConfig& c, Problems& p) {
+  RdzvSettings s;
+  auto conf = [&](const char* key, const char* fallback) {
+    auto it = items.find(key);
+    return it == items.end() ? std::string(fallback) : it->second;
+  };
+  const bool etcd = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";
+  if (c.rdzv_backend == "static") {
+    s.endpoint_host = c.master_addr;
+    s.endpoint_port = c.master_port;
+  } else if (etcd) {
+    auto endpoints = rendezvous::EtcdEndpoints(c.rdzv_endpoint, conf("protocol", "http"));
+    if (endpoints.ok()) {
+      s.etcd.endpoints = std::move(*endpoints);
+    } else {
+      p.Add(endpoints.status().message());
+    }
+    s.etcd.cacert = conf("cacert", "");
+    s.etcd.cert = conf("cert", "");
+    s.etcd.key = conf("key", "");
+    s.etcd_prefix = conf("etcd_prefix", "/torchelastic/p2p");
+    while (s.etcd_prefix.ends_with('/')) s.etcd_prefix.pop_back();
+  } else if (c.rdzv_backend == "c10d") {
+    SplitEndpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, s, p);
+  }
+
+  // static's and etcd's "timeout" is their join timeout; torchrun's default
+  // for it is 900 s. c10d waits only join_timeout, as torch's does, but a bad
+  // timeout is a mistake there too: a one-node job that is implicitly
+  // --standalone runs c10d, and its timeout must not pass unchecked.
+  Ms timeout(900'000);
+  Seconds(items, "timeout", timeout, p);
+  if (c.rdzv_backend != "c10d") s.join_timeout = timeout;
+  Seconds(items, "join_timeout", s.join_timeout, p);
+  Seconds(items, "last_call_timeout", s.last_call_timeout, p);
+  Seconds(items, "close_timeout", s.close_timeout, p);
+  // torch's keep-alive settings, then trun's own names for the same thing.
+  Ms keep_alive = s.heartbeat_interval;
+  if (Seconds(items, "keep_alive_interval", keep_alive, p)) {
+    s.heartbeat_interval = keep_alive;
+    s.heartbeat_timeout = keep_alive * 3;
+  }
+  if (auto it = items.find("keep_alive_max_attempt"); it != items.end()) {
+    auto n = ParseInt(it->second);
+    if (!n || *n < 1) {
+      p.Add(fmt::format("--rdzv-conf keep_alive_max_attempt={}: expected a whole number >= 1",
+                        it->second));
+    } else if (*n > kMaxAttempts) {
+      p.Add(fmt::format("--rdzv-conf keep_alive_max_attempt={}: at most {}", it->second,
+                        kMaxAttempts));
+    } else {
+      s.heartbeat_timeout = s.heartbeat_interval * *n;
+    }
+  }
+  Seconds(items, "heartbeat_interval", s.heartbeat_interval, p);
+  Seconds(items, "heartbeat_timeout", s.heartbeat_timeout, p);
+  if (s.heartbeat_timeout <= s.heartbeat_interval) {
+    p.Add(
+        fmt::format("--rdzv-conf: heartbeat_timeout ({} ms) must exceed heartbeat_interval ({} ms)",
+                    s.heartbeat_timeout.count(), s.heartbeat_interval.count()));
+  }
+  if (auto it = items.find("is_host"); it != items.end()) ParseIsHost(it->second, s, p);
+  if (auto access = rendezvous::ParseStoreAccess(items); access.ok()) {
+    s.store_access = std::move(*access);
+  } else {
+    p.Add(access.status().message());
+  }
+  ParseJobToken(items, s, p);
+  return s;
+}
+
+}  // namespace trun::launch

@@ -1,0 +1,38 @@
+// --rdzv-conf and --rdzv-endpoint -> RdzvSettings (config.h).
+//
+// torchrun hands --rdzv-conf to the backend as a dict, and each backend
+// reads the keys it knows when it starts. trun types and checks every key it
+// reads (docs/rendezvous.md, "Settings") here, beside the rest of the command
+// line, so one run reports every problem and the agent starts only with
+// valid values. A key trun does not read is accepted, as torch accepts it;
+// one close to a key trun reads is warned about as a likely typo.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/problems.h"
+#include "launch/config.h"
+
+namespace trun::launch {
+
+// "k=v,k=v" as torchrun's _parse_rendezvous_config: keys and values trimmed,
+// empty items skipped; an item without a key or a value is a problem.
+std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
+
+// One warning per key of `items` that trun does not read but that is close to
+// one it does; names the key and the likely one, never the value (it may be a
+// secret).
+std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items);
+
+// `items` and the endpoint `c` names (c.rdzv_backend as --standalone left it,
+// c.rdzv_endpoint, c.master_addr, c.master_port), typed for c's backend. Each
+// bad value, and a bad endpoint, is a problem that names it.
+RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
+                               const LaunchConfig& c, Problems& p);
+
+}  // namespace trun::launch

@@ -1,0 +1,209 @@
+#include "launch/rdzv_conf.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace trun::launch {
+namespace {
+
+using std::chrono::seconds;
+using Items = std::map<std::string, std::string>;
+
+LaunchConfig Backend(const std::string& backend, const std::string& endpoint = "") {
+  LaunchConfig c;
+  c.rdzv_backend = backend;
+  c.rdzv_endpoint = endpoint;
+  return c;
+}
+
+// Parses `items` for `c`; the problems, one a line, in `problems`.
+RdzvSettings Settings(const Items& items, const LaunchConfig& c, std::string* problems) {
+  Problems p;
+  RdzvSettings s = ParseRdzvSettings(items, c, p);
+  *problems = p.ToStatus().message();
+  return s;
+}
+
+TEST(RdzvConfTest, SplitsAsTorchrun) {
+  Problems p;
+  auto items = SplitRdzvConf(" join_timeout = 5 ,, is_host=1,", p);
+  EXPECT_TRUE(p.empty());
+  EXPECT_EQ(items, (Items{{"join_timeout", "5"}, {"is_host", "1"}}));
+  SplitRdzvConf("novalue,=3,k= ", p);
+  ASSERT_EQ(p.messages().size(), 3u);
+  EXPECT_EQ(p.messages()[0], "--rdzv-conf: 'novalue' is not of the form key=value");
+  EXPECT_EQ(p.messages()[1], "--rdzv-conf: '=3' is not of the form key=value");
+  EXPECT_EQ(p.messages()[2], "--rdzv-conf: 'k=' is not of the form key=value");
+}
+
+TEST(RdzvConfTest, EachBackendsDefaults) {
+  std::string problems;
+  auto c10d = Settings({}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(c10d.endpoint_host, "localhost");
+  EXPECT_EQ(c10d.endpoint_port, 29400);
+  EXPECT_EQ(c10d.join_timeout, seconds(600));
+  EXPECT_EQ(c10d.last_call_timeout, seconds(30));
+  EXPECT_EQ(c10d.close_timeout, seconds(30));
+  EXPECT_EQ(c10d.heartbeat_interval, seconds(1));
+  EXPECT_EQ(c10d.heartbeat_timeout, seconds(5));
+  EXPECT_FALSE(c10d.is_host.has_value());
+  EXPECT_FALSE(c10d.store_access.any);
+  EXPECT_TRUE(c10d.store_access.extra.empty());
+
+  LaunchConfig st = Backend("static");
+  st.master_addr = "10.0.0.5";
+  st.master_port = 29511;
+  auto s = Settings({}, st, &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(s.endpoint_host, "10.0.0.5");
+  EXPECT_EQ(s.endpoint_port, 29511);
+  EXPECT_EQ(s.join_timeout, seconds(900));
+
+  auto etcd = Settings({{"etcd_prefix", "/mine//"}, {"cacert", "ca.pem"}},
+                       Backend("etcd-v2", "e1,https://e2:7"), &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(etcd.etcd.endpoints, (std::vector<std::string>{"http://e1:2379", "https://e2:7"}));
+  EXPECT_EQ(etcd.etcd_prefix, "/mine");
+  EXPECT_EQ(etcd.etcd.cacert, "ca.pem");
+  EXPECT_EQ(etcd.join_timeout, seconds(900));
+}
+
+TEST(RdzvConfTest, TimeoutIsStaticsAndEtcdsJoinTimeout) {
+  std::string problems;
+  EXPECT_EQ(Settings({{"timeout", "1.5"}}, Backend("static"), &problems).join_timeout,
+            std::chrono::milliseconds(1500));
+  EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("etcd", "e"), &problems).join_timeout, seconds(7));
+  // join_timeout wins; c10d waits no `timeout`, as torch's does not, but
+  // checks it.
+  EXPECT_EQ(Settings({{"timeout", "7"}, {"join_timeout", "3"}}, Backend("static"), &problems)
+                .join_timeout,
+            seconds(3));
+  EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("c10d"), &problems).join_timeout, seconds(600));
+  EXPECT_EQ(problems, "");
+  Settings({{"timeout", "abc"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "--rdzv-conf timeout=abc: expected seconds > 0");
+}
+
+TEST(RdzvConfTest, KeepAliveThenHeartbeat) {
+  std::string problems;
+  auto s = Settings({{"keep_alive_interval", "2"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(s.heartbeat_interval, seconds(2));
+  EXPECT_EQ(s.heartbeat_timeout, seconds(6));
+  s = Settings({{"keep_alive_interval", "2"}, {"keep_alive_max_attempt", "4"}}, Backend("c10d"),
+               &problems);
+  EXPECT_EQ(s.heartbeat_timeout, seconds(8));
+  s = Settings({{"keep_alive_interval", "2"}, {"heartbeat_timeout", "3"}}, Backend("c10d"),
+               &problems);
+  EXPECT_EQ(s.heartbeat_timeout, seconds(3));
+  EXPECT_EQ(problems, "");
+  Settings({{"heartbeat_interval", "5"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems,
+            "--rdzv-conf: heartbeat_timeout (5000 ms) must exceed heartbeat_interval (5000 ms)");
+}
+
+TEST(RdzvConfTest, IsHostInTorchsWords) {
+  std::string problems;
+  EXPECT_EQ(Settings({{"is_host", "Yes"}}, Backend("c10d"), &problems).is_host, true);
+  EXPECT_EQ(Settings({{"is_host", "f"}}, Backend("c10d"), &problems).is_host, false);
+  EXPECT_EQ(problems, "");
+  EXPECT_FALSE(Settings({{"is_host", "maybe"}}, Backend("c10d"), &problems).is_host.has_value());
+  EXPECT_EQ(problems, "--rdzv-conf is_host=maybe: expected true or false");
+}
+
+TEST(RdzvConfTest, StoreAllow) {
+  std::string problems;
+  auto s = Settings({{"store_allow", "10.9.0.0/16;192.168.1.7"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(s.store_access.extra.size(), 2u);
+  EXPECT_TRUE(Settings({{"store_allow", "any"}}, Backend("c10d"), &problems).store_access.any);
+  Settings({{"store_allow", "10.0.0.0/40"}}, Backend("static"), &problems);
+  EXPECT_NE(problems.find("--rdzv-conf store_allow=10.0.0.0/40"), std::string::npos) << problems;
+}
+
+TEST(RdzvConfTest, EndpointForms) {
+  std::string problems;
+  auto v6 = Settings({}, Backend("c10d", "[::1]:7"), &problems);
+  EXPECT_EQ(v6.endpoint_host, "::1");
+  EXPECT_EQ(v6.endpoint_port, 7);
+  auto bare = Settings({}, Backend("c10d", "[fd00::2]"), &problems);
+  EXPECT_EQ(bare.endpoint_host, "fd00::2");
+  EXPECT_EQ(bare.endpoint_port, 29400);
+  EXPECT_EQ(problems, "");
+  for (const auto& [endpoint, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"[::1", "an IPv6 address needs its closing ']'"},
+           {"[::1]7", "expected [address]:port"},
+           {":29400", "no host; give the host that runs the store"},
+           {"h:http", "expected a port 0-65535, got 'http'"},
+           {"h:65536", "expected a port 0-65535, got '65536'"}}) {
+    Settings({}, Backend("c10d", endpoint), &problems);
+    EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
+    EXPECT_NE(problems.find(needle), std::string::npos) << problems;
+  }
+  Settings({}, Backend("etcd"), &problems);
+  EXPECT_NE(problems.find("--rdzv-backend etcd needs --rdzv-endpoint"), std::string::npos);
+  Settings({{"protocol", "gopher"}}, Backend("etcd", "localhost"), &problems);
+  EXPECT_EQ(problems, "--rdzv-conf protocol=gopher: expected http or https");
+}
+
+TEST(RdzvConfTest, EveryBadValueNamedAtOnce) {
+  std::string problems;
+  Settings({{"timeout", "abc"},
+            {"join_timeout", "0"},
+            {"last_call_timeout", "-1"},
+            {"close_timeout", "inf"},
+            {"keep_alive_max_attempt", "0"},
+            {"heartbeat_interval", "nan"},
+            {"is_host", "2"},
+            {"store_allow", "nowhere"}},
+           Backend("static"), &problems);
+  for (const char* needle :
+       {"--rdzv-conf timeout=abc: expected seconds > 0",
+        "--rdzv-conf join_timeout=0: expected seconds > 0",
+        "--rdzv-conf last_call_timeout=-1: expected seconds > 0",
+        "--rdzv-conf close_timeout=inf: at most 1000000000 seconds",
+        "--rdzv-conf keep_alive_max_attempt=0: expected a whole number >= 1",
+        "--rdzv-conf heartbeat_interval=nan: expected seconds > 0",
+        "--rdzv-conf is_host=2: expected true or false", "--rdzv-conf store_allow=nowhere"}) {
+    EXPECT_NE(problems.find(needle), std::string::npos) << needle << " not in:\n" << problems;
+  }
+  EXPECT_EQ(std::count(problems.begin(), problems.end(), '\n'), 7) << problems;
+}
+
+TEST(RdzvConfTest, TooLargeToBeMeant) {
+  std::string problems;
+  Settings({{"join_timeout", "1e300"}, {"keep_alive_max_attempt", "99999999999"}}, Backend("c10d"),
+           &problems);
+  EXPECT_NE(problems.find("--rdzv-conf join_timeout=1e300: at most 1000000000 seconds"),
+            std::string::npos)
+      << problems;
+  EXPECT_NE(problems.find("--rdzv-conf keep_alive_max_attempt=99999999999: at most 1000000"),
+            std::string::npos)
+      << problems;
+}
+
+// torch passes any key on, so an unknown one is no error; a likely typo of a
+// key trun reads is a warning that names neither the value nor a secret.
+TEST(RdzvConfTest, UnknownKeysWarnOnlyWhenLikelyTypos) {
+  auto w = RdzvConfWarnings({{"jion_timeout", "5"},
+                             {"heartbeat_timout", "9"},
+                             {"password", "hunter2"},
+                             {"rank", "1"},
+                             {"read_timeout", "60"},
+                             {"join_timeout", "5"}});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0],
+            "--rdzv-conf heartbeat_timout: trun reads no such key and ignores it (did you mean "
+            "'heartbeat_timeout'?)");
+  EXPECT_EQ(w[1],
+            "--rdzv-conf jion_timeout: trun reads no such key and ignores it (did you mean "
+            "'join_timeout'?)");
+  std::string problems;
+  Settings({{"jion_timeout", "5"}, {"password", "hunter2"}}, Backend("c10d"), &problems);
+  EXPECT_EQ(problems, "");
+}
+
+}  // namespace
+}  // namespace trun::launch
