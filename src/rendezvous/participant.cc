@@ -114,6 +114,11 @@ class Node final : public Rendezvous {
   // medium allows keeps trying to host too, if nobody does (after the host
   // was lost, whose port may take a moment to free up; under etcd, also at
   // the start): the first wins, the others connect to it.
+  // The job token's answers (store::ShowJobToken): final, not worth a retry.
+  static bool IsTokenRefusal(const Status& s) {
+    return s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument;
+  }
+
   Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over,
                                         bool after_loss) {
     while (true) {
@@ -124,6 +129,8 @@ class Node final : public Rendezvous {
       auto step = Clock::now() + (take_over ? Duration(200) : Duration(1000));
       auto link = medium_->Connect(std::min(deadline, step), kNoOpTimeout);
       if (link.ok() || Clock::now() >= deadline || Stopping()) return link;
+      // A store that refuses this agent's job token will refuse it again.
+      if (IsTokenRefusal(link.status())) return link;
     }
   }
 
@@ -137,7 +144,9 @@ class Node final : public Rendezvous {
       auto link = Connect(deadline, take_over, !lost_host.empty());
       if (Stopping()) return;
       if (!link.ok()) {
-        if (lost_host.empty()) {
+        if (IsTokenRefusal(link.status())) {
+          PostError(Status::PermissionDenied("rendezvous: " + link.status().message()));
+        } else if (lost_host.empty()) {
           PostError(Status::Timeout(fmt::format(
               "rendezvous: cannot reach {} within join_timeout: {}; is {} running, and is "
               "--rdzv-endpoint right?",

@@ -146,3 +146,59 @@ def test_trun_store_serves_everyone_unless_told(hosts):
             err = store.communicate(timeout=30)[1]
         if allow:
             assert "refused a client from 10.200.0.3" in err, err
+
+
+def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
+    token, wrong = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+    (tmp_path / "token").write_text(token + "\n")
+    port = free_port()
+    args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "tok"]
+    job = ["--no-python", "true"]
+    env = {**base_env(), "TRUN_JOB_TOKEN": ""}
+    host = subprocess.Popen([TRUN, *args, "--rdzv-conf", f"job_token_file={tmp_path / 'token'}",
+                             *job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # Every agent on the endpoint's host may host: this one first.
+    first = host.stderr.readline()
+    assert "hosting the store" in first, first
+    try:
+        for given, why in (({"TRUN_JOB_TOKEN": wrong}, "refused: wrong job token"),
+                           ({}, "asks for the job's token and this agent has none")):
+            r = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
+                               env={**env, **given})
+            assert r.returncode == 1 and why in r.stderr, (r.returncode, r.stderr)
+        # A replayed proof, on a connection of its own, opens nothing.
+        r = subprocess.run([PYTHON, "-c", REPLAY, str(port)], capture_output=True, text=True,
+                           timeout=60, env=base_env())
+        assert "REFUSED" in r.stdout, r.stdout + r.stderr
+        good = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
+                              env={**env, "TRUN_JOB_TOKEN": token})
+        assert good.returncode == 0, good.stderr
+        out, err = host.communicate(timeout=60)
+        assert host.returncode == 0, err
+    finally:
+        host.kill()
+    assert "refused: wrong job token from 127.0.0.1" in err, err
+    for text in (out, err, good.stdout, good.stderr):
+        assert token not in text and wrong not in text
+
+
+# Sends a proof made for another connection's nonce, then asks for trun's keys.
+REPLAY = r"""
+import socket, struct, sys
+def send(s, op, *args):
+    b = bytes([op])
+    for a in args:
+        a = a.encode()
+        b += struct.pack("<Q", len(a)) + a
+    s.sendall(b)
+def read_bytes(s):
+    n = struct.unpack("<Q", s.recv(8, socket.MSG_WAITALL))[0]
+    return s.recv(n, socket.MSG_WAITALL).decode() if n else ""
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(bytes([0]) + struct.pack("<I", 0x3C85F7CE))
+send(s, 2, "/trun/auth/proof", "00" * 32, "ab" * 32)
+answer = read_bytes(s)
+print("REFUSED" if answer.startswith("refused") else "ACCEPTED " + answer)
+"""
