@@ -4,7 +4,6 @@ existing worker-contract tests pass unchanged with it on."""
 import json
 import os
 import pathlib
-import re
 import signal
 import subprocess
 import time
@@ -14,18 +13,20 @@ import pytest
 import test_failures
 import test_launch
 import test_signals
-from conftest import FIXTURES, PYTHON, TRUN, base_env, trun, worker
+from conftest import FIXTURES, TRUN, base_env, trun
 # The existing contract, collected here again and run with warm start on by
 # the fixture below.
-from test_failures import (test_failure_table_matches_torchrun,  # noqa: F401
-                           test_first_failure_stops_siblings_and_prints_the_table,
-                           test_record_traceback_reaches_the_table_and_agent_error_file,
-                           test_restart_succeeds_on_a_later_attempt, test_signal_death_is_named)
-from test_launch import (test_gloo_ddp_matches_torchrun, test_module_entrypoint,  # noqa: F401
-                         test_omp_num_threads_kept_when_set, test_restart_rendezvouses_again_on_the_agent_store,
-                         test_run_path_entrypoint, test_static_env_values)
-from test_signals import (test_kill_9_of_trun_leaves_no_worker_and_no_grandchild,  # noqa: F401
-                          test_signal_is_forwarded_and_trun_exits_128_plus)
+from test_failures import (  # noqa: F401
+    test_failure_table_matches_torchrun, test_first_failure_stops_siblings_and_prints_the_table,
+    test_record_traceback_reaches_the_table_and_agent_error_file,
+    test_restart_succeeds_on_a_later_attempt, test_signal_death_is_named)
+from test_launch import (  # noqa: F401
+    test_gloo_ddp_matches_torchrun, test_module_entrypoint, test_omp_num_threads_kept_when_set,
+    test_restart_rendezvouses_again_on_the_agent_store, test_run_path_entrypoint,
+    test_static_env_values)
+from test_signals import (  # noqa: F401
+    test_kill_9_of_trun_leaves_no_worker_and_no_grandchild,
+    test_signal_is_forwarded_and_trun_exits_128_plus)
 
 WARM = ("--start-method", "forkserver")
 PROBE = FIXTURES / "warm_probe.py"
@@ -40,11 +41,11 @@ def warm(monkeypatch):
     monkeypatch.setattr(test_signals, "start", lambda args, env=None: start([*WARM, *args], env))
 
 
-def probe(warm, *args, cwd=None, env=None):
-    r = trun(*(WARM if warm else ()), "--nproc-per-node", 2, PROBE, *args, cwd=cwd, env=env)
-    seen = sorted((json.loads(line) for line in r.out.splitlines()),
-                  key=lambda s: s["env"]["RANK"])
-    return r, seen
+def probe(warm, out, *args, cwd=None, env=None):
+    out.mkdir()
+    r = trun(*(WARM if warm else ()), "--nproc-per-node", 2, PROBE, *args, cwd=cwd,
+             env=dict(env, TRUN_PROBE_DIR=str(out)))
+    return r, [json.loads((out / f"{rank}.json").read_text()) for rank in range(2)]
 
 
 # What differs between any two runs of one command.
@@ -54,12 +55,12 @@ PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 def test_a_warm_worker_sees_what_a_cold_one_sees(tmp):
     env = base_env(TRUN_PROBE_VALUE="a b\tc=d")
     (tmp / "sub").mkdir()
-    cold_run, cold = probe(False, "exit:0", cwd=tmp / "sub", env=env)
-    warm_run, warm = probe(True, "exit:0", cwd=tmp / "sub", env=env)
+    cold_run, cold = probe(False, tmp / "cold", "exit:0", cwd=tmp / "sub", env=env)
+    warm_run, warm = probe(True, tmp / "warm", "exit:0", cwd=tmp / "sub", env=env)
     assert cold_run.returncode == warm_run.returncode == 0, warm_run.err
     assert len(cold) == len(warm) == 2
     for c, w in zip(cold, warm):
-        for k in PER_RUN:
+        for k in PER_RUN | {"TRUN_PROBE_DIR"}:
             c["env"].pop(k), w["env"].pop(k)
         assert w == c
     assert warm[0]["parent_is_trun"] and warm[0]["leads_group"] and warm[0]["pdeathsig"] == 9
@@ -73,7 +74,10 @@ def test_a_warm_worker_sees_what_a_cold_one_sees(tmp):
     ("kill:TERM", -15, None),
 ])
 def test_exit_codes_and_tracebacks_as_cold(action, code, err):
-    runs = [trun(*flags, PROBE, action) for flags in ((), WARM)]
+    # Nothing preloaded: what is compared does not depend on torch, and each
+    # case saves an import.
+    env = base_env(TRUN_WARM_IMPORTS="")
+    runs = [trun(*flags, PROBE, action, env=env) for flags in ((), WARM)]
     for r in runs:
         assert r.returncode == 1
         assert f"failed (exitcode: {code}) local_rank: 0" in r.err
@@ -114,12 +118,13 @@ def test_the_warm_process_killed_mid_job_is_replaced(tmp):
     script = tmp / "w.py"
     script.write_text(
         "import os, time\n"
+        "attempt = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
         "print('ready', os.getpid(), flush=True)\n"
-        f"while os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' and not os.path.exists('{tmp}/go'):\n"
+        f"while attempt == '0' and not os.path.exists('{tmp}/go'):\n"
         "    time.sleep(0.02)\n"
-        "print('attempt', os.environ['TORCHELASTIC_RESTART_COUNT'], flush=True)\n"
-        "raise SystemExit(3 if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n")
-    p = subprocess.Popen([TRUN, *WARM, "--max-restarts", 1, script], stdout=subprocess.PIPE,
+        "print('attempt', attempt, flush=True)\n"
+        "raise SystemExit(3 if attempt == '0' else 0)\n")
+    p = subprocess.Popen([TRUN, *WARM, "--max-restarts", "1", script], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=base_env())
     try:
         ready = p.stdout.readline().split()
