@@ -32,17 +32,8 @@ void Field(std::string& out, std::string_view s) {
   out.push_back('\0');
 }
 
-std::string_view KindName(PythonCommand::Kind k) {
-  switch (k) {
-    case PythonCommand::Kind::kScript:
-      return "script";
-    case PythonCommand::Kind::kModule:
-      return "module";
-    case PythonCommand::Kind::kCode:
-      return "code";
-  }
-  return "";
-}
+// Indexed by PythonCommand::Kind.
+constexpr std::string_view kKindNames[] = {"script", "module", "code"};
 
 }  // namespace
 
@@ -59,7 +50,7 @@ std::string EncodeRequest(const WarmRequest& r) {
   Field(out, kWarmMagic);
   Field(out, std::to_string(r.parent));
   Field(out, r.cwd);
-  Field(out, KindName(r.command.kind));
+  Field(out, kKindNames[static_cast<int>(r.command.kind)]);
   Field(out, r.command.target);
   Field(out, std::to_string(r.command.args.size()));
   for (const auto& a : r.command.args) Field(out, a);
