@@ -13,9 +13,19 @@ exec(compile(program, '<trun-warm>', 'exec'))
 )";
 
 // Why each step is as it is:
-// - The worker blocks on `gate` until the intermediate child has exited,
-//   then waits for the kernel to finish reparenting it to trun; only then is
-//   PR_SET_PDEATHSIG meaningful (it is tied to the parent at the time).
+// - A *spare* child is forked ahead of each request and is the one that
+//   reads it; it forks the worker, reports the pid to the warm process and
+//   exits, so the worker is reparented to trun. Only that one fork is on a
+//   restart's path; the next spare is forked while trun handles the answer.
+//   The warm process answers trun once the spare is reaped, so the worker is
+//   trun's child by then. A spare dies with the warm process
+//   (PR_SET_PDEATHSIG), and a worker whose spare died before releasing it
+//   (`gate`) exits without running anything.
+// - The worker then waits for the kernel to finish reparenting it; only
+//   then is PR_SET_PDEATHSIG meaningful (it is tied to the parent of the
+//   moment), and it checks that the parent is trun.
+// - gc.freeze() after the imports: workers' collections skip what the
+//   warm process imported, so its pages stay shared.
 // - A fresh `__main__` module per worker, filled in as Python fills it for
 //   a script (`__file__` absolute since 3.9, a SourceFileLoader), so the
 //   warm process's own globals never leak into the script's.
@@ -23,9 +33,10 @@ exec(compile(program, '<trun-warm>', 'exec'))
 //   of this program and runpy, then the interpreter exits 1 through its
 //   usual path (atexit, thread joins), as `python script.py` does.
 const char kWarmServer[] =
-    R"(import builtins, ctypes, importlib.machinery, io, os, runpy, signal, struct, sys, types
+    R"(import builtins, ctypes, gc, importlib.machinery, io, os, runpy, signal, struct, sys, types
 
 PR_SET_PDEATHSIG = 1
+libc = ctypes.CDLL(None, use_errno=True)
 
 
 def send(text):
@@ -64,15 +75,17 @@ def parse(data):
     return parent, cwd, kind, target, args, env
 
 
-def become_worker(fds, request, gate, intermediate):
+def become_worker(fds, request, gate, spare):
     parent, cwd, kind, target, args, env = request
     sock.detach()
     os.setpgid(0, 0)
-    os.read(gate, 1)
+    released = os.read(gate, 1)
     os.close(gate)
-    while os.getppid() == intermediate:
+    if not released:
+        os._exit(1)
+    while os.getppid() == spare:
         os.sched_yield()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -117,44 +130,57 @@ def become_worker(fds, request, gate, intermediate):
     return lambda: exec(compile(target, '<string>', 'exec'), main.__dict__)
 
 
+def handle_one(failure, report, server):
+    """In the spare: takes one request, forks its worker, reports, exits."""
+    spare = os.getpid()
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:
+        os._exit(1)
+    fds, data = receive()
+    if data is None:
+        os._exit(0)
+    if failure:
+        os.write(report, ('error ' + failure).encode())
+        os._exit(1)
+    try:
+        request = parse(data)
+        gate_r, gate_w = os.pipe()
+        pid = os.fork()
+    except Exception as e:
+        os.write(report, f'error {type(e).__name__}: {e}'.encode())
+        os._exit(1)
+    if pid == 0:
+        os.close(report)
+        os.close(gate_w)
+        return become_worker(fds, request, gate_r, spare)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    os.write(report, f'ok {pid}'.encode())
+    os.write(gate_w, b'.')
+    os._exit(0)
+
+
 def serve(failure):
+    server = os.getpid()
     while True:
-        fds, data = receive()
-        if data is None:
-            os._exit(0)
-        if failure:
-            send('error ' + failure)
-            os._exit(1)
-        try:
-            request = parse(data)
-            report_r, report_w = os.pipe()
-            gate_r, gate_w = os.pipe()
-            intermediate = os.fork()
-        except Exception as e:
-            for fd in fds:
-                os.close(fd)
-            send(f'error {type(e).__name__}: {e}')
-            continue
-        if intermediate == 0:
+        report_r, report_w = os.pipe()
+        spare = os.fork()
+        if spare == 0:
             os.close(report_r)
-            intermediate = os.getpid()
-            pid = os.fork()
-            if pid == 0:
-                os.close(report_w)
-                os.close(gate_w)
-                return become_worker(fds, request, gate_r, intermediate)
-            try:
-                os.setpgid(pid, pid)
-            except OSError:
-                pass
-            os.write(report_w, str(pid).encode())
-            os._exit(0)
-        for fd in fds + [report_w, gate_r, gate_w]:
-            os.close(fd)
-        pid = os.read(report_r, 32)
+            return handle_one(failure, report_w, server)
+        os.close(report_w)
+        answer = b''
+        while more := os.read(report_r, 65536):
+            answer += more
         os.close(report_r)
-        os.waitpid(intermediate, 0)
-        send('ok ' + pid.decode() if pid else 'error the worker could not be forked')
+        os.waitpid(spare, 0)
+        if not answer:
+            os._exit(0)
+        send(answer.decode('utf-8', 'replace'))
+        if failure:
+            os._exit(1)
 
 
 def preload(modules):
@@ -177,7 +203,9 @@ def hide_frames(tb):
     return tb
 
 
-job = serve(preload(sys.argv[1:]))
+failure = preload(sys.argv[1:])
+gc.freeze()
+job = serve(failure)
 try:
     job()
 except SystemExit:
