@@ -432,8 +432,15 @@ NOTES = """
   every process of the run (wait4 of the launcher, which reaps its workers
   and the warm process), so it counts the imports. "restart": median gap
   between a worker's last stamp before `_exit(1)` and its replacement's
-  stamp, over 3 restarts. A warm restart is two forks of a process with
-  torch loaded (so the worker becomes trun's child) and no import.
+  stamp, over 3 restarts. A warm restart is one fork of a process with
+  torch loaded (by a spare child forked ahead, which then exits so that the
+  worker becomes trun's child) and no import. "one import" is a whole
+  `python -c` run, interpreter start and exit included, which is why a warm
+  launch of 8 can come in under 1x. The machine (2 cores) is shared with
+  other builds and tests: the rows above were taken at a load average near
+  1; an earlier `--quick` run at a load near 16, before the spare child,
+  measured a warm restart at 83 ms (1.13) and 32 ms (2.14) and a warm
+  launch of 8 at 2.06x and 0.85x one import.
 - rss: the launcher's own VmHWM, polled from /proc (wait4's ru_maxrss would
   include the reaped workers).
 - logs: the console copy goes to /dev/null; on 2 cores the worker and trun's
