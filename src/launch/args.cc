@@ -47,7 +47,8 @@ constexpr OptionRow kOptions[] = {
     {"--monitor-interval,--monitor_interval", "monitor_interval",
      "Accepted for compatibility; trun sees worker exits as they happen."},
     {"--start-method,--start_method", "start_method",
-     "spawn, fork or forkserver (function entrypoints only)."},
+     "spawn (default), fork, or forkserver: warm starts, workers forked from one Python "
+     "process that imported torch once."},
     {"--event-log-handler,--event_log_handler", "event_log_handler",
      "null (default) or console: the agent's events as JSON lines on stderr."},
     {"--event-log-file,--event_log_file", "event_log_file",
@@ -418,6 +419,10 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
       p.Add(fmt::format("--start-method: expected spawn, fork or forkserver, got '{}'",
                         c.start_method));
+    } else if (c.start_method == "forkserver" && flags["no_python"]) {
+      p.Add(
+          "--start-method forkserver forks workers from a Python process; a --no-python "
+          "program cannot be started that way (use spawn)");
     }
   }
   if (given("event_log_handler")) {

@@ -71,6 +71,10 @@ class SystemProcessTable final : public ProcessTable {
   std::optional<ChildExit> Reap() override;
   void WatchExits(std::function<void()> on_exit) override;
   std::vector<pid_t> KillChildren() override;
+  // A group another process started and that is now our child (a warm
+  // start's worker, warm_table.h): the orphan sentinel guards it as it
+  // guards what Spawn starts.
+  void Adopt(pid_t pgid) { sentinel_.Register(pgid); }
 
  private:
   SystemProcessTable(asio::io_context& io, Sentinel sentinel);

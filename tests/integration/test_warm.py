@@ -1,0 +1,145 @@
+"""Warm starts (--start-method forkserver): a worker forked from one warm
+Python process sees what a cold `python -u script.py` would, and the
+existing worker-contract tests pass unchanged with it on."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+import test_failures
+import test_launch
+import test_signals
+from conftest import FIXTURES, TRUN, base_env, trun
+# The existing contract, collected here again and run with warm start on by
+# the fixture below.
+from test_failures import (  # noqa: F401
+    test_failure_table_matches_torchrun, test_first_failure_stops_siblings_and_prints_the_table,
+    test_record_traceback_reaches_the_table_and_agent_error_file,
+    test_restart_succeeds_on_a_later_attempt, test_signal_death_is_named)
+from test_launch import (  # noqa: F401
+    test_gloo_ddp_matches_torchrun, test_module_entrypoint, test_omp_num_threads_kept_when_set,
+    test_restart_rendezvouses_again_on_the_agent_store, test_run_path_entrypoint,
+    test_static_env_values)
+from test_signals import (  # noqa: F401
+    test_kill_9_of_trun_leaves_no_worker_and_no_grandchild,
+    test_signal_is_forwarded_and_trun_exits_128_plus)
+
+WARM = ("--start-method", "forkserver")
+PROBE = FIXTURES / "warm_probe.py"
+
+
+@pytest.fixture(autouse=True)
+def warm(monkeypatch):
+    """Every trun the borrowed tests start gets --start-method forkserver."""
+    for mod in (test_launch, test_failures):
+        monkeypatch.setattr(mod, "trun", lambda *a, **kw: trun(*WARM, *a, **kw))
+    start = test_signals.start
+    monkeypatch.setattr(test_signals, "start", lambda args, env=None: start([*WARM, *args], env))
+
+
+def probe(warm, out, *args, cwd=None, env=None):
+    out.mkdir()
+    r = trun(*(WARM if warm else ()), "--nproc-per-node", 2, PROBE, *args, cwd=cwd,
+             env=dict(env, TRUN_PROBE_DIR=str(out)))
+    return r, [json.loads((out / f"{rank}.json").read_text()) for rank in range(2)]
+
+
+# What differs between any two runs of one command.
+PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+
+
+def test_a_warm_worker_sees_what_a_cold_one_sees(tmp):
+    env = base_env(TRUN_PROBE_VALUE="a b\tc=d")
+    (tmp / "sub").mkdir()
+    cold_run, cold = probe(False, tmp / "cold", "exit:0", cwd=tmp / "sub", env=env)
+    warm_run, warm = probe(True, tmp / "warm", "exit:0", cwd=tmp / "sub", env=env)
+    assert cold_run.returncode == warm_run.returncode == 0, warm_run.err
+    assert len(cold) == len(warm) == 2
+    for c, w in zip(cold, warm):
+        # tools/torch2-python's `cd` in sh sets OLDPWD and PWD before it
+        # execs a cold worker's python; a warm worker gets trun's values.
+        for k in PER_RUN | {"TRUN_PROBE_DIR", "OLDPWD", "PWD"}:
+            c["env"].pop(k, None), w["env"].pop(k, None)
+        assert w == c
+    assert warm[0]["parent_is_trun"] and warm[0]["leads_group"] and warm[0]["pdeathsig"] == 9
+    assert warm[1]["env"]["RANK"] == "1" and warm[0]["env"]["TRUN_PROBE_VALUE"] == "a b\tc=d"
+
+
+@pytest.mark.parametrize("action,code,err", [
+    ("exit:7", 7, None),
+    ("sysexit:bye", 1, "bye\n"),
+    ("raise", 1, "ValueError: probe failed\n"),
+    ("kill:TERM", -15, None),
+])
+def test_exit_codes_and_tracebacks_as_cold(action, code, err):
+    # Nothing preloaded: what is compared does not depend on torch, and each
+    # case saves an import.
+    env = base_env(TRUN_WARM_IMPORTS="")
+    runs = [trun(*flags, PROBE, action, env=env) for flags in ((), WARM)]
+    for r in runs:
+        assert r.returncode == 1
+        assert f"failed (exitcode: {code}) local_rank: 0" in r.err
+    if err:
+        # The same console output, without any frame of the warm process.
+        cold, warm = (r.err[r.err.index("Traceback") if "Traceback" in r.err else
+                            r.err.index(err):r.err.index(err) + len(err)] for r in runs)
+        assert warm == cold
+        assert "trun-warm" not in runs[1].err and "runpy" not in runs[1].err
+
+
+def test_no_python_is_refused():
+    r = trun(*WARM, "--no-python", "true")
+    assert r.returncode == 2
+    assert "--start-method forkserver" in r.err and "--no-python" in r.err
+
+
+def test_an_import_that_fails_fails_the_job_with_the_reason():
+    r = trun(*WARM, PROBE, env=base_env(TRUN_WARM_IMPORTS="torch, no_such_module_xyz"))
+    assert r.returncode != 0
+    assert "cannot import no_such_module_xyz: ModuleNotFoundError" in r.err
+
+
+def children_of(pid):
+    kids = []
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(x) for x in (task / "children").read_text().split()]
+    return kids
+
+
+def cmdline(pid):
+    return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_the_warm_process_killed_mid_job_is_replaced(tmp):
+    # Attempt 0's worker waits until the test has killed the warm process,
+    # then fails; the restart forks its replacement from a new warm process.
+    script = tmp / "w.py"
+    script.write_text(
+        "import os, time\n"
+        "attempt = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+        "print('ready', os.getpid(), flush=True)\n"
+        f"while attempt == '0' and not os.path.exists('{tmp}/go'):\n"
+        "    time.sleep(0.02)\n"
+        "print('attempt', attempt, flush=True)\n"
+        "raise SystemExit(3 if attempt == '0' else 0)\n")
+    p = subprocess.Popen([TRUN, *WARM, "--max-restarts", "1", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=base_env())
+    try:
+        ready = p.stdout.readline().split()
+        assert ready[0] == b"ready", p.stderr.read()
+        worker_pid = int(ready[1])
+        (warm,) = [c for c in children_of(p.pid)
+                   if c != worker_pid and b"fileno=0" in cmdline(c)]
+        os.kill(warm, signal.SIGKILL)
+        time.sleep(0.2)
+        (tmp / "go").touch()
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err.decode()
+    assert b"attempt 0" in out and b"attempt 1" in out, out
+    assert f"warm process (pid {warm}) was killed by SIGKILL".encode() in err
