@@ -26,6 +26,8 @@ constexpr const char* kJobSets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{}/j
 constexpr const char* kJobs = "/apis/batch/v1/namespaces/{}/jobs";
 constexpr const char* kServices = "/api/v1/namespaces/{}/services";
 constexpr const char* kPods = "/api/v1/namespaces/{}/pods";
+// How long one watch of a replica's pods lasts (`log --tail`).
+constexpr int kWatchSeconds = 5;
 
 std::string Collection(const char* pattern, const std::string& ns) {
   return fmt::format(fmt::runtime(pattern), ns);
@@ -481,7 +483,23 @@ Status KubernetesScheduler::Log(const std::string& app_id, const std::string& ro
     if (specs::IsTerminal(now->state) && (pod_name.empty() || pod_name == done_pod)) {
       return Status::OK();
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Wait for a change to this replica's pods: a watch from the list's
+    // version, a few seconds at a time so that the app's end is noticed
+    // (it is not a pod event); a plain pause where the watch fails.
+    const std::string version = Str(*pods, json::json_pointer("/metadata/resourceVersion"));
+    Status watched = Status::Unsupported("no resourceVersion to watch from");
+    if (!version.empty()) {
+      watched = (*c)->Stream(fmt::format("{}?{}&watch=true&resourceVersion={}&timeoutSeconds={}",
+                                         Collection(kPods, id->ns), Selector(id->name),
+                                         kube::UrlEncode(version), kWatchSeconds),
+                             [&](std::string_view line) {
+                               auto event = json::parse(line, nullptr, false);
+                               if (event.is_discarded() || !event.contains("object")) return true;
+                               auto r = ReplicaOf(event["object"]);
+                               return !(r && *r == std::make_pair(role_index, replica_id));
+                             });
+    }
+    if (!watched.ok()) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 }
 

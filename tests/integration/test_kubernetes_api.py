@@ -368,3 +368,78 @@ def test_list_shows_every_workload_and_skips_missing_add_ons(tmp_path, api, cert
     rows = [l.split() for l in r.out.splitlines()[1:] if l.strip() and not l.startswith("-")]
     assert rows[0][:3] == ["kubernetes://trun/default:echo-a", "echo", "SUCCEEDED"], r.out
     assert rows[1][:3] == ["kubernetes://trun/default:ddp-b", "ddp", "FAILED"], r.out
+
+
+def test_status_of_a_jobset_and_of_plain_jobs(tmp_path, api, certs):
+    app = {"name": "ddp", "roles": [{"name": "trainer", "image": "i", "entrypoint": "e",
+                                     "num_replicas": 2}]}
+    meta = {"name": "ddp-x", "creationTimestamp": "2026-11-25T04:00:00Z",
+            "labels": {"app.kubernetes.io/instance": "ddp-x"},
+            "annotations": {"trun.pytorch.org/app-def": json.dumps(app)}}
+    jobset = {"kind": "JobSet", "metadata": meta,
+              "status": {"restarts": 2, "replicatedJobsStatus": [{"name": "trainer", "ready": 2}]}}
+    api.answer("GET", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/ddp-x", 200, jobset)
+
+    def jpod(k, phase):
+        return {"metadata": {"name": f"ddp-x-trainer-0-{k}-abcde", "creationTimestamp": "2026-11-25T04:00:01Z",
+                             "labels": {"torchx.pytorch.org/role-index": "0",
+                                        "batch.kubernetes.io/job-completion-index": str(k)}},
+                "spec": {"containers": [{"name": "trainer"}], "hostname": f"ddp-x-trainer-0-{k}",
+                         "subdomain": "ddp-x"},
+                "status": {"phase": phase}}
+
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200,
+               {"items": [jpod(0, "Running"), jpod(1, "Pending")]})
+    r = k8s(tmp_path, api, certs, "status", "--json", "kubernetes://trun/default:ddp-x")
+    assert r.returncode == 0, r.err
+    st = json.loads(r.out)
+    assert st["state"] == "RUNNING" and st["num_restarts"] == 2, st
+    assert [x["state"] for x in st["roles"][0]["replicas"]] == [3, 2]
+    assert st["roles"][0]["replicas"][0]["hostname"] == "ddp-x-trainer-0-0.ddp-x"
+
+    jobset["status"]["conditions"] = [{"type": "Completed", "status": "True", "message": "jobs done"}]
+    r = k8s(tmp_path, api, certs, "status", "--json", "kubernetes://trun/default:ddp-x")
+    assert json.loads(r.out)["state"] == "SUCCEEDED", r.out + r.err
+
+
+def test_submitting_a_jobset_where_there_is_none_says_what_to_do(tmp_path, api, certs):
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=jobset", "utils.echo")
+    assert r.returncode == 2, r.err
+    assert "the cluster has no JobSet (jobset.x-k8s.io/v1alpha2): install JobSet" in r.err, r.err
+
+
+def test_log_tail_watches_for_the_pod_to_start(tmp_path, api, certs):
+    state = {"pod": "Pending", "app": "Pending"}
+    api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x",
+              lambda h, m, b: h.reply(200, volcano_job("echo-x", state["app"])))
+    api.route("GET", r"/api/v1/namespaces/default/pods\?labelSelector=[^&]*",
+              lambda h, m, b: h.reply(200, {"metadata": {"resourceVersion": "100"},
+                                            "items": [pod("echo-x-echo-0-0", 0, state["pod"])]}))
+
+    def watch(h, m, body):
+        assert "watch=true" in h.path and "resourceVersion=100" in h.path
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        # An unrelated replica first, then this one starting.
+        for event in ({"type": "MODIFIED", "object": pod("echo-x-echo-1-0", 1, "Running")},
+                      {"type": "MODIFIED", "object": pod("echo-x-echo-0-0", 0, "Running")}):
+            time.sleep(0.3)
+            if event["object"]["metadata"]["name"] == "echo-x-echo-0-0":
+                state["pod"] = state["app"] = "Running"
+            h.wfile.write((json.dumps(event) + "\n").encode())
+            h.wfile.flush()
+        time.sleep(0.5)
+        h.close_connection = True
+
+    def logs(h, m, body):
+        state["app"] = "Completed"
+        h.reply(200, b"started\n")
+
+    api.route("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*&watch=true.*", watch)
+    api.route("GET", r"/api/v1/namespaces/default/pods/echo-x-echo-0-0/log\?.*", logs)
+    r = k8s(tmp_path, api, certs, "log", "--tail", "kubernetes://trun/default:echo-x/echo/0")
+    assert r.returncode == 0, r.err
+    assert r.out.splitlines() == ["echo/0 started"], r.out
+    assert any("watch=true" in q["path"] for q in api.requests)
