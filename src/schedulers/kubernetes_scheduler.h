@@ -23,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "schedulers/kubernetes_client.h"

@@ -142,6 +142,15 @@ def k8s(tmp_path, api, certs, *args, timeout=60, user=None, ca=True, **env):
     return trun(*args, env=e, cwd=tmp_path, timeout=timeout)
 
 
+def start_stream(h, content_type):
+    """A 200 whose body runs until the connection closes (a followed log, a
+    watch), written as the test goes."""
+    h.send_response(200)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Connection", "close")
+    h.end_headers()
+
+
 def created(h, m, body):
     obj = json.loads(body)
     obj.setdefault("metadata", {})["uid"] = "u-1"
@@ -298,10 +307,7 @@ def test_log_follows_the_pod_log_stream(tmp_path, api, certs):
 
     def follow(h, m, body):
         assert "follow=true" in h.path and "container=echo-0" in h.path
-        h.send_response(200)
-        h.send_header("Content-Type", "text/plain")
-        h.send_header("Connection", "close")
-        h.end_headers()
+        start_stream(h, "text/plain")
         for i in range(3):
             h.wfile.write(f"line {i}\n".encode())
             h.wfile.flush()
@@ -418,10 +424,7 @@ def test_log_tail_watches_for_the_pod_to_start(tmp_path, api, certs):
 
     def watch(h, m, body):
         assert "watch=true" in h.path and "resourceVersion=100" in h.path
-        h.send_response(200)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Connection", "close")
-        h.end_headers()
+        start_stream(h, "application/json")
         # An unrelated replica first, then this one starting.
         for event in ({"type": "MODIFIED", "object": pod("echo-x-echo-1-0", 1, "Running")},
                       {"type": "MODIFIED", "object": pod("echo-x-echo-0-0", 0, "Running")}):
