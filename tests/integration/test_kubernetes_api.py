@@ -446,3 +446,22 @@ def test_log_tail_watches_for_the_pod_to_start(tmp_path, api, certs):
     assert r.returncode == 0, r.err
     assert r.out.splitlines() == ["echo/0 started"], r.out
     assert any("watch=true" in q["path"] for q in api.requests)
+
+
+def test_run_wait_follows_the_app_to_its_end(tmp_path, api, certs):
+    """`run --wait` submits, then polls status until the Volcano Job completes."""
+    polls = {"n": 0}
+
+    def job(h, m, body):
+        polls["n"] += 1
+        name = m.group(1)
+        h.reply(200, volcano_job(name, "Running" if polls["n"] < 3 else "Completed"))
+
+    api.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
+    api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/([a-z0-9-]+)", job)
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": []})
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "--wait", "-cfg", "queue=default",
+            "utils.echo", "--msg", "hi")
+    assert r.returncode == 0, r.err
+    assert HANDLE.search(r.out), r.out
+    assert polls["n"] >= 3
