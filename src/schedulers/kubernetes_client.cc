@@ -110,7 +110,7 @@ Result<KubeConfig> FromConfig(const json& config, const std::string& dir, const 
   const json* user = Named(config, "users", "user", user_name);
   if (!user) return c;  // an anonymous user
   if (user->contains("exec") || user->contains("auth-provider")) {
-    return Status::Unsupported(fmt::format(
+    return Status::IOError(fmt::format(
         "{}: the user '{}' logs in through an exec or auth-provider plug-in, which trun does not "
         "run; give the context a token (e.g. `kubectl create token SERVICE_ACCOUNT`) or a client "
         "certificate",
