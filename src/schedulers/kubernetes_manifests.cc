@@ -42,6 +42,7 @@ struct Options {
   std::map<std::string, std::string> node_selector;
   std::vector<std::string> tolerations;
   bool validate_spec = true;
+  bool auto_workload = false;
 };
 
 template <typename T>
@@ -70,8 +71,11 @@ Options ReadOptions(const specs::Cfg& cfg, Problems& p) {
     o.workload = Workload::kJobSet;
   } else if (workload == "job") {
     o.workload = Workload::kJob;
+  } else if (workload == "auto") {
+    o.workload = Workload::kJobSet;
+    o.auto_workload = true;
   } else {
-    p.Add(fmt::format("-cfg workload={}: expected volcano, jobset or job", workload));
+    p.Add(fmt::format("-cfg workload={}: expected volcano, jobset, job or auto", workload));
   }
   if (const auto* v = Get<long long>(cfg, "reserved_millicpu")) o.reserved_millicpu = *v;
   if (const auto* v = Get<long long>(cfg, "reserved_memmb")) o.reserved_memmb = *v;
@@ -446,8 +450,8 @@ specs::RunOpts KubernetesRunOpts() {
         std::string("default"));
   o.Add("queue", OptType::kStr, "Volcano queue to schedule job in (workload=volcano)");
   o.Add("workload", OptType::kStr,
-        "volcano (a Volcano Job, as TorchX), jobset (a JobSet) or job (Indexed Jobs and a "
-        "headless Service: no add-on)",
+        "volcano (a Volcano Job, as TorchX), jobset (a JobSet), job (Indexed Jobs and a "
+        "headless Service: no add-on) or auto (jobset where the cluster has JobSet, else job)",
         std::string("volcano"));
   o.Add("service_account", OptType::kStr, "The service account name to set on the pod specs");
   o.Add("priority_class", OptType::kStr, "The name of the PriorityClass to set on the job specs");
@@ -528,6 +532,7 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
   req.ns = o.ns;
   req.workload = o.workload;
   req.validate_spec = o.validate_spec;
+  req.auto_workload = o.auto_workload;
   const std::string base = Normalize(app.name);
   if (base.empty()) {
     p.Add(fmt::format("app name '{}': Kubernetes names need letters or digits", app.name));
@@ -761,7 +766,11 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
 }
 
 std::string FormatRequest(const Request& req) {
-  std::string out;
+  std::string out =
+      req.auto_workload
+          ? "# workload=auto: this JobSet where the cluster serves jobset.x-k8s.io/v1alpha2, else\n"
+            "# a headless Service and Indexed Jobs (workload=job), decided when submitted.\n"
+          : "";
   for (const auto& obj : req.objects) out += "---\n" + specs::ToYaml(obj);
   return out;
 }
@@ -770,7 +779,8 @@ ordered_json Request::ToJson() const {
   ordered_json j = {{"namespace", ns},
                     {"name", name},
                     {"workload", WorkloadName(workload)},
-                    {"validate_spec", validate_spec}};
+                    {"validate_spec", validate_spec},
+                    {"auto", auto_workload}};
   j["roles"] = ordered_json::array();
   for (const auto& [n, k] : roles) j["roles"].push_back({{"name", n}, {"replicas", k}});
   j["objects"] = objects;
@@ -787,6 +797,7 @@ Result<Request> Request::FromJson(const json& j) {
                  : w == "job"  ? Workload::kJob
                                : Workload::kVolcano;
     r.validate_spec = j.at("validate_spec").get<bool>();
+    r.auto_workload = j.value("auto", false);
     for (const auto& role : j.at("roles")) {
       r.roles.emplace_back(role.at("name").get<std::string>(), role.at("replicas").get<int>());
     }

@@ -14,6 +14,8 @@
 //   job      no add-on at all: a headless Service named after the app and
 //            one Indexed Job per role (NAME-ROLE) whose pods are in the
 //            Service's subdomain.
+//   auto     a JobSet, made again as `job` at submission where the cluster
+//            serves no JobSet API.
 //
 // In every workload replica K of role R has a stable DNS name, and
 // TORCHX_RANK0_HOST (or VC_..._HOSTS) names replica 0 of the first role,
@@ -62,6 +64,7 @@ struct Request {
   std::string name;  // the app's unique name: the Volcano Job, JobSet or Service
   Workload workload = Workload::kVolcano;
   bool validate_spec = true;
+  bool auto_workload = false;                      // workload=auto: `job` where JobSet is missing
   std::vector<std::pair<std::string, int>> roles;  // normalized name, replicas
   // In the order they are created: a Service before the Jobs in it.
   std::vector<nlohmann::ordered_json> objects;

@@ -146,6 +146,17 @@ TEST(KubeManifests, JobSetHasAReplicatedJobPerRole) {
   EXPECT_EQ(c["env"][0]["name"], "TRUN_REPLICA_ID");
 }
 
+TEST(KubeManifests, AutoIsAJobSetThatSaysSo) {
+  specs::AppDef app{"train", {Role("trainer", 2)}, {}};
+  Request req = Make(app, Cfg({{"workload", std::string("auto")}}));
+  EXPECT_TRUE(req.auto_workload);
+  EXPECT_EQ(req.objects[0]["kind"], "JobSet");
+  EXPECT_EQ(FormatRequest(req).rfind("# workload=auto", 0), 0u);
+  auto back = Request::FromJson(json::parse(req.ToJson().dump()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->auto_workload);
+}
+
 TEST(KubeManifests, PlainJobsShareAHeadlessService) {
   specs::AppDef app{"train", {Role("trainer", 2), Role("ps", 1)}, {}};
   Request req = Make(app, Cfg({{"workload", std::string("job")}}));
@@ -221,7 +232,7 @@ TEST(KubeManifests, BadInputIsEveryProblemAtOnce) {
   EXPECT_NE(e.find("needs a Volcano queue"), std::string::npos) << e;
 
   e = Error(specs::AppDef{"t", {Role("r", 1)}, {}}, Cfg({{"workload", std::string("mpi")}}));
-  EXPECT_NE(e.find("expected volcano, jobset or job"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected volcano, jobset, job or auto"), std::string::npos) << e;
 }
 
 TEST(KubeManifests, RequestRoundTripsThroughJson) {

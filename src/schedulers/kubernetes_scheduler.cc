@@ -323,6 +323,20 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
   if (!req.ok()) return req.status();
   auto c = Client();
   if (!c.ok()) return c.status();
+  if (req->auto_workload) {
+    // API discovery: the group version answers 404 where JobSet's CRD is
+    // not installed. Then the same app, with the same name, as Jobs.
+    auto group = (*c)->Call("GET", "/apis/jobset.x-k8s.io/v1alpha2");
+    if (!group.ok() && group.status().code() != StatusCode::kNotFound) return group.status();
+    if (!group.ok()) {
+      specs::Cfg cfg = info.cfg;
+      cfg["workload"] = std::string("job");
+      auto jobs = kube::MakeRequest(info.app, cfg, req->name.substr(req->name.rfind('-') + 1),
+                                    SelfExecutable());
+      if (!jobs.ok()) return jobs.status();
+      req = std::move(jobs);
+    }
+  }
   // The server checks every object before any is created (as TorchX's
   // validate_spec), so a refused Job leaves no Service behind.
   if (req->validate_spec) {

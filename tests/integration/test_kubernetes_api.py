@@ -465,3 +465,23 @@ def test_run_wait_follows_the_app_to_its_end(tmp_path, api, certs):
     assert r.returncode == 0, r.err
     assert HANDLE.search(r.out), r.out
     assert polls["n"] >= 3
+
+
+@pytest.mark.parametrize("has_jobset", [True, False])
+def test_workload_auto_is_a_jobset_where_the_cluster_has_one(tmp_path, api, certs, has_jobset):
+    if has_jobset:
+        api.answer("GET", r"/apis/jobset.x-k8s.io/v1alpha2", 200,
+                   {"kind": "APIResourceList", "groupVersion": "jobset.x-k8s.io/v1alpha2"})
+        api.route("POST", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets(\?dryRun=All)?", created)
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=auto,validate_spec=false",
+            "utils.echo")
+    assert r.returncode == 0, r.err
+    posts = [q["path"] for q in api.requests if q["method"] == "POST"]
+    name = HANDLE.search(r.out).group(1).split(":")[1]
+    if has_jobset:
+        assert posts == ["/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"]
+    else:
+        assert posts == ["/api/v1/namespaces/default/services", "/apis/batch/v1/namespaces/default/jobs"]
+        assert json.loads(api.requests[-1]["body"])["metadata"]["name"] == f"{name}-echo"

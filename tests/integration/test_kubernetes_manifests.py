@@ -124,6 +124,7 @@ roles:
 
 CASES = {
     "echo": ["-cfg", "queue=default", "utils.echo", "--msg", "hello"],
+    "echo-auto": ["-cfg", "workload=auto", "utils.echo", "--num_replicas", "2"],
     "ddp-volcano": ["-cfg", "queue=q,priority_class=high,service_account=trainer",
                     "dist.ddp", "-j", "2x2", "--max_retries", "1", "--script", "train.py",
                     "--mounts", "type=bind,src=/a,dst=/b,readonly", "--", "--lr", "0.1"],
@@ -165,7 +166,7 @@ def test_the_schemas_catch_a_misspelt_field():
     (["-cfg", "queue=q,namespace=Team_A", "utils.echo"], "-cfg namespace=Team_A: a namespace is a DNS label"),
     (["-cfg", "queue=q", "utils.echo", "--msg", "x", "--num_replicas", "1"], None),
     (["utils.echo"], "-cfg queue: the volcano workload needs a Volcano queue"),
-    (["-cfg", "workload=mpi", "utils.echo"], "expected volcano, jobset or job"),
+    (["-cfg", "workload=mpi", "utils.echo"], "expected volcano, jobset, job or auto"),
     (["-cfg", "queue=q,tolerations=a:Never", "utils.echo"], "NoSchedule, PreferNoSchedule or NoExecute"),
 ])
 def test_bad_input_is_exit_2_naming_the_problem(tmp_path, args, says):
