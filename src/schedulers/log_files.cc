@@ -27,21 +27,27 @@ struct Reader {
 
 }  // namespace
 
+Result<std::function<bool(std::string_view)>> FilterLines(
+    const LogOptions& options, std::function<bool(std::string_view)> on_line) {
+  if (options.regex.empty()) return on_line;
+  std::regex filter;
+  try {
+    filter = std::regex(options.regex);
+  } catch (const std::regex_error& e) {
+    return Status::InvalidArgument(fmt::format("--regex '{}': {}", options.regex, e.what()));
+  }
+  return std::function<bool(std::string_view)>(
+      [filter = std::move(filter), on_line = std::move(on_line)](std::string_view line) {
+        return !std::regex_search(line.begin(), line.end(), filter) || on_line(line);
+      });
+}
+
 Status FollowFiles(const std::vector<std::string>& paths, const LogOptions& options,
                    const std::function<bool()>& ended,
                    const std::function<bool(std::string_view)>& on_line) {
-  std::optional<std::regex> filter;
-  if (!options.regex.empty()) {
-    try {
-      filter.emplace(options.regex);
-    } catch (const std::regex_error& e) {
-      return Status::InvalidArgument(fmt::format("--regex '{}': {}", options.regex, e.what()));
-    }
-  }
-  auto emit = [&](std::string_view line) {
-    if (filter && !std::regex_search(line.begin(), line.end(), *filter)) return true;
-    return on_line(line);
-  };
+  auto filtered = FilterLines(options, on_line);
+  if (!filtered.ok()) return filtered.status();
+  const auto& emit = *filtered;
   std::vector<Reader> readers(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) readers[i].path = paths[i];
   char buf[65536];

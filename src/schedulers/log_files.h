@@ -22,6 +22,12 @@ namespace trun::schedulers {
 // after it has everything the replicas wrote), polling every 100 ms; lines
 // of several files then come in the order they are found. Stops early when
 // `on_line` returns false. InvalidArgument for a bad regex.
+// `on_line` behind options.regex: a line that does not match is skipped
+// (the filter returns true for it, to go on). InvalidArgument for a bad
+// regex.
+Result<std::function<bool(std::string_view)>> FilterLines(
+    const LogOptions& options, std::function<bool(std::string_view)> on_line);
+
 Status FollowFiles(const std::vector<std::string>& paths, const LogOptions& options,
                    const std::function<bool()>& ended,
                    const std::function<bool(std::string_view)>& on_line);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/strings.h"
+#include "schedulers/kubernetes_scheduler.h"
 #include "schedulers/local_scheduler.h"
 #include "schedulers/slurm_scheduler.h"
 #include "specs/serialize.h"
@@ -56,7 +57,10 @@ const std::vector<SchedulerInfo>& Schedulers() {
        [](const std::string& session) -> std::unique_ptr<Scheduler> {
          return std::make_unique<SlurmScheduler>(session);
        }},
-      {"kubernetes", "a Volcano job per app", nullptr},
+      {"kubernetes", "a Volcano Job, a JobSet or Indexed Jobs per app, through the API server",
+       [](const std::string& session) -> std::unique_ptr<Scheduler> {
+         return std::make_unique<KubernetesScheduler>(session);
+       }},
   };
   return kSchedulers;
 }

@@ -12,8 +12,7 @@
 // that submitted.
 //
 // Adding a scheduler: implement the class, add a row to the table in
-// scheduler.cc. `kubernetes` has a row without a factory and answers "not
-// available yet" (exit 2) until it is implemented.
+// scheduler.cc. A row without a factory answers "not available yet" (exit 2).
 //
 // Thread-safety: a Scheduler is used from one thread, except Log(), which
 // may run on several threads at once (one per replica being followed).

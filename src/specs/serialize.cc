@@ -311,6 +311,17 @@ json PlainScalar(const std::string& s) {
   return s;
 }
 
+// Whether a YAML 1.1 reader (PyYAML; the yaml.v2 behind older kubectl)
+// would read the unquoted scalar as something other than text, where the
+// 1.2 core schema reads text: base-60 numbers ("1:4" is 64), yes/no/on/off
+// and y/n, numbers with '_', binary and leading-zero octal.
+bool Yaml11NonString(const std::string& s) {
+  static const std::regex kSpecial(
+      R"([-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?|[-+]?[0-9][0-9_]*_[0-9_]*|[-+]?0b[01_]+|)"
+      R"([-+]?0[0-7_]+|y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF|=|<<)");
+  return std::regex_match(s, kSpecial);
+}
+
 json FromYamlNode(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
@@ -367,7 +378,7 @@ void EmitYaml(YAML::Emitter& out, const ojson& j) {
       return;
     case ojson::value_t::string: {
       const std::string& s = j.get_ref<const std::string&>();
-      if (PlainScalar(s) != json(s)) out << YAML::DoubleQuoted;
+      if (PlainScalar(s) != json(s) || Yaml11NonString(s)) out << YAML::DoubleQuoted;
       out << s;
       return;
     }

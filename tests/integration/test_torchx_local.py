@@ -268,7 +268,7 @@ def test_dryrun_builtins_runopts_configure(jobs):
     runopts = jobs.trun("runopts", "local").out
     assert "stop_timeout=STOP_TIMEOUT (float, 10.0)" in runopts
     assert jobs.trun("configure").returncode == 0
-    assert (jobs.tmp / ".trunconfig").read_text() == "[local]\n\n[slurm]\n"
+    assert (jobs.tmp / ".trunconfig").read_text() == "[local]\n\n[slurm]\n\n[kubernetes]\n"
     again = jobs.trun("configure", "--all")
     assert again.returncode == 2 and "exists" in again.err
     assert jobs.trun("configure", "--all", "--force").returncode == 0

@@ -1,0 +1,487 @@
+"""The kubernetes scheduler's REST client against a local HTTPS server that
+replays the API server's documented answers (create, get, list, pod logs
+with follow, 401/403/404/409/422/5xx, slow and cut-off answers), with TLS
+from a test CA made by openssl, a bearer token and a client certificate.
+No Kubernetes API server can run here; these replies follow
+https://kubernetes.io/docs/reference/using-api/api-concepts/."""
+import json
+import re
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import TORCH2, base_env, trun
+
+if TORCH2:
+    pytest.skip("needs no torch: runs in the torch 1.13 pass only", allow_module_level=True)
+
+TOKEN = "test-token"
+HANDLE = re.compile(r"^kubernetes://trun/(default:[a-z0-9-]+)$", re.M)
+
+
+def status_body(code, reason, message):
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class Api:
+    """Routes: (METHOD, path regex) -> function(handler, match, body) giving
+    (code, body object or bytes, extra). Records every request."""
+
+    def __init__(self, certs, client_ca=False):
+        self.routes = []
+        self.requests = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def handle_one(self, method):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n).decode() if n else ""
+                api.requests.append({"method": method, "path": self.path, "body": body,
+                                     "auth": self.headers.get("Authorization"),
+                                     "type": self.headers.get("Content-Type")})
+                for m, pattern, fn in reversed(api.routes):
+                    match = re.fullmatch(pattern, self.path)
+                    if m == method and match:
+                        return fn(self, match, body)
+                self.reply(404, status_body(404, "NotFound", f"{self.path} not found"))
+
+            def reply(self, code, obj):
+                data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.handle_one("GET")
+
+            def do_POST(self):
+                self.handle_one("POST")
+
+            def do_PATCH(self):
+                self.handle_one("PATCH")
+
+            def do_DELETE(self):
+                self.handle_one("DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certs / "server.pem", certs / "server.key")
+        if client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(certs / "ca.pem")
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def route(self, method, pattern, fn):
+        self.routes.append((method, pattern, fn))
+
+    def answer(self, method, pattern, code, obj):
+        self.route(method, pattern, lambda h, m, b: h.reply(code, obj))
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("certs")
+
+    def ssl_run(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    ssl_run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.pem", "-days", "2", "-subj", "/CN=trun test CA")
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        ssl_run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                f"{name}.csr", "-subj", f"/CN={name}")
+        (d / f"{name}.ext").write_text(ext + "\n")
+        ssl_run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    return d
+
+
+@pytest.fixture
+def api(certs):
+    a = Api(certs)
+    yield a
+    a.close()
+
+
+def kubeconfig(tmp_path, port, certs, user=None, ca=True):
+    user = user or {"token": TOKEN}
+    cluster = {"server": f"https://127.0.0.1:{port}"}
+    if ca:
+        cluster["certificate-authority"] = str(certs / "ca.pem")
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "test",
+           "clusters": [{"name": "c", "cluster": cluster}],
+           "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}],
+           "users": [{"name": "u", "user": user}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def k8s(tmp_path, api, certs, *args, timeout=60, user=None, ca=True, **env):
+    e = base_env(HOME=tmp_path, TRUNCONFIG="",
+                 KUBECONFIG=kubeconfig(tmp_path, api.port, certs, user, ca), **env)
+    return trun(*args, env=e, cwd=tmp_path, timeout=timeout)
+
+
+def start_stream(h, content_type):
+    """A 200 whose body runs until the connection closes (a followed log, a
+    watch), written as the test goes."""
+    h.send_response(200)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Connection", "close")
+    h.end_headers()
+
+
+def created(h, m, body):
+    obj = json.loads(body)
+    obj.setdefault("metadata", {})["uid"] = "u-1"
+    h.reply(201, obj)
+
+
+def test_run_job_workload_checks_then_creates_service_and_jobs(tmp_path, api, certs):
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job",
+            "utils.echo", "--msg", "hi")
+    assert r.returncode == 0, r.err
+    m = HANDLE.search(r.out)
+    assert m, r.out
+    calls = [(q["method"], q["path"]) for q in api.requests]
+    assert calls == [("POST", "/api/v1/namespaces/default/services?dryRun=All"),
+                     ("POST", "/apis/batch/v1/namespaces/default/jobs?dryRun=All"),
+                     ("POST", "/api/v1/namespaces/default/services"),
+                     ("POST", "/apis/batch/v1/namespaces/default/jobs")]
+    assert all(q["auth"] == f"Bearer {TOKEN}" for q in api.requests)
+    job = json.loads(api.requests[-1]["body"])
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCHX_JOB_ID"] == f"kubernetes://trun/{m.group(1)}"
+
+
+def test_client_certificate_from_kubeconfig_data(tmp_path, certs):
+    import base64
+    a = Api(certs, client_ca=True)
+    try:
+        a.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
+        user = {"client-certificate-data": base64.b64encode((certs / "client.pem").read_bytes()).decode(),
+                "client-key-data": base64.b64encode((certs / "client.key").read_bytes()).decode()}
+        r = k8s(tmp_path, a, certs, "run", "-s", "kubernetes", "-cfg", "queue=default",
+                "utils.echo", user=user)
+        assert r.returncode == 0, r.err
+        assert a.requests[0]["auth"] is None
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("code, body, rc, says", [
+    (401, status_body(401, "Unauthorized", "Unauthorized"), 3, "did not accept the credentials (401 Unauthorized"),
+    (403, status_body(403, "Forbidden", 'jobs.batch is forbidden: User "bob" cannot create'), 3, "forbidden (403"),
+    (409, status_body(409, "AlreadyExists", 'jobs.batch "x" already exists'), 2, "already exists"),
+    (422, status_body(422, "Invalid", 'Job.batch "x" is invalid: spec.template.spec.containers[0].image: Required value'), 2,
+     "spec.template.spec.containers[0].image: Required value"),
+    (500, status_body(500, "InternalError", "etcdserver: request timed out"), 4, "answered 500: etcdserver: request timed out"),
+    (503, b"upstream connect error", 4, "answered 503: upstream connect error"),
+])
+def test_refusals_name_the_problem(tmp_path, api, certs, code, body, rc, says):
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    api.answer("POST", r"/apis/batch/v1/namespaces/default/jobs.*", code, body)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job,validate_spec=false",
+            "utils.echo")
+    assert r.returncode == rc, r.err
+    assert says in r.err, r.err
+    # The Service created before the refused Job is deleted again.
+    assert api.requests[-1]["method"] == "DELETE", api.requests
+
+
+def test_a_cluster_without_volcano_says_what_to_do(tmp_path, api, certs):
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "queue=default", "utils.echo")
+    assert r.returncode == 2, r.err
+    assert "the cluster has no Job (batch.volcano.sh/v1alpha1): install Volcano" in r.err, r.err
+    assert "workload=job" in r.err
+
+
+def test_slow_and_cut_off_answers_are_unavailable(tmp_path, api, certs):
+    def slow(h, m, body):
+        time.sleep(3)
+        h.reply(200, {"items": []})
+
+    def cut(h, m, body):
+        h.send_response(200)
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        h.wfile.write(b'{"items": [')
+        h.wfile.flush()
+        h.connection.shutdown(socket.SHUT_RDWR)
+
+    api.route("GET", r"/apis/batch.volcano.sh/.*", slow)
+    r = k8s(tmp_path, api, certs, "list", "-s", "kubernetes", TRUN_KUBE_TIMEOUT="1")
+    assert r.returncode == 4, r.err
+    assert "no complete answer within 1 s" in r.err, r.err
+    api.route("GET", r"/apis/batch.volcano.sh/.*", cut)
+    r = k8s(tmp_path, api, certs, "list", "-s", "kubernetes")
+    assert r.returncode == 4, r.err
+    assert "cannot be reached" in r.err, r.err
+
+
+def test_tls_without_the_ca_fails_naming_tls(tmp_path, api, certs):
+    r = k8s(tmp_path, api, certs, "list", "-s", "kubernetes", ca=False)
+    assert r.returncode == 3, r.err
+    assert "TLS failed" in r.err, r.err
+
+
+def volcano_job(name, phase):
+    app = {"name": "echo", "roles": [{"name": "echo", "image": "alpine", "entrypoint": "echo",
+                                      "num_replicas": 2}]}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default", "creationTimestamp": "2026-11-25T04:00:00Z",
+                         "labels": {"app.kubernetes.io/instance": name, "torchx.pytorch.org/app-name": "echo"},
+                         "annotations": {"trun.pytorch.org/app-def": json.dumps(app)}},
+            "status": {"state": {"phase": phase}, "retryCount": 1}}
+
+
+def pod(name, replica, phase, message=None, created="2026-11-25T04:00:01Z"):
+    p = {"metadata": {"name": name, "creationTimestamp": created,
+                      "labels": {"torchx.pytorch.org/role-index": "0",
+                                 "torchx.pytorch.org/role-name": "echo",
+                                 "torchx.pytorch.org/replica-id": str(replica)}},
+         "spec": {"containers": [{"name": f"echo-{replica}"}], "hostname": name, "subdomain": "echo-x"},
+         "status": {"phase": phase}}
+    if message is not None:
+        p["status"]["containerStatuses"] = [{"name": f"echo-{replica}", "state": {"terminated": {
+            "exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-11-25T04:01:00Z"}}}]
+    return p
+
+
+ERROR = json.dumps({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "..."}},
+                    "errorCode": 1, "timestamp": 1764043260})
+
+
+def test_status_maps_phases_replicas_and_root_cause(tmp_path, api, certs):
+    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x", 200,
+               volcano_job("echo-x", "Failed"))
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": [
+        pod("echo-x-echo-0-0", 0, "Failed", ERROR),
+        pod("echo-x-echo-1-0-old", 1, "Failed", "old", created="2026-11-25T03:00:00Z"),
+        pod("echo-x-echo-1-0", 1, "Running")]})
+    r = k8s(tmp_path, api, certs, "status", "--json", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 0, r.err
+    st = json.loads(r.out)
+    assert st["state"] == "FAILED"
+    assert st["num_restarts"] == 1
+    assert "RuntimeError: boom" in st["structured_error_msg"]
+    replicas = st["roles"][0]["replicas"]
+    assert [x["state"] for x in replicas] == [5, 3]
+    assert replicas[1]["hostname"] == "echo-x-echo-1-0.echo-x"
+    r = k8s(tmp_path, api, certs, "describe", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 0 and "entrypoint: echo" in r.out, r.out + r.err
+    r = k8s(tmp_path, api, certs, "status", "kubernetes://trun/default:nope")
+    assert r.returncode == 2 and "has no Volcano Job, JobSet or Jobs of that name" in r.err, r.err
+
+
+def test_log_follows_the_pod_log_stream(tmp_path, api, certs):
+    state = {"phase": "Running"}
+    api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x",
+              lambda h, m, b: h.reply(200, volcano_job("echo-x", state["phase"])))
+    api.route("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*",
+              lambda h, m, b: h.reply(200, {"items": [
+                  pod("echo-x-echo-0-0", 0, "Succeeded" if state["phase"] == "Completed" else "Running"),
+                  pod("echo-x-echo-1-0", 1, "Running")]}))
+
+    def follow(h, m, body):
+        assert "follow=true" in h.path and "container=echo-0" in h.path
+        start_stream(h, "text/plain")
+        for i in range(3):
+            h.wfile.write(f"line {i}\n".encode())
+            h.wfile.flush()
+            time.sleep(0.3)
+        state["phase"] = "Completed"
+        h.close_connection = True
+
+    api.route("GET", r"/api/v1/namespaces/default/pods/echo-x-echo-0-0/log\?.*", follow)
+    r = k8s(tmp_path, api, certs, "log", "--tail", "kubernetes://trun/default:echo-x/echo/0")
+    assert r.returncode == 0, r.err
+    assert [l.split(" ", 1)[1] for l in r.out.splitlines()] == ["line 0", "line 1", "line 2"], r.out
+    r = k8s(tmp_path, api, certs, "log", "--streams", "stderr", "kubernetes://trun/default:echo-x/echo/0")
+    assert r.returncode == 2 and "one log per container" in r.err, r.err
+
+
+def test_log_of_a_pod_that_is_gone_is_404(tmp_path, api, certs):
+    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x", 200,
+               volcano_job("echo-x", "Running"))
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200,
+               {"items": [pod("echo-x-echo-0-0", 0, "Running")]})
+    api.answer("GET", r"/api/v1/namespaces/default/pods/echo-x-echo-0-0/log\?.*", 404,
+               status_body(404, "NotFound", 'pods "echo-x-echo-0-0" not found'))
+    r = k8s(tmp_path, api, certs, "log", "kubernetes://trun/default:echo-x/echo/0")
+    assert r.returncode == 2, r.err
+    assert 'pods "echo-x-echo-0-0" not found' in r.err, r.err
+
+
+def test_cancel_aborts_a_volcano_job_as_torchx(tmp_path, api, certs):
+    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x", 200,
+               volcano_job("echo-x", "Running"))
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": []})
+    api.route("PATCH", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x/status",
+              lambda h, m, b: h.reply(200, volcano_job("echo-x", "Aborted")))
+    r = k8s(tmp_path, api, certs, "cancel", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 0, r.err
+    patch = [q for q in api.requests if q["method"] == "PATCH"][0]
+    assert patch["type"] == "application/merge-patch+json"
+    assert json.loads(patch["body"]) == {"status": {"state": {"phase": "Aborted"}}}
+
+
+def test_cancel_deletes_plain_jobs_with_their_pods(tmp_path, api, certs):
+    job = {"metadata": {"name": "echo-x-echo", "labels": {"app.kubernetes.io/instance": "echo-x"}},
+           "status": {"ready": 1}}
+    api.answer("GET", r"/apis/batch/v1/namespaces/default/jobs\?labelSelector=.*", 200, {"items": [job]})
+    api.answer("DELETE", r"/apis/batch/v1/namespaces/default/jobs/echo-x-echo", 200, {"kind": "Status"})
+    api.answer("DELETE", r"/api/v1/namespaces/default/services/echo-x", 200, {"kind": "Status"})
+    r = k8s(tmp_path, api, certs, "cancel", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 0, r.err
+    deletes = [q for q in api.requests if q["method"] == "DELETE"]
+    assert [d["path"] for d in deletes] == ["/apis/batch/v1/namespaces/default/jobs/echo-x-echo",
+                                            "/api/v1/namespaces/default/services/echo-x"]
+    assert json.loads(deletes[0]["body"])["propagationPolicy"] == "Foreground"
+
+
+def test_list_shows_every_workload_and_skips_missing_add_ons(tmp_path, api, certs):
+    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs", 200,
+               {"items": [volcano_job("echo-a", "Completed")]})
+    job = {"metadata": {"name": "ddp-b-trainer", "creationTimestamp": "2026-11-25T05:00:00Z",
+                        "labels": {"app.kubernetes.io/instance": "ddp-b", "torchx.pytorch.org/app-name": "ddp"}},
+           "status": {"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]}}
+    api.answer("GET", r"/apis/batch/v1/namespaces/default/jobs\?labelSelector=.*", 200, {"items": [job]})
+    r = k8s(tmp_path, api, certs, "list", "-s", "kubernetes")
+    assert r.returncode == 0, r.err
+    rows = [l.split() for l in r.out.splitlines()[1:] if l.strip() and not l.startswith("-")]
+    assert rows[0][:3] == ["kubernetes://trun/default:echo-a", "echo", "SUCCEEDED"], r.out
+    assert rows[1][:3] == ["kubernetes://trun/default:ddp-b", "ddp", "FAILED"], r.out
+
+
+def test_status_of_a_jobset_and_of_plain_jobs(tmp_path, api, certs):
+    app = {"name": "ddp", "roles": [{"name": "trainer", "image": "i", "entrypoint": "e",
+                                     "num_replicas": 2}]}
+    meta = {"name": "ddp-x", "creationTimestamp": "2026-11-25T04:00:00Z",
+            "labels": {"app.kubernetes.io/instance": "ddp-x"},
+            "annotations": {"trun.pytorch.org/app-def": json.dumps(app)}}
+    jobset = {"kind": "JobSet", "metadata": meta,
+              "status": {"restarts": 2, "replicatedJobsStatus": [{"name": "trainer", "ready": 2}]}}
+    api.answer("GET", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/ddp-x", 200, jobset)
+
+    def jpod(k, phase):
+        return {"metadata": {"name": f"ddp-x-trainer-0-{k}-abcde", "creationTimestamp": "2026-11-25T04:00:01Z",
+                             "labels": {"torchx.pytorch.org/role-index": "0",
+                                        "batch.kubernetes.io/job-completion-index": str(k)}},
+                "spec": {"containers": [{"name": "trainer"}], "hostname": f"ddp-x-trainer-0-{k}",
+                         "subdomain": "ddp-x"},
+                "status": {"phase": phase}}
+
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200,
+               {"items": [jpod(0, "Running"), jpod(1, "Pending")]})
+    r = k8s(tmp_path, api, certs, "status", "--json", "kubernetes://trun/default:ddp-x")
+    assert r.returncode == 0, r.err
+    st = json.loads(r.out)
+    assert st["state"] == "RUNNING" and st["num_restarts"] == 2, st
+    assert [x["state"] for x in st["roles"][0]["replicas"]] == [3, 2]
+    assert st["roles"][0]["replicas"][0]["hostname"] == "ddp-x-trainer-0-0.ddp-x"
+
+    jobset["status"]["conditions"] = [{"type": "Completed", "status": "True", "message": "jobs done"}]
+    r = k8s(tmp_path, api, certs, "status", "--json", "kubernetes://trun/default:ddp-x")
+    assert json.loads(r.out)["state"] == "SUCCEEDED", r.out + r.err
+
+
+def test_submitting_a_jobset_where_there_is_none_says_what_to_do(tmp_path, api, certs):
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=jobset", "utils.echo")
+    assert r.returncode == 2, r.err
+    assert "the cluster has no JobSet (jobset.x-k8s.io/v1alpha2): install JobSet" in r.err, r.err
+
+
+def test_log_tail_watches_for_the_pod_to_start(tmp_path, api, certs):
+    state = {"pod": "Pending", "app": "Pending"}
+    api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x",
+              lambda h, m, b: h.reply(200, volcano_job("echo-x", state["app"])))
+    api.route("GET", r"/api/v1/namespaces/default/pods\?labelSelector=[^&]*",
+              lambda h, m, b: h.reply(200, {"metadata": {"resourceVersion": "100"},
+                                            "items": [pod("echo-x-echo-0-0", 0, state["pod"])]}))
+
+    def watch(h, m, body):
+        assert "watch=true" in h.path and "resourceVersion=100" in h.path
+        start_stream(h, "application/json")
+        # An unrelated replica first, then this one starting.
+        for event in ({"type": "MODIFIED", "object": pod("echo-x-echo-1-0", 1, "Running")},
+                      {"type": "MODIFIED", "object": pod("echo-x-echo-0-0", 0, "Running")}):
+            time.sleep(0.3)
+            if event["object"]["metadata"]["name"] == "echo-x-echo-0-0":
+                state["pod"] = state["app"] = "Running"
+            h.wfile.write((json.dumps(event) + "\n").encode())
+            h.wfile.flush()
+        time.sleep(0.5)
+        h.close_connection = True
+
+    def logs(h, m, body):
+        state["app"] = "Completed"
+        h.reply(200, b"started\n")
+
+    api.route("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*&watch=true.*", watch)
+    api.route("GET", r"/api/v1/namespaces/default/pods/echo-x-echo-0-0/log\?.*", logs)
+    r = k8s(tmp_path, api, certs, "log", "--tail", "kubernetes://trun/default:echo-x/echo/0")
+    assert r.returncode == 0, r.err
+    assert r.out.splitlines() == ["echo/0 started"], r.out
+    assert any("watch=true" in q["path"] for q in api.requests)
+
+
+def test_run_wait_follows_the_app_to_its_end(tmp_path, api, certs):
+    """`run --wait` submits, then polls status until the Volcano Job completes."""
+    polls = {"n": 0}
+
+    def job(h, m, body):
+        polls["n"] += 1
+        name = m.group(1)
+        h.reply(200, volcano_job(name, "Running" if polls["n"] < 3 else "Completed"))
+
+    api.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
+    api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/([a-z0-9-]+)", job)
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": []})
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "--wait", "-cfg", "queue=default",
+            "utils.echo", "--msg", "hi")
+    assert r.returncode == 0, r.err
+    assert HANDLE.search(r.out), r.out
+    assert polls["n"] >= 3
+
+
+@pytest.mark.parametrize("has_jobset", [True, False])
+def test_workload_auto_is_a_jobset_where_the_cluster_has_one(tmp_path, api, certs, has_jobset):
+    if has_jobset:
+        api.answer("GET", r"/apis/jobset.x-k8s.io/v1alpha2", 200,
+                   {"kind": "APIResourceList", "groupVersion": "jobset.x-k8s.io/v1alpha2"})
+        api.route("POST", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets(\?dryRun=All)?", created)
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=auto,validate_spec=false",
+            "utils.echo")
+    assert r.returncode == 0, r.err
+    posts = [q["path"] for q in api.requests if q["method"] == "POST"]
+    name = HANDLE.search(r.out).group(1).split(":")[1]
+    if has_jobset:
+        assert posts == ["/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"]
+    else:
+        assert posts == ["/api/v1/namespaces/default/services", "/apis/batch/v1/namespaces/default/jobs"]
+        assert json.loads(api.requests[-1]["body"])["metadata"]["name"] == f"{name}-echo"
