@@ -442,7 +442,7 @@ Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app
 Status KubernetesScheduler::Log(const std::string& app_id, const std::string& role, int replica_id,
                                 const LogOptions& options,
                                 const std::function<bool(std::string_view)>& on_line) {
-  if (options.streams && *options.streams != Stream::kCombined) {
+  if (options.streams && *options.streams != LogStream::kCombined) {
     return Status::InvalidArgument(
         "log: Kubernetes keeps one log per container, stdout and stderr together: use "
         "--streams combined (the default)");
