@@ -72,8 +72,8 @@ enum class LogStream { kStdout, kStderr, kCombined };
 std::optional<LogStream> ParseLogStream(std::string_view s);  // "stdout", "stderr", "combined"
 
 struct LogOptions {
-  std::string regex;              // only lines matching it (std::regex, ECMAScript); empty: all
-  bool tail = false;              // follow the log until the app ends
+  std::string regex;                 // only lines matching it (std::regex, ECMAScript); empty: all
+  bool tail = false;                 // follow the log until the app ends
   std::optional<LogStream> streams;  // the scheduler's default when unset
 };
 
