@@ -13,14 +13,13 @@
 #include "agent/telemetry.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
+#include "agent/worker_table.h"
 #include "common/exit_code.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "common/strings.h"
 #include "failure/failure.h"
 #include "proc/group_supervisor.h"
 #include "proc/signals.h"
-#include "proc/warm_table.h"
 #include "rendezvous/rendezvous.h"
 
 extern char** environ;
@@ -35,21 +34,6 @@ int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Warm starts: the workers' interpreter imports TRUN_WARM_IMPORTS (default
-// torch) once. Its environment is the agent's plus what every worker shares
-// and libraries read when they load (OMP_NUM_THREADS); never a rank's.
-proc::WarmOptions WarmOptionsFor(const LaunchConfig& config) {
-  proc::WarmOptions o;
-  o.python = config.worker_argv.at(0);
-  const char* imports = std::getenv("TRUN_WARM_IMPORTS");
-  for (const std::string& name : Split(imports ? imports : "torch", ',')) {
-    if (!Trim(name).empty()) o.imports.emplace_back(Trim(name));
-  }
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  if (config.set_omp_num_threads) o.env.emplace_back("OMP_NUM_THREADS=1");
-  return o;
 }
 
 struct Worker {
@@ -69,19 +53,8 @@ class LocalAgent::Impl {
  public:
   Impl(LaunchConfig config, ProcessTableFactory table)
       : config_(std::move(config)), make_table_(std::move(table)), signals_(io_) {
-    if (!make_table_ && config_.start_method == "forkserver") {
-      make_table_ = [this](asio::io_context& io) -> Result<std::unique_ptr<proc::ProcessTable>> {
-        auto t = proc::WarmProcessTable::Start(io, WarmOptionsFor(config_));
-        if (!t.ok()) return t.status();
-        return std::unique_ptr<proc::ProcessTable>(std::move(*t));
-      };
-    }
     if (!make_table_) {
-      make_table_ = [](asio::io_context& io) -> Result<std::unique_ptr<proc::ProcessTable>> {
-        auto t = proc::SystemProcessTable::Start(io);
-        if (!t.ok()) return t.status();
-        return std::unique_ptr<proc::ProcessTable>(std::move(*t));
-      };
+      make_table_ = [this](asio::io_context& io) { return MakeWorkerTable(io, config_); };
     }
   }
 

@@ -1,0 +1,42 @@
+#include "agent/worker_table.h"
+
+#include <cstdlib>
+
+#include "common/strings.h"
+#include "proc/warm_table.h"
+
+extern char** environ;
+
+namespace trun::agent {
+namespace {
+
+// Warm starts: the workers' interpreter imports TRUN_WARM_IMPORTS (default
+// torch) once. Its environment is the agent's plus what every worker shares
+// and libraries read when they load (OMP_NUM_THREADS); never a rank's.
+proc::WarmOptions WarmOptionsFor(const launch::LaunchConfig& config) {
+  proc::WarmOptions o;
+  o.python = config.worker_argv.at(0);
+  const char* imports = std::getenv("TRUN_WARM_IMPORTS");
+  for (const std::string& name : Split(imports ? imports : "torch", ',')) {
+    if (!Trim(name).empty()) o.imports.emplace_back(Trim(name));
+  }
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  if (config.set_omp_num_threads) o.env.emplace_back("OMP_NUM_THREADS=1");
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<proc::ProcessTable>> MakeWorkerTable(asio::io_context& io,
+                                                            const launch::LaunchConfig& config) {
+  if (config.start_method == "forkserver") {
+    auto t = proc::WarmProcessTable::Start(io, WarmOptionsFor(config));
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<proc::ProcessTable>(std::move(*t));
+  }
+  auto t = proc::SystemProcessTable::Start(io);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<proc::ProcessTable>(std::move(*t));
+}
+
+}  // namespace trun::agent
