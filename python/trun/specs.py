@@ -20,13 +20,22 @@ import re
 import string
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, NamedTuple, Optional, TypeVar, Union
 
+# The "*" scheduler backend, as TorchX (nothing in trun's JSON carries it).
+ALL = "all"
+# Sentinels for string fields: never set; unset optional; not recoverable.
 MISSING = "<MISSING>"
 NONE = "<NONE>"
-ALL = "<ALL>"
+UNKNOWN = "<UNKNOWN>"
+
+# TorchX's unit for memMB: resource(memMB=8 * GiB).
+GiB = 1024
+
+# The schedulers the trun binary has (src/schedulers/scheduler.cc).
+SCHEDULERS = ("local", "slurm", "kubernetes")
 
 AppHandle = str
 CfgVal = Union[str, int, float, bool, List[str], Dict[str, str], None]
@@ -149,18 +158,63 @@ class DeviceMount:
     permissions: str = "rwm"
 
 
-@dataclass
+@dataclass(eq=False)
 class Workspace:
-    """Local project folders (keys) and where they go in the image (values)."""
+    """Local project folders (keys) and where they go in the image (values);
+    false when it has none."""
 
     projects: Dict[str, str]
+
+    def __bool__(self) -> bool:
+        return bool(self.projects)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Workspace) and self.projects == other.projects
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.projects.items()))
 
     def is_unmapped_single_project(self) -> bool:
         return len(self.projects) == 1 and not next(iter(self.projects.values()))
 
     @staticmethod
-    def from_str(workspace: Optional[str]) -> Optional["Workspace"]:
-        return Workspace({workspace: ""}) if workspace else None
+    def from_str(workspace: Optional[str]) -> "Workspace":
+        """TorchX's: ``""``/None is an empty Workspace; a path is one project
+        (``{path: ""}``); a YAML mapping ``path: dir`` (one per line) is
+        several, a null dir being ``""``."""
+        if not workspace:
+            return Workspace({})
+        projects = _yaml_load(workspace)
+        if isinstance(projects, str):
+            return Workspace({projects: ""})
+        if not isinstance(projects, dict):
+            raise ValueError(f"workspace {workspace!r}: expected a path or a mapping "
+                             f"PATH: DIR")
+        return Workspace({str(k): "" if v is None else str(v) for k, v in projects.items()})
+
+    def __str__(self) -> str:
+        if self.is_unmapped_single_project():
+            return next(iter(self.projects))
+        return ";".join(k if not v else f"{k}:{v}" for k, v in self.projects.items())
+
+
+def _yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` where PyYAML is installed (TorchX's parser); else the
+    two forms Workspace.from_str takes: a plain word, or ``KEY: VALUE`` lines."""
+    try:
+        import yaml
+    except ImportError:
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if len(lines) == 1 and not re.search(r":(\s|$)", lines[0]):
+            return lines[0].strip()
+        out: Dict[str, Optional[str]] = {}
+        for ln in lines:
+            key, sep, value = ln.partition(": ") if ": " in ln else ln.rstrip().partition(":")
+            if not sep:
+                raise ValueError(f"workspace: {ln!r} is not PATH: DIR")
+            out[key.strip()] = value.strip() or None
+        return out
+    return yaml.safe_load(text)
 
 
 @dataclass
@@ -242,6 +296,9 @@ class RoleStatus:
     role: str
     replicas: List[ReplicaStatus]
 
+    def to_json(self) -> Dict[str, Any]:
+        return {"role": self.role, "replicas": [asdict(r) for r in self.replicas]}
+
 
 @dataclass
 class AppStatus:
@@ -255,12 +312,16 @@ class AppStatus:
     def is_terminal(self) -> bool:
         return is_terminal(self.state)
 
-    def to_json(self) -> Dict[str, Any]:
+    def raise_for_status(self) -> None:
+        """Raises :class:`AppStatusError` unless the app SUCCEEDED."""
+        if self.state != AppState.SUCCEEDED:
+            raise AppStatusError(self, f"job did not succeed: {self}")
+
+    def to_json(self, filter_roles: Optional[List[str]] = None) -> Dict[str, Any]:
+        """What ``trun status --json`` prints (a replica's state is the enum's number)."""
+        roles = [r for r in self.roles if not filter_roles or r.role in filter_roles]
         return {"state": str(self.state), "num_restarts": self.num_restarts,
-                "roles": [{"role": r.role, "replicas": [
-                    {"id": x.id, "state": int(x.state), "role": x.role,
-                     "hostname": x.hostname, "structured_error_msg": x.structured_error_msg}
-                    for x in r.replicas]} for r in self.roles],
+                "roles": [r.to_json() for r in roles],
                 "msg": self.msg, "structured_error_msg": self.structured_error_msg,
                 "url": self.ui_url}
 
@@ -271,6 +332,14 @@ class AppStatus:
         return (f"AppStatus:\n  State: {self.state}\n  Num Restarts: {self.num_restarts}\n"
                 f"  Roles:\n{lines}\n  Msg: {self.msg}\n"
                 f"  Structured Error Msg: {self.structured_error_msg}\n  UI URL: {self.ui_url}")
+
+
+class AppStatusError(Exception):
+    """Raised by :meth:`AppStatus.raise_for_status`; ``status`` is the AppStatus."""
+
+    def __init__(self, status: AppStatus, *args: object) -> None:
+        super().__init__(*args)
+        self.status = status
 
 
 T = TypeVar("T")
@@ -313,16 +382,20 @@ class UnknownAppException(Exception):
 
 
 class UnknownSchedulerException(Exception):
-    def __init__(self, scheduler: str) -> None:
-        super().__init__(f"unknown scheduler {scheduler!r}; trun has local and slurm")
+    def __init__(self, scheduler_backend: str) -> None:
+        super().__init__(f"unknown scheduler {scheduler_backend!r}; trun has "
+                         f"{', '.join(SCHEDULERS)} (Runner.scheduler_backends())")
 
 
 class InvalidRunConfigException(Exception):
-    pass
+    """A run option is missing or of the wrong type; ``cfg_key`` names it."""
+
+    def __init__(self, invalid_reason: str, cfg_key: str, cfg: Mapping) -> None:
+        super().__init__(f"{invalid_reason}. Given: {str(cfg) if cfg else '<EMPTY>'}")
+        self.cfg_key = cfg_key
 
 
-@dataclass
-class ParsedAppHandle:
+class ParsedAppHandle(NamedTuple):
     scheduler_backend: str
     session_name: str
     app_id: str
@@ -336,7 +409,7 @@ def parse_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
     m = _HANDLE.fullmatch(app_handle)
     if not m:
         raise MalformedAppHandleException(app_handle)
-    return ParsedAppHandle(**m.groupdict())
+    return ParsedAppHandle(m["scheduler_backend"], m["session_name"], m["app_id"])
 
 
 def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> AppHandle:
@@ -509,8 +582,8 @@ def _mount_from_dict(d: Any) -> Union[BindMount, VolumeMount, DeviceMount]:
 
 def _role_from_dict(d: Dict[str, Any]) -> Role:
     ws = d.get("workspace")
-    if isinstance(ws, str):
-        ws = Workspace.from_str(ws)
+    if isinstance(ws, str):  # as the C++ reader: a path, not YAML
+        ws = Workspace({ws: ""} if ws else {})
     elif ws is not None:
         ws = Workspace({k: v or "" for k, v in ws.get("projects", {}).items()})
     return Role(
@@ -532,8 +605,9 @@ def from_dict(d: Dict[str, Any]) -> AppDef:
 
 
 __all__ = [
-    "ALL", "MISSING", "NONE", "NULL_RESOURCE", "AppDef", "AppDryRunInfo", "AppHandle", "AppState",
-    "AppStatus", "BindMount", "CfgVal", "DeviceMount", "InvalidRunConfigException",
+    "ALL", "GiB", "MISSING", "NONE", "NULL_RESOURCE", "UNKNOWN", "AppDef", "AppDryRunInfo",
+    "AppHandle", "AppState", "AppStatus", "AppStatusError", "BindMount", "CfgVal", "DeviceMount",
+    "InvalidRunConfigException",
     "MalformedAppHandleException", "MountType", "ParsedAppHandle", "ReplicaState",
     "ReplicaStatus", "Resource", "RetryPolicy", "Role", "RoleStatus", "UnknownAppException",
     "UnknownSchedulerException", "VolumeMount", "Workspace", "from_dict", "get_named_resources",
