@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -79,7 +80,8 @@ def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
     roles = [specs.RoleStatus(r["role"], [
         specs.ReplicaStatus(id=x["id"], state=specs.AppState(x["state"]), role=x["role"],
                             hostname=x.get("hostname", ""),
-                            structured_error_msg=x.get("structured_error_msg", specs.NONE))
+                            structured_error_msg=x.get("structured_error_msg", specs.NONE),
+                            hostaddr=x.get("hostaddr") or None)
         for x in r["replicas"]]) for r in d.get("roles", [])]
     return specs.AppStatus(state=specs.AppState[d["state"]],
                            num_restarts=d.get("num_restarts", 0), msg=d.get("msg", ""),
@@ -203,8 +205,16 @@ class Runner:
             time.sleep(wait_interval)
 
     def cancel(self, app_handle: str) -> None:
-        """Stops the app; returns once it is CANCELLED (or had ended)."""
-        self._call("cancel", self._handle(app_handle))
+        """Stops the app and returns once it is CANCELLED; as TorchX, does nothing
+        for an unknown app or one that has ended."""
+        st = self.status(app_handle)
+        if st is None or st.is_terminal():
+            return
+        try:
+            self._call("cancel", app_handle)
+        except TrunInvalidInputError as e:
+            if not _is_unknown_app(e):  # gone since (a cancelled JobSet is deleted)
+                raise
 
     stop = cancel
 
@@ -217,10 +227,29 @@ class Runner:
                   regex: Optional[str] = None, since: Any = None, until: Any = None,
                   should_tail: bool = False, streams: Any = None) -> Iterator[str]:
         """Replica ``k`` of ``role_name``'s log lines (with their newlines), as they
-        come when ``should_tail``. ``since``/``until`` are not supported (trun's logs
-        carry no timestamps) and must be None."""
+        come when ``should_tail``. As TorchX, the call itself raises
+        UnknownAppException for an app nobody knows (and MalformedAppHandleException);
+        the lines are read as they are iterated. ``since``/``until`` are not
+        supported (trun's logs carry no timestamps) and must be None."""
         if since is not None or until is not None:
             raise ValueError("log_lines: since/until are not supported by trun's schedulers")
+        detail = self._unknown_detail(app_handle)
+        if detail is not None:
+            raise specs.UnknownAppException(app_handle, detail)
+        return self._log_iter(app_handle, role_name, k, regex, should_tail, streams)
+
+    def _unknown_detail(self, app_handle: str) -> Optional[str]:
+        """trun's message when the scheduler knows no such app, else None."""
+        try:
+            self._call("status", "--json", self._handle(app_handle))
+        except TrunInvalidInputError as e:
+            if _is_unknown_app(e):
+                return str(e)
+            raise
+        return None
+
+    def _log_iter(self, app_handle: str, role_name: str, k: int, regex: Optional[str],
+                  should_tail: bool, streams: Any) -> Iterator[str]:
         argv = [self._trun, "log"]
         if should_tail:
             argv.append("--tail")
@@ -228,7 +257,7 @@ class Runner:
             argv += ["--regex", regex]
         if streams is not None:
             argv += ["--streams", getattr(streams, "value", str(streams)).lower()]
-        argv.append(f"{self._handle(app_handle)}/{role_name}/{k}")
+        argv.append(f"{app_handle}/{role_name}/{k}")
         prefix = f"{role_name}/{k} "
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -256,7 +285,8 @@ class Runner:
                 for a in json.loads(out)]
 
     def scheduler_backends(self) -> List[str]:
-        return ["local", "slurm"]
+        """The schedulers of the trun binary, as ``-s`` takes them."""
+        return list(specs.SCHEDULERS)
 
     def close(self) -> None:
         """Nothing to release: every call is a trun process of its own."""
@@ -274,10 +304,26 @@ def _no_workspace(workspace: Any) -> None:
                          "directory or the slurm job_dir); pass None")
 
 
+# trun reports "no such app" as exit 2, the code of every bad input (docs/cli.md,
+# "Exit codes of the job subcommands"), so the message tells it apart from a
+# malformed handle, an unknown scheduler or a replica the app does not have.
+# Each scheduler's wording (src/schedulers/*_scheduler.cc), from the start of
+# an error line:
+_UNKNOWN_APP = re.compile("|".join([
+    r"no local app '",                                # local: UnknownApp
+    r"no SLURM job \S+: ",                            # slurm: Describe
+    r"kubernetes app \S+: the namespace \S+ has no ",  # kubernetes: NoApp
+    r"'[^']*' is not a kubernetes app id",            # kubernetes: no NAMESPACE:NAME
+    r"(GET|PATCH|DELETE) \S+: not found \(404",        # kubernetes: gone meanwhile
+]))
+
+
 def _is_unknown_app(e: TrunCommandError) -> bool:
-    """trun's exit 2 for a handle whose app nobody knows ("no local app 'x'", "no
-    SLURM job 12"), as opposed to a malformed handle or an unknown scheduler."""
-    return "no local app" in e.stderr or "no SLURM job" in e.stderr
+    """Whether trun refused the command because the scheduler knows no such app."""
+    if e.returncode != 2:
+        return False
+    return any(_UNKNOWN_APP.match(ln.removeprefix("trun: error: "))
+               for ln in e.stderr.splitlines())
 
 
 def get_runner(name: Optional[str] = None, component_defaults: Optional[Dict[str, Any]] = None,

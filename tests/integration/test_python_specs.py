@@ -1,17 +1,23 @@
 """trun.specs: TorchX's names, fields and defaults, and the one JSON schema
 both sides read (Python's to_dict accepted by `trun run --dryrun --json`
-unchanged); the torchx import shim. Fast: no app is run."""
+unchanged); the torchx import shim; trun.runner's TorchX semantics for
+unknown apps on every scheduler (a stand-in trun answers as each scheduler
+does). Fast: no app is run."""
 import json
+import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from conftest import ROOT, TRUN
-from torchx_helpers import jobs  # noqa: F401 (fixture)
+from torchx_helpers import jobs, use_env  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(ROOT / "python"))
 from trun import specs  # noqa: E402
+from trun import runner as trun_runner  # noqa: E402
+from trun.runner import Runner, TrunCommandError, TrunInvalidInputError  # noqa: E402
 
 
 def test_torchx_defaults():
@@ -112,13 +118,237 @@ def test_the_torchx_shim_is_installed_only_without_torchx(tmp_path):
             "from torchx.components.dist import ddp\n"
             "from torchx.components import utils\n"
             "from torchx.runner import get_runner\n"
-            "print(s.AppDef is specs.AppDef is api.AppDef is s2.AppDef, callable(ddp))\n"
+            "print(s.AppDef is specs.AppDef is api.AppDef is s2.AppDef, callable(ddp),\n"
+            "      api.AppStatusError is specs.AppStatusError, s.GiB, s.ALL, s.UNKNOWN)\n"
             "try:\n    import torchx.schedulers\nexcept ImportError as e:\n    print('no', e.name)\n"
             % str(ROOT / "python"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.split("\n")[:3] == ["True", "True True", "no torchx.schedulers"], out
+    assert out.stdout.split("\n")[:3] == ["True", "True True True 1024 all <UNKNOWN>",
+                                          "no torchx.schedulers"], out
     (tmp_path / "torchx").mkdir()
     (tmp_path / "torchx" / "__init__.py").write_text("")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path)
     assert out.stdout.startswith("False\n") and "No module named 'torchx.specs'" in out.stderr
+
+
+def test_torchx_names_added():
+    h = specs.parse_app_handle("kubernetes://trun/default:echo-bx2")
+    assert isinstance(h, tuple) and h._fields == ("scheduler_backend", "session_name", "app_id")
+    assert h[2] == "default:echo-bx2" and h[0] == h.scheduler_backend == "kubernetes"
+    scheduler, session, app_id = h
+    assert (scheduler, session, app_id) == ("kubernetes", "trun", "default:echo-bx2")
+    assert h == ("kubernetes", "trun", "default:echo-bx2")
+    assert (specs.ALL, specs.MISSING, specs.NONE, specs.UNKNOWN) == \
+        ("all", "<MISSING>", "<NONE>", "<UNKNOWN>")
+    assert specs.resource(memMB=8 * specs.GiB).memMB == 8192
+
+    ok = specs.AppStatus(specs.AppState.SUCCEEDED)
+    assert ok.raise_for_status() is None
+    failed = specs.AppStatus(specs.AppState.FAILED, msg="boom", roles=[specs.RoleStatus("r", [
+        specs.ReplicaStatus(0, specs.AppState.FAILED, "r", "node1")])])
+    with pytest.raises(specs.AppStatusError, match="job did not succeed") as e:
+        failed.raise_for_status()
+    assert e.value.status is failed
+
+    # RoleStatus.to_json is TorchX's asdict of each replica; AppStatus.to_json
+    # is what `trun status --json` prints (hostaddr included), roles filtered.
+    assert failed.roles[0].to_json() == {"role": "r", "replicas": [
+        {"id": 0, "state": 5, "role": "r", "hostname": "node1",
+         "structured_error_msg": specs.NONE, "hostaddr": "node1"}]}
+    assert json.loads(json.dumps(failed.to_json()))["roles"][0]["replicas"][0]["state"] == 5
+    assert failed.to_json(filter_roles=["other"])["roles"] == []
+    assert trun_runner._status_from_json(failed.to_json()) == failed
+
+    e = specs.InvalidRunConfigException("Required run option: partition", "partition", {})
+    assert e.cfg_key == "partition" and str(e) == "Required run option: partition. Given: <EMPTY>"
+    assert "Given: {'a': 1}" in str(specs.InvalidRunConfigException("bad", "a", {"a": 1}))
+    assert "local, slurm, kubernetes" in str(specs.UnknownSchedulerException("k8s"))
+    assert Runner(trun="/bin/false").scheduler_backends() == ["local", "slurm", "kubernetes"]
+
+
+def test_workspace_from_str_as_torchx():
+    empty = specs.Workspace.from_str("")
+    assert empty == specs.Workspace({}) and not empty and specs.Workspace.from_str(None) == empty
+    one = specs.Workspace.from_str("~/src/app")
+    assert one.projects == {"~/src/app": ""} and one and one.is_unmapped_single_project()
+    assert str(one) == "~/src/app"
+    many = specs.Workspace.from_str("/a: app\n/b:\n")
+    assert many.projects == {"/a": "app", "/b": ""} and str(many) == "/a:app;/b"
+    assert hash(many) == hash(specs.Workspace({"/b": "", "/a": "app"}))
+    # The same without PyYAML (a component's interpreter may lack it).
+    code = ("import sys; sys.modules['yaml'] = None; sys.path.insert(0, %r)\n"
+            "from trun import specs\n"
+            "print([specs.Workspace.from_str(s).projects for s in ('', '/a', '/a: app\\n/b:')])"
+            % str(ROOT / "python"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[{}, {'/a': ''}, {'/a': 'app', '/b': ''}]", out
+    # JSON's string workspace is a path, as the C++ reader takes it.
+    role = specs._role_from_dict({"name": "r", "workspace": ""})
+    assert role.workspace == specs.Workspace({})
+    assert specs._role_from_dict({"name": "r", "workspace": "a: b"}).workspace.projects == \
+        {"a: b": ""}
+
+
+def _not_found_messages(path):
+    """Each Status::NotFound message a C++ file makes, its {} filled in."""
+    source = (ROOT / path).read_text()
+    out = []
+    literal = r'"(?:[^"\\]|\\.)*"'
+    for m in re.finditer(r"Status::NotFound\(\s*(?:fmt::format\(\s*)?((?:%s\s*)+)" % literal,
+                         source):
+        text = "".join(x[1:-1] for x in re.findall(literal, m.group(1)))
+        out.append(text.replace("{}", "x9"))
+    return out
+
+
+def _refused(message, returncode=2):
+    return TrunInvalidInputError(["trun", "status", "--json", "h"], returncode,
+                                 f"trun: error: {message}\n")
+
+
+def test_every_scheduler_not_found_message_is_an_unknown_app():
+    # trun's exit 2 covers every bad input, so the runner tells "no such app"
+    # by the message: each scheduler's (read from the C++ source, so a reworded
+    # message fails here) is an unknown app, except a replica the app lacks.
+    found = {}
+    for sched in ("local", "slurm", "kubernetes"):
+        messages = _not_found_messages(f"src/schedulers/{sched}_scheduler.cc")
+        assert messages, sched
+        for msg in messages:
+            found.setdefault(sched, []).append(msg)
+            unknown = trun_runner._is_unknown_app(_refused(msg))
+            assert unknown == ("has no replica" not in msg), (sched, msg)
+    assert any("no local app" in m for m in found["local"])
+    assert any("no SLURM job" in m for m in found["slurm"])
+    assert len(found["kubernetes"]) >= 2
+    # The API server's 404 on the app's own object (gone since it was found).
+    gone = "DELETE /apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/a: not found (404: gone)"
+    assert trun_runner._is_unknown_app(_refused(gone))
+    for other in ["no scheduler 'k8s' (did you mean 'kubernetes'?); the schedulers are local",
+                  "'x' is not an app handle: expected SCHEDULER://SESSION/APP_ID",
+                  "log: app a has no role 'r'; its roles are t",
+                  "the slurm scheduler is not available yet"]:
+        assert not trun_runner._is_unknown_app(_refused(other)), other
+    assert not trun_runner._is_unknown_app(_refused("no local app 'x'", returncode=3))
+    assert trun_runner._is_unknown_app(_refused("first line\nno SLURM job 12: neither"))
+
+
+FAKE_TRUN = """\
+    import json, os, sys
+    with open(os.environ["FAKE_CALLS"], "a") as f:
+        f.write(" ".join(sys.argv[1:]) + "\\n")
+    apps = json.load(open(os.environ["FAKE_APPS"]))
+    cmd, target = sys.argv[1], sys.argv[-1]
+    handle = "/".join(target.split("/")[:4])
+    app = apps.get(handle, {"error": "no local app 'what'"})
+    if "error" in app:
+        sys.stderr.write("trun: error: " + app["error"] + "\\n")
+        sys.exit(app.get("exit", 2))
+    if cmd == "status":
+        print(json.dumps({"state": app["state"], "roles": []}))
+    elif cmd == "cancel" and app.get("cancel_error"):
+        sys.stderr.write("trun: error: " + app["cancel_error"] + "\\n")
+        sys.exit(2)
+    elif cmd == "log":
+        print("r/0 one")
+        print("r/0 two")
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A Runner over a stand-in trun answering as each scheduler does."""
+    binary = tmp_path / "trun"
+    binary.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAKE_TRUN))
+    binary.chmod(0o755)
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("FAKE_APPS", str(tmp_path / "apps.json"))
+    (tmp_path / "calls").write_text("")
+    runner = Runner(trun=str(binary))
+
+    def apps(d):
+        (tmp_path / "apps.json").write_text(json.dumps(d))
+
+    def calls():
+        return (tmp_path / "calls").read_text().splitlines()
+
+    runner.apps, runner.calls = apps, calls
+    return runner
+
+
+UNKNOWN = {
+    "local://trun/gone": {"error": "no local app 'gone'; `trun list -s local` lists them"},
+    "slurm://trun/12": {"error": "no SLURM job 12: neither the controller (squeue) nor sacct "
+                                 "knows it; `trun list -s slurm` lists your jobs"},
+    "kubernetes://trun/default:gone": {
+        "error": "kubernetes app default:gone: the namespace default has no Volcano Job, "
+                 "JobSet or Jobs of that name (a cancelled JobSet or Job app is deleted)"},
+    "kubernetes://trun/nocolon": {
+        "error": "'nocolon' is not a kubernetes app id: expected NAMESPACE:NAME"},
+}
+
+
+def test_runner_unknown_apps_on_every_scheduler(fake):
+    fake.apps(dict(UNKNOWN, **{
+        "local://trun/done": {"state": "SUCCEEDED"},
+        "kubernetes://trun/default:up": {"state": "RUNNING"},
+        "kubernetes://trun/default:racing": {
+            "state": "RUNNING",
+            "cancel_error": "DELETE /apis/batch/v1/namespaces/default/jobs/racing-0: "
+                            "not found (404: jobs.batch 'racing-0' not found)"},
+        "local://trun/other": {"state": "RUNNING", "cancel_error": "cancel: a refusal"},
+        "slurm://trun/13": {"error": "no scheduler 'slurm'", "exit": 2},
+    }))
+    for handle in UNKNOWN:
+        assert fake.status(handle) is None and fake.describe(handle) is None
+        assert fake.wait(handle, wait_interval=0) is None
+        # cancel: nothing to do, as TorchX; no `trun cancel` at all.
+        assert fake.cancel(handle) is None
+        # log_lines raises when called, not when iterated.
+        with pytest.raises(specs.UnknownAppException, match=re.escape(handle)):
+            fake.log_lines(handle, "r")
+    assert not [c for c in fake.calls() if c.split()[0] in ("cancel", "log")]
+
+    fake.cancel("local://trun/done")  # ended: left alone
+    assert not [c for c in fake.calls() if c.startswith("cancel")]
+    fake.cancel("kubernetes://trun/default:up")
+    fake.cancel("kubernetes://trun/default:racing")  # deleted meanwhile: done
+    assert [c for c in fake.calls() if c.startswith("cancel")] == \
+        ["cancel kubernetes://trun/default:up", "cancel kubernetes://trun/default:racing"]
+    with pytest.raises(TrunInvalidInputError, match="a refusal"):
+        fake.cancel("local://trun/other")
+    # Not an unknown app: a refusal of another kind is raised.
+    with pytest.raises(TrunInvalidInputError, match="no scheduler"):
+        fake.status("slurm://trun/13")
+    with pytest.raises(TrunCommandError):
+        fake.log_lines("slurm://trun/13", "r")
+
+    # A malformed handle raises at the call, before any trun runs.
+    before = len(fake.calls())
+    for call in (lambda: fake.log_lines("nope", "r"), lambda: fake.cancel("nope"),
+                 lambda: fake.status("nope")):
+        with pytest.raises(specs.MalformedAppHandleException):
+            call()
+    assert len(fake.calls()) == before
+
+    # A known app's lines are read when iterated.
+    lines = fake.log_lines("kubernetes://trun/default:up", "r", 0)
+    assert not [c for c in fake.calls() if c.startswith("log")]
+    assert list(lines) == ["one\n", "two\n"]
+    assert [c for c in fake.calls() if c.startswith("log")] == \
+        ["log kubernetes://trun/default:up/r/0"]
+
+
+def test_runner_unknown_apps_with_the_real_binary(jobs, monkeypatch):
+    # What the stand-in says, the binary says: no kubeconfig is needed to
+    # refuse an id that is not NAMESPACE:NAME, nor for an unknown local app.
+    use_env(monkeypatch, jobs.env)
+    runner = Runner(trun=TRUN)
+    for handle in ("local://trun/nope-123", "kubernetes://trun/nocolon"):
+        assert runner.status(handle) is None and runner.describe(handle) is None
+        runner.cancel(handle)
+        with pytest.raises(specs.UnknownAppException, match="nope-123|not a kubernetes app id"):
+            runner.log_lines(handle, "r")
+    with pytest.raises(TrunInvalidInputError, match="no scheduler 'k8s'"):
+        runner.status("k8s://trun/x")
