@@ -86,6 +86,8 @@ def test_run_an_appdef_then_cancel_it_from_python(jobs, runner):
     runner.cancel(handle)
     st = runner.wait(handle, wait_interval=0.1)
     assert st.state == specs.AppState.CANCELLED, st
+    runner.cancel(handle)  # it has ended: nothing to do, as TorchX
+    runner.cancel("local://trun/nope-123")  # unknown: likewise
     assert runner.describe(handle).roles[0].retry_policy == specs.RetryPolicy.REPLICA
 
     # A component's request, then the same through run_component with a dict.
@@ -98,7 +100,7 @@ def test_run_an_appdef_then_cancel_it_from_python(jobs, runner):
     assert runner.status("local://trun/nope-123") is None
     assert runner.describe("local://trun/nope-123") is None
     with pytest.raises(specs.UnknownAppException, match="no local app 'nope-123'"):
-        list(runner.log_lines("local://trun/nope-123", "sleep"))
+        runner.log_lines("local://trun/nope-123", "sleep")  # raised by the call itself
     with pytest.raises(specs.MalformedAppHandleException, match="SCHEDULER://SESSION/APP_ID"):
         runner.status("nope-123")
     with pytest.raises(TrunInvalidInputError, match="seconds") as e:
@@ -169,6 +171,10 @@ BAD_FILES = [
      r"comp\.py:3: parameter 'a': Non-primitive value type 'List\[str\]'"),
     ("def c(a: Dict[List[str], str]) -> specs.AppDef: ...",
      r"comp\.py:3: parameter 'a': Non-primitive key type 'List\[str\]'"),
+    ("def c(a: Tuple[str]) -> specs.AppDef: ...",
+     r"comp\.py:3: parameter 'a': Unsupported tuple type 'Tuple\[str\]'"),
+    ("def c(a: Tuple[int, List[str]]) -> specs.AppDef: ...",
+     r"comp\.py:3: parameter 'a': Non-primitive element type 'List\[str\]'"),
     ("def c(a: 'str') -> specs.AppDef: ...",
      r"comp\.py:3: parameter 'a': Unsupported argument type \"'str'\""),
     ("def c(*args) -> specs.AppDef: ...",
@@ -197,8 +203,8 @@ BAD_FILES = [
 
 @pytest.mark.parametrize("body,expected", BAD_FILES, ids=[f"bad{i}" for i in range(len(BAD_FILES))])
 def test_bad_component_files(jobs, body, expected):
-    write(jobs, "comp.py", "from typing import Dict, List, Set\nimport torchx.specs as specs\n"
-          + body + "\n")
+    write(jobs, "comp.py", "from typing import Dict, List, Set, Tuple\n"
+          "import torchx.specs as specs\n" + body + "\n")
     r = jobs.trun("run", "./comp.py:c")
     assert r.returncode == 2, (r.returncode, r.err)
     assert re.search(expected, r.err, re.S), r.err
@@ -252,6 +258,29 @@ def test_bad_names_and_a_real_torchx_is_never_shadowed(jobs):
     r = jobs.trun("run", "./comp.py:c", env=env)
     assert r.returncode == 2, r.err
     assert "importing it raised ModuleNotFoundError: No module named 'torchx.specs'" in r.err
+
+
+def test_dict_arguments(jobs):
+    # dict[K, V] takes K=V,K2=V2, each key and value as its annotated type.
+    write(jobs, "dicts.py", '''
+        from typing import Dict, Optional
+        import torchx.specs as specs
+
+        def c(env: Dict[str, str], counts: Optional[Dict[str, int]] = None) -> specs.AppDef:
+            return specs.AppDef(name="dicts", roles=[specs.Role(
+                name="r", image="i", entrypoint="echo", env=env,
+                args=[repr(counts), str(sum((counts or {}).values()))])])
+        ''')
+    r = jobs.trun("run", "--dryrun", "--json", "./dicts.py:c", "--env", "A=1,B=x y",
+                  "--counts", "a=1,b=20")
+    assert r.returncode == 0, r.err
+    role = json.loads(r.out)["app"]["roles"][0]
+    assert role["args"] == ["{'a': 1, 'b': 20}", "21"]
+    assert {k: role["env"][k] for k in "AB"} == {"A": "1", "B": "x y"}
+    r = jobs.trun("run", "--wait", "--log", "./dicts.py:c", "--env", "A=1", "--counts", "n=2")
+    assert r.returncode == 0 and "r/0 {'n': 2} 2" in r.err, (r.out, r.err)  # --log: stderr
+    r = jobs.trun("run", "./dicts.py:c", "--env", "A=1", "--counts", "a=x")
+    assert r.returncode == 2 and "--counts: 'x' is not an int" in r.err, r.err
 
 
 def test_what_a_component_prints_is_shown_once_and_keeps_the_json_intact(jobs):
