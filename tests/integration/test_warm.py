@@ -185,3 +185,34 @@ def test_the_warm_process_killed_mid_job_is_replaced(tmp):
     assert b"attempt 0" in out and b"attempt 1" in out, out
     assert f"warm process (pid {warm}) was killed by SIGKILL".encode() in err
 
+
+CHECKPOINT = FIXTURES / "warm_checkpoint.py"
+
+
+def test_a_restart_resumes_from_the_checkpoint_with_the_same_result(tmp):
+    # tests/fixtures/elastic_train.py cannot fail on purpose, hence
+    # warm_checkpoint.py: 6 DDP steps over gloo, rank 0 checkpointing model
+    # and optimizer after each; on attempt 0 rank 1 fails once the
+    # checkpoint of step 3 is on disk, and attempt 1 resumes from it. The
+    # final parameters (momentum included) match a cold run that never
+    # failed only when the restart resumed from exactly that checkpoint.
+    def digest(out):
+        (line,) = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        assert line.startswith("RESULT steps=6 digest="), line
+        return line
+
+    cold = trun("--nproc-per-node", 2, CHECKPOINT, "--ckpt", tmp / "cold.pt", timeout=300)
+    assert cold.returncode == 0, cold.err
+    assert "attempt 0 start 0" in cold.out.splitlines() and "attempt 1" not in cold.out
+    r = trun(*WARM, "--nproc-per-node", 2, "--max-restarts", 1, CHECKPOINT,
+             "--ckpt", tmp / "warm.pt", "--fail-after", 3, timeout=300)
+    assert r.returncode == 0, r.err
+    assert "failed (exitcode: 3) local_rank: 1" in r.err
+    assert "restarting, attempt 1 of 1" in r.err
+    lines = r.out.splitlines()
+    assert lines[:lines.index("attempt 0 step 3") + 1] == [
+        "attempt 0 start 0", "attempt 0 step 1", "attempt 0 step 2", "attempt 0 step 3"], lines
+    assert lines[lines.index("attempt 1 start 3"):-1] == [
+        "attempt 1 start 3", "attempt 1 step 4", "attempt 1 step 5", "attempt 1 step 6"], lines
+    assert digest(r.out) == digest(cold.out)
+
