@@ -4,6 +4,7 @@ existing worker-contract tests pass unchanged with it on."""
 import json
 import os
 import pathlib
+import select
 import signal
 import subprocess
 import time
@@ -216,3 +217,66 @@ def test_a_restart_resumes_from_the_checkpoint_with_the_same_result(tmp):
         "attempt 1 start 3", "attempt 1 step 4", "attempt 1 step 5", "attempt 1 step 6"], lines
     assert digest(r.out) == digest(cold.out)
 
+
+def read_lines(p, n, prefix, timeout=120):
+    """The next n lines starting with prefix on p's (unbuffered) stdout,
+    others skipped, split; fails with trun's stderr when trun ends first or time runs out."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        if not select.select([p.stdout], [], [], max(0, deadline - time.monotonic()))[0]:
+            p.kill()
+            raise AssertionError(f"no {prefix!r} line in time; got {got}")
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"trun ended: {p.wait()}; stderr: {p.stderr.read().decode()}")
+        if line.startswith(prefix.encode()):
+            got.append(line.decode().split())
+    return got
+
+
+def start_time(pid):
+    """The process's start time in clock ticks (/proc/PID/stat, field 22)."""
+    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+
+
+def test_a_restart_reuses_the_warm_process(tmp):
+    # The warm process is the one child of trun, besides the workers, that
+    # runs the warm bootstrap (`python3 -u -c "...socket(fileno=0)..."`,
+    # which forked workers also show in /proc/PID/cmdline). Seen from here
+    # during attempt 0 and again during attempt 1, it is the same process
+    # (pid and start time): the restart forked its workers from the warm
+    # process trun started with, and started no new one.
+    script = tmp / "w.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "attempt, rank = os.environ['TORCHELASTIC_RESTART_COUNT'], os.environ['LOCAL_RANK']\n"
+        "os.write(1, f'ready {attempt} {rank} {os.getpid()}\\n'.encode())\n"
+        f"while not os.path.exists(f'{tmp}/go{{attempt}}'):\n"
+        "    time.sleep(0.02)\n"
+        "if attempt == '0':\n"
+        "    if rank == '1':\n"
+        "        sys.exit(3)\n"
+        "    time.sleep(120)\n")
+    # Unbuffered, so that select() sees every line not read yet.
+    p = subprocess.Popen([TRUN, *WARM, "--nproc-per-node", "2", "--max-restarts", "1", script],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env(),
+                         bufsize=0)
+    try:
+        warm = []
+        for attempt in ("0", "1"):
+            ready = read_lines(p, 2, f"ready {attempt} ")
+            workers = {int(x[3]) for x in ready}
+            assert all(b"fileno=0" in cmdline(w) for w in workers)  # forked, not exec'd
+            (server,) = [c for c in children_of(p.pid)
+                         if c not in workers and b"fileno=0" in cmdline(c)]
+            warm.append((server, start_time(server)))
+            (tmp / f"go{attempt}").touch()
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 0, err.decode()
+    assert b"restarting, attempt 1 of 1" in err
+    assert warm[0] == warm[1], warm
+    assert b"warm process" not in err, err.decode()
