@@ -8,9 +8,11 @@
 
 #include "common/files.h"
 #include "common/problems.h"
+#include "schedulers/scheduler.h"
 #include "specs/macros.h"
 #include "specs/named_resources.h"
 #include "specs/serialize.h"
+#include "store/auth.h"
 
 namespace trun::schedulers::kube {
 namespace {
@@ -641,6 +643,17 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
                        {"annotations", annotations}};
   if (!o.kueue_queue.empty()) meta["labels"]["kueue.x-k8s.io/queue-name"] = o.kueue_queue;
 
+  // The job token, first: the pods read it from the Secret when they start.
+  req.objects.push_back(
+      {{"apiVersion", "v1"},
+       {"kind", "Secret"},
+       {"metadata", {{"name", req.name}, {"namespace", req.ns}, {"labels", app_labels}}},
+       {"type", "Opaque"},
+       {"stringData", {{std::string(kJobTokenKey), store::NewJobToken()}}}});
+  const ordered_json token_env = {
+      {"name", kJobTokenEnv},
+      {"valueFrom", {{"secretKeyRef", {{"name", req.name}, {"key", std::string(kJobTokenKey)}}}}}};
+
   if (o.workload == Workload::kVolcano) {
     ordered_json tasks = ordered_json::array();
     std::string rank0_var;
@@ -662,6 +675,7 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
         if (first) c.extra_env.push_back(EnvVar(std::string(kRank0Var), "localhost"));
         c.extra_env.push_back(EnvVar("TORCHX_IMAGE", r.image));
         c.extra_env.push_back(EnvVar("TORCHELASTIC_ERROR_FILE", "/dev/termination-log"));
+        c.extra_env.push_back(token_env);
         c.labels = PodLabels(app_labels, static_cast<int>(ri), role, k);
         ordered_json pod = Pod(r, c);
         MergeOverlay(pod, overlays[ri]);
@@ -710,6 +724,7 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
     c.extra_env.push_back(EnvVar(std::string(kRank0Var), rank0_host));
     c.extra_env.push_back(EnvVar("TORCHX_IMAGE", r.image));
     c.extra_env.push_back(EnvVar("TORCHELASTIC_ERROR_FILE", "/dev/termination-log"));
+    c.extra_env.push_back(token_env);
     c.labels = PodLabels(app_labels, static_cast<int>(ri), role, std::nullopt);
     ordered_json pod = Pod(r, c);
     if (o.workload == Workload::kJob) pod["spec"]["subdomain"] = req.name;
@@ -763,6 +778,17 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
         {{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", job_meta}, {"spec", jobs[ri]}});
   }
   return req;
+}
+
+bool SetJobToken(Request& req, const std::string& token) {
+  for (auto& obj : req.objects) {
+    if (obj.value("apiVersion", "") == "v1" && obj.value("kind", "") == "Secret" &&
+        obj["metadata"].value("name", "") == req.name) {
+      obj["stringData"][std::string(kJobTokenKey)] = token;
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string FormatRequest(const Request& req) {

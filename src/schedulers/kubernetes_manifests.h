@@ -17,6 +17,15 @@
 //   auto     a JobSet, made again as `job` at submission where the cluster
 //            serves no JobSet API.
 //
+// Every workload starts with a Secret (v1, Opaque) of the app's name that
+// holds the job token (store/auth.h) under the key `job-token`; the
+// container of each replica reads it as TRUN_JOB_TOKEN (env valueFrom
+// secretKeyRef), so the token is in no pod spec, command line or
+// annotation. MakeRequest puts a fresh token there (a dry run's manifests
+// are complete for `kubectl apply -f -`); submission replaces it
+// (SetJobToken) and makes the Secret owned by the app's first object, so
+// Kubernetes deletes it with the app.
+//
 // In every workload replica K of role R has a stable DNS name, and
 // TORCHX_RANK0_HOST (or VC_..._HOSTS) names replica 0 of the first role,
 // where dist.ddp's `trun` agents meet for the c10d rendezvous. With jobset
@@ -66,7 +75,8 @@ struct Request {
   bool validate_spec = true;
   bool auto_workload = false;                      // workload=auto: `job` where JobSet is missing
   std::vector<std::pair<std::string, int>> roles;  // normalized name, replicas
-  // In the order they are created: a Service before the Jobs in it.
+  // In the order they are created: the Secret with the job token first,
+  // then a Service before the Jobs in it.
   std::vector<nlohmann::ordered_json> objects;
 
   // The app id of the handle: NAMESPACE:NAME, as TorchX.
@@ -81,6 +91,12 @@ struct Request {
 // the trun of the pods (`trun_path`).
 Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
                             const std::string& unique, const std::string& submitter_trun);
+
+// Puts `token` in the request's job token Secret; false when the request
+// has none (a record made before trun had one).
+bool SetJobToken(Request& req, const std::string& token);
+// The key of the job token in the Secret.
+inline constexpr std::string_view kJobTokenKey = "job-token";
 
 // The objects as YAML documents separated by "---".
 std::string FormatRequest(const Request& req);

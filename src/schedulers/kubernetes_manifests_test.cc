@@ -73,8 +73,8 @@ TEST(KubeManifests, VolcanoJobAsTorchXBuildsIt) {
   Request req = Make(app, Cfg({{"priority_class", std::string("high")}}));
   EXPECT_EQ(req.name, "train-bx2kq7mvf1sd");
   EXPECT_EQ(req.AppId(), "default:train-bx2kq7mvf1sd");
-  ASSERT_EQ(req.objects.size(), 1u);
-  const ordered_json& job = req.objects[0];
+  ASSERT_EQ(req.objects.size(), 2u);  // the job token's Secret, the Job
+  const ordered_json& job = req.objects[1];
   EXPECT_EQ(job["apiVersion"], "batch.volcano.sh/v1alpha1");
   EXPECT_EQ(job["kind"], "Job");
   EXPECT_EQ(job["spec"]["schedulerName"], "volcano");
@@ -128,8 +128,8 @@ TEST(KubeManifests, JobSetHasAReplicatedJobPerRole) {
   specs::AppDef app{"train", {Role("trainer", 3)}, {}};
   Request req =
       Make(app, Cfg({{"workload", std::string("jobset")}, {"kueue_queue", std::string("team-a")}}));
-  ASSERT_EQ(req.objects.size(), 1u);
-  const auto& js = req.objects[0];
+  ASSERT_EQ(req.objects.size(), 2u);
+  const auto& js = req.objects[1];
   EXPECT_EQ(js["apiVersion"], "jobset.x-k8s.io/v1alpha2");
   EXPECT_EQ(js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
   const auto& rj = js["spec"]["replicatedJobs"][0];
@@ -150,7 +150,7 @@ TEST(KubeManifests, AutoIsAJobSetThatSaysSo) {
   specs::AppDef app{"train", {Role("trainer", 2)}, {}};
   Request req = Make(app, Cfg({{"workload", std::string("auto")}}));
   EXPECT_TRUE(req.auto_workload);
-  EXPECT_EQ(req.objects[0]["kind"], "JobSet");
+  EXPECT_EQ(req.objects[1]["kind"], "JobSet");
   EXPECT_EQ(FormatRequest(req).rfind("# workload=auto", 0), 0u);
   auto back = Request::FromJson(json::parse(req.ToJson().dump()));
   ASSERT_TRUE(back.ok());
@@ -160,12 +160,13 @@ TEST(KubeManifests, AutoIsAJobSetThatSaysSo) {
 TEST(KubeManifests, PlainJobsShareAHeadlessService) {
   specs::AppDef app{"train", {Role("trainer", 2), Role("ps", 1)}, {}};
   Request req = Make(app, Cfg({{"workload", std::string("job")}}));
-  ASSERT_EQ(req.objects.size(), 3u);
-  EXPECT_EQ(req.objects[0]["kind"], "Service");
-  EXPECT_EQ(req.objects[0]["spec"]["clusterIP"], "None");
-  EXPECT_EQ(req.objects[1]["metadata"]["name"], "train-bx2kq7mvf1sd-trainer");
-  EXPECT_EQ(req.objects[2]["metadata"]["name"], "train-bx2kq7mvf1sd-ps");
-  const auto& spec = req.objects[1]["spec"];
+  ASSERT_EQ(req.objects.size(), 4u);
+  EXPECT_EQ(req.objects[0]["kind"], "Secret");
+  EXPECT_EQ(req.objects[1]["kind"], "Service");
+  EXPECT_EQ(req.objects[1]["spec"]["clusterIP"], "None");
+  EXPECT_EQ(req.objects[2]["metadata"]["name"], "train-bx2kq7mvf1sd-trainer");
+  EXPECT_EQ(req.objects[3]["metadata"]["name"], "train-bx2kq7mvf1sd-ps");
+  const auto& spec = req.objects[2]["spec"];
   EXPECT_EQ(spec["template"]["spec"]["subdomain"], "train-bx2kq7mvf1sd");
   EXPECT_EQ(spec["backoffLimitPerIndex"], 0);
   EXPECT_EQ(EnvOf(spec["template"]["spec"]["containers"][0], "TORCHX_RANK0_HOST"),
@@ -186,7 +187,7 @@ TEST(KubeManifests, MountsSelectorsTolerationsOverlayAndTrunImage) {
                 {"tolerations", std::vector<std::string>{"nvidia.com/gpu:NoSchedule", "spot=true"}},
                 {"trun_image", std::string("ghcr.io/me/trun:0.1")},
                 {"service_account", std::string("trainer")}}));
-  const auto& spec = req.objects[0]["spec"]["tasks"][0]["template"]["spec"];
+  const auto& spec = req.objects[1]["spec"]["tasks"][0]["template"]["spec"];
   EXPECT_EQ(spec["volumes"][1]["hostPath"]["path"], "/data");
   EXPECT_EQ(spec["volumes"][2]["persistentVolumeClaim"]["claimName"], "my-claim");
   EXPECT_EQ(spec["volumes"][3]["hostPath"]["path"], "/dev/fuse");
@@ -243,13 +244,103 @@ TEST(KubeManifests, RequestRoundTripsThroughJson) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->AppId(), "ml:train-bx2kq7mvf1sd");
   EXPECT_EQ(back->workload, Workload::kJob);
-  EXPECT_EQ(back->objects.size(), 2u);  // the Service and one Job
+  EXPECT_EQ(back->objects.size(), 3u);  // the Secret, the Service and one Job
   // YAML documents that read back as the objects.
   std::string yaml = FormatRequest(req);
   EXPECT_EQ(yaml.rfind("---\n", 0), 0u);
   auto first = specs::ParseYaml(yaml.substr(4, yaml.find("\n---\n") - 3));
   ASSERT_TRUE(first.ok()) << first.status().message();
-  EXPECT_EQ((*first)["kind"], "Service");
+  EXPECT_EQ((*first)["kind"], "Secret");
+}
+
+// The containers of a request's pods: those that run the role, or (`init`)
+// the init containers that copy trun.
+std::vector<ordered_json> Containers(const Request& req, bool init = false) {
+  std::vector<ordered_json> out;
+  for (const auto& obj : req.objects) {
+    std::vector<ordered_json> pods;
+    if (obj["kind"] == "Job" && obj["apiVersion"] == "batch.volcano.sh/v1alpha1") {
+      for (const auto& t : obj["spec"]["tasks"]) pods.push_back(t["template"]);
+    } else if (obj["kind"] == "JobSet") {
+      for (const auto& r : obj["spec"]["replicatedJobs"]) {
+        pods.push_back(r["template"]["spec"]["template"]);
+      }
+    } else if (obj["kind"] == "Job") {
+      pods.push_back(obj["spec"]["template"]);
+    }
+    for (const auto& p : pods) {
+      for (const auto& c :
+           p["spec"].value(init ? "initContainers" : "containers", ordered_json::array())) {
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(KubeManifests, TheJobTokenIsASecretEveryRoleContainerReads) {
+  for (const std::string workload : {"volcano", "jobset", "job"}) {
+    SCOPED_TRACE(workload);
+    specs::AppDef app{"train", {Role("trainer", 2), Role("ps", 1)}, {}};
+    Request req = Make(app, Cfg({{"workload", workload},
+                                 {"trun_image", std::string("ghcr.io/me/trun:0.1")},
+                                 {"kueue_queue", std::string("team-a")}}));
+    ASSERT_GE(req.objects.size(), 2u);
+    const ordered_json& secret = req.objects[0];
+    EXPECT_EQ(secret["apiVersion"], "v1");
+    EXPECT_EQ(secret["kind"], "Secret");
+    EXPECT_EQ(secret["type"], "Opaque");
+    EXPECT_EQ(secret["metadata"]["name"], req.name);
+    EXPECT_EQ(secret["metadata"]["namespace"], "default");
+    EXPECT_EQ(secret["metadata"]["labels"]["app.kubernetes.io/instance"], req.name);
+    EXPECT_EQ(secret["metadata"]["labels"]["trun.pytorch.org/workload"], workload);
+    EXPECT_FALSE(secret["metadata"]["labels"].contains("kueue.x-k8s.io/queue-name"));
+    EXPECT_FALSE(secret["metadata"].contains("annotations"));
+    ASSERT_EQ(secret["stringData"].size(), 1u);
+    const std::string token = secret["stringData"]["job-token"].get<std::string>();
+    EXPECT_EQ(token.size(), 64u);  // a fresh one: 32 random bytes, hex
+    const auto containers = Containers(req);
+    ASSERT_EQ(containers.size(), workload == "volcano" ? 3u : 2u);
+    const std::string ref = R"({"name":"TRUN_JOB_TOKEN","valueFrom":{"secretKeyRef":{"name":")" +
+                            req.name + R"(","key":"job-token"}}})";
+    for (const auto& c : containers) EXPECT_EQ(EnvOf(c, "TRUN_JOB_TOKEN"), ref);
+    // Only the Secret holds it: not the pods, the init container, the
+    // annotations or any other object.
+    const std::string all = req.ToJson().dump();
+    EXPECT_EQ(Occurrences(all, token), 1u);
+    EXPECT_EQ(Occurrences(FormatRequest(req), token), 1u);
+    for (size_t i = 1; i < req.objects.size(); ++i) {
+      EXPECT_EQ(req.objects[i].dump().find(token), std::string::npos);
+    }
+    const auto inits = Containers(req, /*init=*/true);
+    EXPECT_EQ(inits.size(), containers.size());
+    for (const auto& c : inits) EXPECT_EQ(c.dump().find("TRUN_JOB_TOKEN"), std::string::npos);
+  }
+}
+
+TEST(KubeManifests, SetJobTokenReplacesTheStandIn) {
+  specs::AppDef app{"train", {Role("trainer", 2)}, {}};
+  Request req = Make(app, Cfg());
+  Request other = Make(app, Cfg());
+  const std::string fresh = req.objects[0]["stringData"]["job-token"].get<std::string>();
+  EXPECT_NE(fresh, other.objects[0]["stringData"]["job-token"].get<std::string>());
+  const std::string given = "the-submitters-token-0123456789";
+  ASSERT_TRUE(SetJobToken(req, given));
+  EXPECT_EQ(req.objects[0]["stringData"]["job-token"], given);
+  const std::string all = req.ToJson().dump();
+  EXPECT_EQ(Occurrences(all, given), 1u);
+  EXPECT_EQ(all.find(fresh), std::string::npos);
+  // A request without the Secret (a record from before it) is left alone.
+  Request old = req;
+  old.objects.erase(old.objects.begin());
+  EXPECT_FALSE(SetJobToken(old, given));
+  EXPECT_EQ(old.ToJson().dump().find(given), std::string::npos);
 }
 
 TEST(KubeManifests, MergeOverlayUpsertsAndAppends) {
