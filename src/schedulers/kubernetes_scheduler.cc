@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/log.h"
 #include "common/strings.h"
 #include "schedulers/kubernetes_manifests.h"
 #include "schedulers/log_files.h"
@@ -26,6 +27,7 @@ constexpr const char* kJobSets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{}/j
 constexpr const char* kJobs = "/apis/batch/v1/namespaces/{}/jobs";
 constexpr const char* kServices = "/api/v1/namespaces/{}/services";
 constexpr const char* kPods = "/api/v1/namespaces/{}/pods";
+constexpr const char* kSecrets = "/api/v1/namespaces/{}/secrets";
 // How long one watch of a replica's pods lasts (`log --tail`).
 constexpr int kWatchSeconds = 5;
 
@@ -39,6 +41,7 @@ std::string CollectionOf(const json& obj, const std::string& ns) {
   if (api == "batch.volcano.sh/v1alpha1") return Collection(kVolcanoJobs, ns);
   if (kind == "JobSet") return Collection(kJobSets, ns);
   if (kind == "Service") return Collection(kServices, ns);
+  if (kind == "Secret") return Collection(kSecrets, ns);
   return Collection(kJobs, ns);
 }
 
@@ -290,6 +293,34 @@ Result<OpenedApp> OpenApp(const std::string& app_id,
   return OpenedApp{*c, *id, std::move(*found)};
 }
 
+// Makes the job token's Secret NS/NAME a dependent of `owner` (an object
+// as the server answered its creation), so that Kubernetes' garbage
+// collector deletes it with the app. A failure leaves the app running and
+// the Secret behind: a warning.
+void OwnSecret(const kube::KubeClient& c, const std::string& ns, const std::string& name,
+               const json& owner) {
+  const std::string kind = Str(owner, json::json_pointer("/kind")),
+                    api = Str(owner, json::json_pointer("/apiVersion")),
+                    owner_name = Str(owner, json::json_pointer("/metadata/name")),
+                    uid = Str(owner, json::json_pointer("/metadata/uid"));
+  Status s = Status::OK();
+  if (kind.empty() || api.empty() || owner_name.empty() || uid.empty()) {
+    s = Status::Unavailable("the server's answer to its creation names no kind, name or uid");
+  } else {
+    const json ref = {{"apiVersion", api}, {"kind", kind}, {"name", owner_name}, {"uid", uid}};
+    const json patch = {{"metadata", {{"ownerReferences", json::array({ref})}}}};
+    s = c.Call("PATCH", Collection(kSecrets, ns) + "/" + name, patch.dump(),
+               "application/merge-patch+json")
+            .status();
+  }
+  if (!s.ok()) {
+    log::Warning(
+        "kubernetes: the Secret {} (the job token) could not be made a part of {} {}, so it "
+        "stays when the app is deleted (kubectl -n {} delete secret {}): {}",
+        name, kind, owner_name, ns, name, s.message());
+  }
+}
+
 }  // namespace
 
 KubernetesScheduler::KubernetesScheduler(std::string session,
@@ -337,6 +368,8 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
       req = std::move(jobs);
     }
   }
+  // The job token of this app's agents; the dry run's was only a stand-in.
+  kube::SetJobToken(*req, JobTokenForSubmission());
   // The server checks every object before any is created (as TorchX's
   // validate_spec), so a refused Job leaves no Service behind.
   if (req->validate_spec) {
@@ -346,6 +379,8 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
     }
   }
   std::vector<std::string> created;
+  bool secret = false;  // the job token's Secret was created
+  json owner;           // the first other object created, as the server answered
   for (const auto& obj : req->objects) {
     const std::string collection = CollectionOf(obj, req->ns);
     auto r = (*c)->Call("POST", collection, obj.dump());
@@ -361,7 +396,21 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
       return CreateError(r.status(), obj, req->ns);
     }
     created.push_back(collection + "/" + obj["metadata"].value("name", ""));
+    if (obj.value("kind", "") == "Secret") {
+      secret = true;
+    } else if (owner.is_null()) {
+      owner = r->is_object() ? *r : json::object();
+      if (!owner.contains("metadata") || !owner["metadata"].is_object()) {
+        owner["metadata"] = json::object();
+      }
+      if (!owner.contains("kind")) owner["kind"] = obj.value("kind", "");
+      if (!owner.contains("apiVersion")) owner["apiVersion"] = obj.value("apiVersion", "");
+      if (Str(owner, json::json_pointer("/metadata/name")).empty()) {
+        owner["metadata"]["name"] = obj["metadata"].value("name", "");
+      }
+    }
   }
+  if (secret && !owner.is_null()) OwnSecret(**c, req->ns, req->name, owner);
   return req->AppId();
 }
 
@@ -542,6 +591,10 @@ Status KubernetesScheduler::Cancel(const std::string& app_id) {
     if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
   auto r = c->Call("DELETE", Collection(kServices, id.ns) + "/" + id.name, options);
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+  // The job token's Secret: the garbage collector would take it with the
+  // Service; at once is better.
+  r = c->Call("DELETE", Collection(kSecrets, id.ns) + "/" + id.name, options);
   if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   return Status::OK();
 }
