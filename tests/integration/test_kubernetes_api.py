@@ -157,7 +157,18 @@ def created(h, m, body):
     h.reply(201, obj)
 
 
+def patched(h, m, body):
+    h.reply(200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": m.group(1)}})
+
+
+def secrets(api):
+    """The job token's Secret: created first, then owned by the app."""
+    api.route("POST", r"/api/v1/namespaces/default/secrets(\?dryRun=All)?", created)
+    api.route("PATCH", r"/api/v1/namespaces/default/secrets/([a-z0-9-]+)", patched)
+
+
 def test_run_job_workload_checks_then_creates_service_and_jobs(tmp_path, api, certs):
+    secrets(api)
     api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
     api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
     r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job",
@@ -165,13 +176,22 @@ def test_run_job_workload_checks_then_creates_service_and_jobs(tmp_path, api, ce
     assert r.returncode == 0, r.err
     m = HANDLE.search(r.out)
     assert m, r.out
+    name = m.group(1).split(":")[1]
     calls = [(q["method"], q["path"]) for q in api.requests]
-    assert calls == [("POST", "/api/v1/namespaces/default/services?dryRun=All"),
+    assert calls == [("POST", "/api/v1/namespaces/default/secrets?dryRun=All"),
+                     ("POST", "/api/v1/namespaces/default/services?dryRun=All"),
                      ("POST", "/apis/batch/v1/namespaces/default/jobs?dryRun=All"),
+                     ("POST", "/api/v1/namespaces/default/secrets"),
                      ("POST", "/api/v1/namespaces/default/services"),
-                     ("POST", "/apis/batch/v1/namespaces/default/jobs")]
+                     ("POST", "/apis/batch/v1/namespaces/default/jobs"),
+                     ("PATCH", f"/api/v1/namespaces/default/secrets/{name}")]
     assert all(q["auth"] == f"Bearer {TOKEN}" for q in api.requests)
-    job = json.loads(api.requests[-1]["body"])
+    # The Secret belongs to the Service, so Kubernetes deletes it with the app.
+    patch = api.requests[-1]
+    assert patch["type"] == "application/merge-patch+json"
+    assert json.loads(patch["body"]) == {"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Service", "name": name, "uid": "u-1"}]}}
+    job = json.loads(api.requests[-2]["body"])
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TORCHX_JOB_ID"] == f"kubernetes://trun/{m.group(1)}"
 
@@ -180,6 +200,7 @@ def test_client_certificate_from_kubeconfig_data(tmp_path, certs):
     import base64
     a = Api(certs, client_ca=True)
     try:
+        secrets(a)
         a.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
         user = {"client-certificate-data": base64.b64encode((certs / "client.pem").read_bytes()).decode(),
                 "client-key-data": base64.b64encode((certs / "client.key").read_bytes()).decode()}
@@ -201,17 +222,25 @@ def test_client_certificate_from_kubeconfig_data(tmp_path, certs):
     (503, b"upstream connect error", 4, "answered 503: upstream connect error"),
 ])
 def test_refusals_name_the_problem(tmp_path, api, certs, code, body, rc, says):
+    secrets(api)
     api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
     api.answer("POST", r"/apis/batch/v1/namespaces/default/jobs.*", code, body)
     r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job,validate_spec=false",
             "utils.echo")
     assert r.returncode == rc, r.err
     assert says in r.err, r.err
-    # The Service created before the refused Job is deleted again.
+    # The Secret and the Service created before the refused Job are deleted
+    # again; nothing is patched.
+    name = json.loads(api.requests[0]["body"])["metadata"]["name"]
+    deletes = [q["path"] for q in api.requests if q["method"] == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/default/secrets/{name}",
+                       f"/api/v1/namespaces/default/services/{name}"], api.requests
     assert api.requests[-1]["method"] == "DELETE", api.requests
+    assert not any(q["method"] == "PATCH" for q in api.requests)
 
 
 def test_a_cluster_without_volcano_says_what_to_do(tmp_path, api, certs):
+    secrets(api)
     r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "queue=default", "utils.echo")
     assert r.returncode == 2, r.err
     assert "the cluster has no Job (batch.volcano.sh/v1alpha1): install Volcano" in r.err, r.err
@@ -354,11 +383,13 @@ def test_cancel_deletes_plain_jobs_with_their_pods(tmp_path, api, certs):
     api.answer("GET", r"/apis/batch/v1/namespaces/default/jobs\?labelSelector=.*", 200, {"items": [job]})
     api.answer("DELETE", r"/apis/batch/v1/namespaces/default/jobs/echo-x-echo", 200, {"kind": "Status"})
     api.answer("DELETE", r"/api/v1/namespaces/default/services/echo-x", 200, {"kind": "Status"})
+    api.answer("DELETE", r"/api/v1/namespaces/default/secrets/echo-x", 200, {"kind": "Status"})
     r = k8s(tmp_path, api, certs, "cancel", "kubernetes://trun/default:echo-x")
     assert r.returncode == 0, r.err
     deletes = [q for q in api.requests if q["method"] == "DELETE"]
     assert [d["path"] for d in deletes] == ["/apis/batch/v1/namespaces/default/jobs/echo-x-echo",
-                                            "/api/v1/namespaces/default/services/echo-x"]
+                                            "/api/v1/namespaces/default/services/echo-x",
+                                            "/api/v1/namespaces/default/secrets/echo-x"]
     assert json.loads(deletes[0]["body"])["propagationPolicy"] == "Foreground"
 
 
@@ -409,6 +440,7 @@ def test_status_of_a_jobset_and_of_plain_jobs(tmp_path, api, certs):
 
 
 def test_submitting_a_jobset_where_there_is_none_says_what_to_do(tmp_path, api, certs):
+    secrets(api)
     r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=jobset", "utils.echo")
     assert r.returncode == 2, r.err
     assert "the cluster has no JobSet (jobset.x-k8s.io/v1alpha2): install JobSet" in r.err, r.err
@@ -457,6 +489,7 @@ def test_run_wait_follows_the_app_to_its_end(tmp_path, api, certs):
         name = m.group(1)
         h.reply(200, volcano_job(name, "Running" if polls["n"] < 3 else "Completed"))
 
+    secrets(api)
     api.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
     api.route("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/([a-z0-9-]+)", job)
     api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": []})
@@ -473,6 +506,7 @@ def test_workload_auto_is_a_jobset_where_the_cluster_has_one(tmp_path, api, cert
         api.answer("GET", r"/apis/jobset.x-k8s.io/v1alpha2", 200,
                    {"kind": "APIResourceList", "groupVersion": "jobset.x-k8s.io/v1alpha2"})
         api.route("POST", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets(\?dryRun=All)?", created)
+    secrets(api)
     api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
     api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
     r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=auto,validate_spec=false",
@@ -480,8 +514,90 @@ def test_workload_auto_is_a_jobset_where_the_cluster_has_one(tmp_path, api, cert
     assert r.returncode == 0, r.err
     posts = [q["path"] for q in api.requests if q["method"] == "POST"]
     name = HANDLE.search(r.out).group(1).split(":")[1]
+    owner = json.loads(api.requests[-1]["body"])["metadata"]["ownerReferences"][0]
     if has_jobset:
-        assert posts == ["/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"]
+        assert posts == ["/api/v1/namespaces/default/secrets",
+                         "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"]
+        assert (owner["apiVersion"], owner["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
     else:
-        assert posts == ["/api/v1/namespaces/default/services", "/apis/batch/v1/namespaces/default/jobs"]
-        assert json.loads(api.requests[-1]["body"])["metadata"]["name"] == f"{name}-echo"
+        assert posts == ["/api/v1/namespaces/default/secrets", "/api/v1/namespaces/default/services",
+                         "/apis/batch/v1/namespaces/default/jobs"]
+        assert json.loads(api.requests[-2]["body"])["metadata"]["name"] == f"{name}-echo"
+        assert (owner["apiVersion"], owner["kind"]) == ("v1", "Service")
+    assert owner["name"] == name
+
+
+JOB_TOKEN = "f" * 24 + "0123456789abcdef0123456789abcdef0123456789"
+
+
+def test_the_job_token_reaches_the_pods_only_through_a_secret(tmp_path, api, certs):
+    """The submitter's TRUN_JOB_TOKEN is the Secret's, and in no other
+    request, no pod spec and no output; the pods read it from the Secret."""
+    secrets(api)
+    api.route("POST", r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets(\?dryRun=All)?", created)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=jobset",
+            "dist.ddp", "-j", "2x1", "--script", "train.py", TRUN_JOB_TOKEN=JOB_TOKEN)
+    assert r.returncode == 0, r.err
+    name = HANDLE.search(r.out).group(1).split(":")[1]
+    posted = [q for q in api.requests if q["path"].startswith("/api/v1/namespaces/default/secrets")
+              and q["method"] == "POST"]
+    assert len(posted) == 2  # the check (dryRun=All) and the create
+    for q in posted:
+        secret = json.loads(q["body"])
+        assert secret["metadata"]["name"] == name
+        assert secret["stringData"] == {"job-token": JOB_TOKEN}
+    others = [q for q in api.requests if q not in posted]
+    assert others and all(JOB_TOKEN not in q["body"] and JOB_TOKEN not in q["path"] for q in others)
+    jobset = json.loads(others[-2]["body"])
+    assert jobset["kind"] == "JobSet"
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    env = pod["spec"]["containers"][0]["env"]
+    assert {"name": "TRUN_JOB_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": name, "key": "job-token"}}} in env
+    assert JOB_TOKEN not in r.out + r.err
+
+
+def test_without_a_token_each_app_gets_its_own(tmp_path, api, certs):
+    secrets(api)
+    api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    e = base_env(HOME=tmp_path, TRUNCONFIG="", KUBECONFIG=kubeconfig(tmp_path, api.port, certs))
+    e.pop("TRUN_JOB_TOKEN", None)
+    tokens = []
+    for _ in range(2):
+        r = trun("run", "-s", "kubernetes", "-cfg", "workload=job,validate_spec=false", "utils.echo",
+                 env=e, cwd=tmp_path)
+        assert r.returncode == 0, r.err
+        secret = json.loads([q for q in api.requests if q["method"] == "POST"][-3]["body"])
+        assert secret["kind"] == "Secret"
+        tokens.append(secret["stringData"]["job-token"])
+        assert tokens[-1] not in r.out + r.err
+    assert all(re.fullmatch(r"[0-9a-f]{64}", t) for t in tokens) and tokens[0] != tokens[1], tokens
+
+
+def test_an_unowned_secret_is_a_warning_not_a_failure(tmp_path, api, certs):
+    api.route("POST", r"/api/v1/namespaces/default/secrets(\?dryRun=All)?", created)
+    api.answer("PATCH", r"/api/v1/namespaces/default/secrets/.*", 403,
+               status_body(403, "Forbidden", 'secrets "x" is forbidden: User "bob" cannot patch'))
+    api.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?", created)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "queue=default", "utils.echo",
+            TRUN_JOB_TOKEN=JOB_TOKEN)
+    assert r.returncode == 0, r.err
+    name = HANDLE.search(r.out).group(1).split(":")[1]
+    assert f"the Secret {name} (the job token) could not be made a part of Job {name}" in r.err, r.err
+    assert f"kubectl -n default delete secret {name}" in r.err and "forbidden" in r.err, r.err
+    assert JOB_TOKEN not in r.out + r.err
+    assert not any(q["method"] == "DELETE" for q in api.requests)
+
+
+def test_dryrun_never_shows_the_submitters_token(tmp_path):
+    e = base_env(HOME=tmp_path, KUBECONFIG="", TRUNCONFIG="", TRUN_JOB_TOKEN=JOB_TOKEN)
+    for workload in ("volcano", "jobset", "job"):
+        for json_out in ([], ["--json"]):
+            r = trun("run", "-s", "kubernetes", "--dryrun", *json_out, "-cfg",
+                     f"queue=default,workload={workload}", "dist.ddp", "-j", "2x1", "--script",
+                     "train.py", env=e, cwd=tmp_path)
+            assert r.returncode == 0, r.err
+            assert JOB_TOKEN not in r.out + r.err
+            # A stand-in of its own, so that `kubectl apply -f -` works.
+            assert re.search(r"job-token.{1,4}[0-9a-f]{64}", r.out), r.out

@@ -1,7 +1,7 @@
 """`trun run -s kubernetes --dryrun`: every manifest trun produces, for a
 spread of components and run options, is valid under the published schemas
-(Kubernetes v1.34's Job and Service, Volcano's and JobSet's CRDs; see
-data/kubernetes/SOURCES.md), checked by Debian's python3-jsonschema. Bad
+(Kubernetes v1.34's Secret, Job and Service, Volcano's and JobSet's CRDs;
+see data/kubernetes/SOURCES.md), checked by Debian's python3-jsonschema. Bad
 input is exit 2 before anything is sent (no kubeconfig is needed)."""
 import copy
 import gzip
@@ -52,6 +52,7 @@ SCHEMAS = {
                                                        "v1alpha2"),
     ("batch/v1", "Job"): json_schema("job-batch-v1.json.gz"),
     ("v1", "Service"): json_schema("service-v1.json.gz"),
+    ("v1", "Secret"): json_schema("secret-v1.json.gz"),
 }
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -79,8 +80,30 @@ def pod_templates(obj):
     return []
 
 
+def check_job_token(objects):
+    """The first object is the job token's Secret, named as the app; every
+    role container reads it, and it is nowhere else."""
+    secret = objects[0]
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "Opaque")
+    name = secret["metadata"]["name"]
+    assert secret["metadata"]["labels"]["app.kubernetes.io/instance"] == name
+    assert list(secret["stringData"]) == ["job-token"]
+    token = secret["stringData"]["job-token"]
+    assert re.fullmatch(r"[0-9a-f]{64}", token), token
+    ref = {"name": "TRUN_JOB_TOKEN",
+           "valueFrom": {"secretKeyRef": {"name": name, "key": "job-token"}}}
+    for obj in objects[1:]:
+        assert token not in json.dumps(obj)
+        for pod in pod_templates(obj):
+            for c in pod["spec"]["containers"]:
+                assert ref in c["env"], c["env"]
+            for c in pod["spec"].get("initContainers", []):
+                assert "TRUN_JOB_TOKEN" not in json.dumps(c)
+
+
 def check(objects):
     assert objects
+    check_job_token(objects)
     for obj in objects:
         schema = SCHEMAS[(obj["apiVersion"], obj["kind"])]
         jsonschema.validate(obj, schema, cls=jsonschema.Draft7Validator)
@@ -202,6 +225,10 @@ def test_resources_beyond_the_node_type_are_exit_2(tmp_path):
 
 
 def test_dryrun_yaml_is_what_kubectl_apply_reads(tmp_path):
-    """Each document is one object with apiVersion, kind and metadata."""
-    for obj in manifests(tmp_path, "-cfg", "workload=job", "utils.echo"):
+    """Each document is one object with apiVersion, kind and metadata; the
+    Secret the pods read comes first."""
+    objects = manifests(tmp_path, "-cfg", "workload=job", "utils.echo")
+    assert [o["kind"] for o in objects] == ["Secret", "Service", "Job"]
+    assert set(objects[0]) >= {"apiVersion", "kind", "metadata", "stringData"}
+    for obj in objects[1:]:
         assert set(obj) >= {"apiVersion", "kind", "metadata", "spec"}
