@@ -20,9 +20,8 @@
 #include "failure/failure.h"
 #include "proc/group_supervisor.h"
 #include "proc/signals.h"
+#include "proc/spawn.h"
 #include "rendezvous/rendezvous.h"
-
-extern char** environ;
 
 namespace trun::agent {
 namespace {
@@ -232,7 +231,7 @@ class LocalAgent::Impl {
           "performance in your application as needed. \n"
           "*****************************************");
     }
-    for (char** e = environ; *e; ++e) agent_env_.emplace_back(*e);
+    agent_env_ = proc::EnvironWith();
     return Status::OK();
   }
 

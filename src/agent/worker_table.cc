@@ -3,9 +3,8 @@
 #include <cstdlib>
 
 #include "common/strings.h"
+#include "proc/spawn.h"
 #include "proc/warm_table.h"
-
-extern char** environ;
 
 namespace trun::agent {
 namespace {
@@ -20,7 +19,7 @@ proc::WarmOptions WarmOptionsFor(const launch::LaunchConfig& config) {
   for (const std::string& name : Split(imports ? imports : "torch", ',')) {
     if (!Trim(name).empty()) o.imports.emplace_back(Trim(name));
   }
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.env = proc::EnvironWith();
   if (config.set_omp_num_threads) o.env.emplace_back("OMP_NUM_THREADS=1");
   return o;
 }

@@ -17,6 +17,8 @@
 
 #include "common/strings.h"
 
+extern char** environ;
+
 namespace trun::proc {
 namespace {
 
@@ -125,6 +127,16 @@ bool IsExecutableFile(const std::string& p) {
 }
 
 }  // namespace
+
+std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    if (!overrides.count(std::string(kv.substr(0, kv.find('='))))) env.emplace_back(kv);
+  }
+  for (const auto& [k, v] : overrides) env.push_back(k + "=" + v);
+  return env;
+}
 
 Result<std::string> ResolveExecutable(const std::string& name, const std::string& path) {
   if (name.empty()) return Status::InvalidArgument("empty program name");

@@ -15,12 +15,17 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace trun::proc {
+
+// This process's environment as "KEY=VALUE" entries, with `overrides`
+// replacing (or adding) the variables they name.
+std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides = {});
 
 struct SpawnOptions {
   // argv[0] is looked up on PATH when it has no slash (execvp's rule).
