@@ -13,8 +13,6 @@
 
 #include "proc/spawn.h"
 
-extern char** environ;
-
 namespace trun::proc {
 namespace {
 
@@ -27,7 +25,8 @@ struct Fd {
 
 }  // namespace
 
-Result<CommandResult> RunCommand(const std::vector<std::string>& argv, double timeout_s) {
+Result<CommandResult> RunCommand(const std::vector<std::string>& argv, double timeout_s,
+                                 const std::map<std::string, std::string>& env) {
   if (argv.empty()) return Status::InvalidArgument("RunCommand: empty argv");
   const char* path = std::getenv("PATH");
   auto program = ResolveExecutable(argv[0], path ? path : "");
@@ -44,7 +43,7 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv, double ti
   SpawnOptions opts;
   opts.argv = argv;
   opts.argv[0] = *program;
-  for (char** e = environ; *e; ++e) opts.env.emplace_back(*e);
+  opts.env = EnvironWith(env);
   opts.stdin_fd = null.fd;
   opts.stdout_fd = out_w.fd;
   opts.stderr_fd = err_w.fd;

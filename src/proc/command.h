@@ -2,7 +2,8 @@
 // printed: how the slurm scheduler talks to sbatch, squeue, scontrol,
 // scancel and sacct.
 //
-// The program gets this process's environment, /dev/null as stdin, and its
+// The program gets this process's environment (with `env` replacing or
+// adding variables), /dev/null as stdin, and its
 // own process group; when `timeout_s` passes it is SIGKILLed (the group) and
 // the result says so, with whatever it printed until then. It is not tied to
 // this process's life (no parent-death signal): a submission that has
@@ -12,6 +13,7 @@
 // clone stack is taken under a lock).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@ struct CommandResult {
 
 // NotFound when argv[0] is not a program on PATH; IOError when it cannot be
 // started. A program that runs and fails is a CommandResult, not an error.
-Result<CommandResult> RunCommand(const std::vector<std::string>& argv, double timeout_s);
+Result<CommandResult> RunCommand(const std::vector<std::string>& argv, double timeout_s,
+                                 const std::map<std::string, std::string>& env = {});
 
 }  // namespace trun::proc

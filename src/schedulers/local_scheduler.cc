@@ -124,8 +124,10 @@ Result<local::State> CurrentState(const std::string& app_id) {
 // controlling terminal, no SIGHUP when the terminal goes), then a second
 // fork so the supervisor is not a session leader and can never acquire a
 // terminal; stdin is /dev/null, stdout and stderr its own log. Returns once
-// the supervisor has recorded itself, or why it could not start.
-Status StartSupervisor(const std::string& app_dir) {
+// the supervisor has recorded itself, or why it could not start. The job
+// token reaches the supervisor, and through it every replica, in its
+// environment.
+Status StartSupervisor(const std::string& app_dir, const std::string& job_token) {
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
   const std::string exe = SelfExecutable();
@@ -133,6 +135,10 @@ Status StartSupervisor(const std::string& app_dir) {
   const std::string fd_arg = std::to_string(ready[1]);
   std::vector<const char*> argv = {"trun", "local-supervisor", app_dir.c_str(), fd_arg.c_str(),
                                    nullptr};
+  const std::vector<std::string> env = proc::EnvironWith({{kJobTokenEnv, job_token}});
+  std::vector<const char*> envp;
+  for (const auto& kv : env) envp.push_back(kv.c_str());
+  envp.push_back(nullptr);
   pid_t child = ::fork();
   if (child < 0) {
     int err = errno;
@@ -157,7 +163,8 @@ Status StartSupervisor(const std::string& app_dir) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig : {SIGPIPE, SIGHUP, SIGINT, SIGTERM}) ::signal(sig, SIG_DFL);
-    ::execv(exe.c_str(), const_cast<char* const*>(argv.data()));
+    ::execve(exe.c_str(), const_cast<char* const*>(argv.data()),
+             const_cast<char* const*>(envp.data()));
     dprintf(2, "trun: error: cannot start the supervisor %s: %s\n", exe.c_str(),
             std::strerror(errno));
     ::_exit(127);
@@ -320,7 +327,7 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n",
                                        local::kPrivateFile));
   TRUN_RETURN_IF_ERROR(local::WriteState(req->app_dir, st));
-  Status started = StartSupervisor(req->app_dir);
+  Status started = StartSupervisor(req->app_dir, JobTokenForSubmission());
   if (!started.ok()) {
     st.state = AppState::kFailed;
     st.msg = started.message();
@@ -422,10 +429,11 @@ Status LocalScheduler::Cancel(const std::string& app_id) {
           fmt::format("the supervisor (pid {}) did not stop the app in time", st->supervisor_pid));
     }
   }
-  // No supervisor: whatever is left of the replicas' groups goes now.
+  // No supervisor: its orphan sentinel (proc/sentinel.h) took the replicas'
+  // groups with it, so only the record is left to close. Their pids are not
+  // signalled: by now they may name someone else's processes.
   for (auto& role : st->roles) {
     for (auto& r : role.replicas) {
-      if (r.pid > 0 && !specs::IsTerminal(r.state)) ::kill(-r.pid, SIGKILL);
       if (!specs::IsTerminal(r.state)) r.state = AppState::kCancelled;
     }
   }

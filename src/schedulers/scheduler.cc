@@ -12,6 +12,7 @@
 #include "schedulers/local_scheduler.h"
 #include "schedulers/slurm_scheduler.h"
 #include "specs/serialize.h"
+#include "store/auth.h"
 
 namespace trun::schedulers {
 
@@ -109,6 +110,11 @@ std::string StateRoot() {
   if (xdg && *xdg == '/') return std::string(xdg) + "/trun";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.local/state/trun";
+}
+
+std::string JobTokenForSubmission() {
+  const char* given = std::getenv(kJobTokenEnv);
+  return given && *given ? given : store::NewJobToken();
 }
 
 }  // namespace trun::schedulers

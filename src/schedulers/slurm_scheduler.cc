@@ -74,9 +74,11 @@ Status Unreachable(std::string_view said, std::string_view consequence) {
       LastLine(said), consequence));
 }
 
-// Runs one of SLURM's commands with the timeout.
-Result<proc::CommandResult> Slurm(const std::vector<std::string>& argv) {
-  auto r = proc::RunCommand(argv, CommandTimeout());
+// Runs one of SLURM's commands with the timeout (and `env` added to its
+// environment).
+Result<proc::CommandResult> Slurm(const std::vector<std::string>& argv,
+                                  const std::map<std::string, std::string>& env = {}) {
+  auto r = proc::RunCommand(argv, CommandTimeout(), env);
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
     return Status::IOError(fmt::format(
         "{} is not on PATH: the slurm scheduler runs SLURM's commands (sbatch, squeue, scontrol, "
@@ -421,7 +423,10 @@ Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
   std::vector<std::string> argv = {"sbatch"};
   argv.insert(argv.end(), req->sbatch_args.begin(), req->sbatch_args.end());
   argv.push_back(req->script_path);
-  auto r = Slurm(argv);
+  // sbatch hands its environment to the job (--export=ALL, SLURM's
+  // default), and srun to every task: the token reaches each node's agent
+  // without a command line or the script naming it.
+  auto r = Slurm(argv, {{kJobTokenEnv, JobTokenForSubmission()}});
   if (!r.ok()) {
     fs::remove_all(submit_dir, ec);
     return r.status();

@@ -69,7 +69,7 @@ def test_a_bad_store_allow_is_a_usage_error():
     assert "store_allow=10.0.0.0/40" in r.err
 
 
-def test_rdzv_conf_secrets_stay_out_of_metrics_and_events(tmp_path):
+def test_secrets_stay_out_of_metrics_health_and_events(tmp_path):
     port = free_port()
     events = tmp_path / "events.jsonl"
     script = tmp_path / "w.py"
@@ -81,12 +81,13 @@ def test_rdzv_conf_secrets_stay_out_of_metrics_and_events(tmp_path):
     r = trun("--nnodes", 1, "--nproc-per-node", 1, "--health-check-port", port,
              "--event-log-file", events,
              "--rdzv-conf", "key=/secret/tls-key.pem,password=hunter2-very-secret",
-             script, timeout=120)
+             script, timeout=120, env=base_env(TRUN_JOB_TOKEN="job-token-" + "7" * 22))
     assert r.returncode == 0, r.err
     everything = r.out + r.err + events.read_text()
     assert "# TYPE" in r.out  # /metrics was read
     assert "hunter2" not in everything
     assert "/secret/tls-key.pem" not in everything
+    assert "7" * 22 not in everything
 
 
 @pytest.fixture
@@ -126,6 +127,56 @@ def test_another_users_app_is_refused(jobs):
     mine = jobs.trun("run", "--wait", "utils.echo", "--msg", "mine").out.strip()
     listed = jobs.trun("list").out
     assert mine in listed and handle not in listed, listed
+
+
+# A worker of a `trun run` job: what it can learn of the job token (from its
+# agent, its parent, as any process of the user can) and where the token shows.
+TOKEN_PROBE = r"""
+import hashlib, os, pathlib, sys
+agent = open(f"/proc/{os.getppid()}/environ", "rb").read().split(b"\0")
+token = next((kv[15:].decode() for kv in agent if kv.startswith(b"TRUN_JOB_TOKEN=")), "")
+shown = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        shown += token.encode() in open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        pass
+rank = os.environ["RANK"]
+pathlib.Path(sys.argv[1], rank).write_text(token)
+print(f"PROBE rank={rank} len={len(token)} shown={shown} "
+      f"worker_env={'TRUN_JOB_TOKEN' in os.environ}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["generated", "submitters"])
+def test_trun_run_gives_each_job_a_token_no_command_line_shows(jobs, given):
+    """`trun run` makes a token per job (or passes on the submitter's) in the
+    replicas' environment: both agents of a 2-node dist.ddp share it, so the
+    rendezvous is closed to strangers (no warning that anyone may join), and
+    neither `ps`, the workers, the logs nor trun's state files show it."""
+    probe, seen = jobs.tmp / "probe.py", jobs.tmp / "seen"
+    probe.write_text(TOKEN_PROBE)
+    seen.mkdir()
+    env = dict(jobs.env)
+    env.pop("TRUN_JOB_TOKEN", None)
+    if given:
+        env["TRUN_JOB_TOKEN"] = "given-" + "5" * 26
+    handle = jobs.submit("dist.ddp", "-j", "2x1", "--rdzv_port", free_port(), "--script", probe,
+                         "--", seen, env=env)
+    st = jobs.wait(handle)
+    assert st["state"] == "SUCCEEDED", st
+    log = jobs.trun("log", handle).out
+    tokens = {(seen / r).read_text() for r in ("0", "1")}
+    assert len(tokens) == 1, tokens
+    token = tokens.pop()
+    assert token == env["TRUN_JOB_TOKEN"] if given else re.fullmatch("[0-9a-f]{64}", token), token
+    assert sorted(re.findall(r"PROBE rank=\d len=(\d+) shown=(\d+) worker_env=(\w+)", log)) == \
+        [(str(len(token)), "0", "False")] * 2, log
+    assert "can join" not in jobs.trun("log", "--streams", "stderr", handle).out
+    for path in (jobs.tmp / "state").rglob("*"):
+        assert not path.is_file() or token not in path.read_text(errors="replace"), path
+    for cmd in (["status", "--json", handle], ["describe", handle]):
+        assert token not in jobs.trun(*cmd).out, cmd
 
 
 def test_trun_store_serves_everyone_unless_told(hosts):
