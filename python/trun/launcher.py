@@ -50,6 +50,8 @@ DEFAULT_ENV_VARS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHON*", "CUDA*
 # Variables the agent sets for each worker: never copied from the caller.
 _AGENT_OWNED = ("TORCHELASTIC_*", "PET_*", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
                 "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TRUN_*")
+# What an agent's environment holds that no command line may show.
+_SECRETS = ("TRUN_TOKEN", "TRUN_JOB_TOKEN")
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
 # The shell each agent runs under: the agent in the background, a watcher of
@@ -299,6 +301,10 @@ class _Run:
         self.cfg = cfg
         self.payload = cloudpickle.dumps((func, args, kwargs))
         self.token = secrets.token_hex(16)
+        # The agents' job token (trun's store/auth.h): only this run's agents
+        # may join its rendezvous.
+        self.job_token = os.environ.get("TRUN_JOB_TOKEN") or secrets.token_hex(32)
+        self.run_id = f"trun-{secrets.token_hex(4)}"
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         # (attempt, rank) -> ("ok", value) | ("err", info) ; hellos by (attempt, rank)
@@ -371,6 +377,7 @@ class _Run:
             "PYTHON_EXEC": python,
             "TRUN_LAUNCHER": f"{addr}:{port}",
             "TRUN_TOKEN": self.token,
+            "TRUN_JOB_TOKEN": self.job_token,
             "TRUN_HOST_INDEX": str(host_index),
             "TRUN_EOF_DELAY": "0.5" if host_index == 0 and nhosts > 1 else "0",
             "TRUN_BACKEND": cfg.backend or "",
@@ -392,7 +399,7 @@ class _Run:
             argv += ["--nnodes", str(n), "--node-rank", str(i), "--rdzv-backend", "static",
                      "--master-addr", master[0], "--master-port", str(master[1])]
         argv += ["--nproc-per-node", nproc, "--max-restarts", str(self.cfg.max_restarts),
-                 "--tee", "3", "--log-dir", "/dev/null", "--rdzv-id", f"trun-{self.token[:8]}",
+                 "--tee", "3", "--log-dir", "/dev/null", "--rdzv-id", self.run_id,
                  "-m", "trun._worker"]
         return argv
 
@@ -485,8 +492,13 @@ class _Run:
             popen_env = env
             cwd = os.getcwd()
         else:
-            exports = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
-            remote = f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; export {exports}; "
+            # The secrets come first on the channel's stdin, one line each,
+            # never on the command line that `ps` shows on either host.
+            exports = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())
+                               if k not in _SECRETS)
+            remote = (f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; export {exports}; "
+                      + "".join(f"IFS= read -r {k} || exit 97; " for k in _SECRETS)
+                      + f"export {' '.join(_SECRETS)}; ")
             if cfg.env_file is not None:
                 remote += f". {shlex.quote(os.fspath(cfg.env_file))} || exit 97; "
             remote += f"exec /bin/sh -c {shlex.quote(_WRAPPER)} trun-agent " + \
@@ -500,6 +512,9 @@ class _Run:
         a.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=popen_env, cwd=cwd,
                                   start_new_session=True)
+        if not local:
+            a.proc.stdin.write("".join(f"{env[k]}\n" for k in _SECRETS).encode())
+            a.proc.stdin.flush()
         for stream, name in ((a.proc.stdout, "stdout"), (a.proc.stderr, "stderr")):
             t = threading.Thread(target=self._pump, args=(a, stream, name), daemon=True)
             t.start()

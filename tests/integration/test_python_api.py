@@ -7,6 +7,7 @@ and reaches sshd with the root's ssh client; the SSH session runs on this
 machine, so the workers' interpreter there is tools/torch2-python again
 (Launcher(python=...)).
 """
+import json
 import os
 import pathlib
 import re
@@ -108,6 +109,47 @@ print("RESULT", sorted(r.results), [v["rank"] for v in r.by_ranks()],
             "trun-host-2[1].log"} <= set(files), files
     one = next((tmp / "logs").glob("*/trun-host-2[[]1].log")).read_text()
     assert "rank 3 of 4 digest" in one
+
+
+SECRETS_FUNC = """
+def secrets_seen():
+    # The agent is this worker's parent; its environment holds the job token.
+    agent = open(f"/proc/{os.getppid()}/environ", "rb").read().split(b"\\0")
+    job_token = next((kv[15:].decode() for kv in agent if kv.startswith(b"TRUN_JOB_TOKEN=")), "")
+    secrets = {"launcher": os.environ["TRUN_TOKEN"], "job": job_token}
+    shown = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        shown |= {name for name, s in secrets.items() if s and s in cmd}
+    return {"job_token": len(job_token), "shown": sorted(shown),
+            "worker_env": "TRUN_JOB_TOKEN" in os.environ, "secrets": secrets}
+"""
+
+
+def test_secrets_reach_the_agents_but_no_command_line(tmp, ssh_config):
+    """The launcher's token and the agents' job token travel on the SSH
+    channel's stdin: no process on the (shared) host shows them in `ps`; the
+    agents of one run share one job token; the workers never see it."""
+    p = run_script(tmp, SECRETS_FUNC + f"""
+import json
+r = trun.Launcher(hostnames=["trun-host-1", "trun-host-2"], workers_per_host=1,
+                  {ssh_kwargs(ssh_config)}).run(secrets_seen)
+print("RESULT", json.dumps(r.by_ranks()))
+""")
+    assert p.returncode == 0, p.all
+    line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))
+    ranks = json.loads(line[len("RESULT "):])
+    assert [r["job_token"] for r in ranks] == [64, 64], ranks
+    assert [r["shown"] for r in ranks] == [[], []], ranks
+    assert not any(r["worker_env"] for r in ranks), ranks
+    assert ranks[0]["secrets"] == ranks[1]["secrets"], ranks
+    for secret in ranks[0]["secrets"].values():
+        assert secret not in p.stdout.replace(line, "") and secret not in p.stderr
+        for log in (tmp / "logs").rglob("*"):
+            assert not log.is_file() or secret not in log.read_text(errors="replace"), log
 
 
 def test_exception_in_rank_1_is_raised_in_the_caller(tmp):
