@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/exit_code.h"
 #include "common/log.h"
 #include "proc/signals.h"
 #include "store/server.h"
@@ -280,14 +281,16 @@ void Telemetry::WatchdogExpired(const TimerRequest& timer, int local_rank, doubl
 }
 
 void Telemetry::Shutdown(int exit_code) {
-  const char* outcome = exit_code == 0    ? "succeeded"
-                        : exit_code == 1  ? "failed"
-                        : exit_code == 2  ? "usage_error"
-                        : exit_code < 128 ? "launch_error"
-                                          : "signal";
-  Emit("trun.agent.shutdown", {{"exit_code", exit_code},
-                               {"outcome", outcome},
-                               {"signal", SignalOrNull(exit_code > 128 ? exit_code - 128 : 0)}});
+  const bool by_signal = exit_code >= ExitForSignal(0);
+  const char* outcome = exit_code == kExitSuccess  ? "succeeded"
+                        : exit_code == kExitFailed ? "failed"
+                        : exit_code == kExitUsage  ? "usage_error"
+                        : by_signal                ? "signal"
+                                                   : "launch_error";
+  Emit("trun.agent.shutdown",
+       {{"exit_code", exit_code},
+        {"outcome", outcome},
+        {"signal", SignalOrNull(by_signal ? exit_code - ExitForSignal(0) : 0)}});
 }
 
 void Telemetry::Collect() {

@@ -95,7 +95,7 @@ char interrupt_note[512];
 
 void OnInterrupt(int sig) {
   (void)!::write(2, interrupt_note, std::strlen(interrupt_note));
-  ::_exit(128 + sig);
+  ::_exit(ExitForSignal(sig));
 }
 
 // Waits for the app to end. On a terminal (and without logs on it) one line
@@ -139,9 +139,9 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
     if (specs::IsTerminal(d->state)) {
       if (d->state != AppState::kSucceeded) {
         (void)proc::WriteAll(2, d->ToAppStatus().Format() + "\n");
-        return 1;
+        return kExitFailed;
       }
-      return 0;
+      return kExitSuccess;
     }
     // Short apps end soon: look again quickly at first, then every 200 ms.
     std::this_thread::sleep_for(poll);

@@ -1,7 +1,6 @@
 #include "common/exit_code.h"
 
 #include "common/log.h"
-#include "common/strings.h"
 
 namespace trun {
 
@@ -27,7 +26,7 @@ int ExitCodeFor(const Status& s) {
 }
 
 int ReportError(const Status& s) {
-  for (const auto& line : Split(s.message(), '\n')) log::Error("{}", line);
+  log::Error("{}", s.message());
   return ExitCodeFor(s);
 }
 

@@ -1,11 +1,14 @@
 // trun's own diagnostics on stderr, one line each: "trun: warning: ...".
 //
 // Worker output never goes through here; see proc/pump.h.
+// An error of several lines gets "trun: error: " before each of them.
+//
 // Thread-safety: each call is one write(2), so lines from threads never mix.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <string>
 #include <string_view>
 
 namespace trun::log {
@@ -15,6 +18,9 @@ enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 // Messages below this level are dropped, except errors, which are always
 // written. From TRUN_LOG_LEVEL (debug|info|warning|error), default info.
 Level Threshold();
+// The text Write() writes: "trun: " and the level's name before `msg`, a
+// newline after.
+std::string Format(Level level, std::string_view msg);
 void Write(Level level, std::string_view msg);
 
 template <typename... Args>

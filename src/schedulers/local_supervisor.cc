@@ -40,8 +40,6 @@
 #include "proc/signals.h"
 #include "schedulers/local_state.h"
 
-extern char** environ;
-
 namespace trun::schedulers {
 namespace {
 
@@ -131,7 +129,7 @@ class Supervisor {
     rep.state->exitcode.reset();
     Status s = Spawn(rep);
     if (!s.ok()) {
-      std::string line = "trun: error: " + s.message() + "\n";
+      const std::string line = log::Format(log::Level::kError, s.message());
       if (rep.combined_file >= 0) (void)proc::WriteAll(rep.combined_file, line);
       if (rep.err_file >= 0) (void)proc::WriteAll(rep.err_file, line);
       log::Error("{}/{}: {}", req_.roles[rep.role].name, req.id, s.message());
@@ -168,11 +166,7 @@ class Supervisor {
     }
     proc::SpawnOptions o;
     o.argv = req.argv;
-    for (char** e = environ; *e; ++e) {
-      std::string_view kv(*e);
-      if (!req.env.count(std::string(kv.substr(0, kv.find('='))))) o.env.emplace_back(kv);
-    }
-    for (const auto& [k, v] : req.env) o.env.push_back(k + "=" + v);
+    o.env = proc::EnvironWith(req.env);
     o.stdin_fd = devnull_;
     o.stdout_fd = out_pipe[1];
     o.stderr_fd = err_pipe[1];
@@ -187,14 +181,14 @@ class Supervisor {
     rep.pid = *pid;
     rep.running = true;
     rep.state->pid = *pid;
-    rep.out = NewStream(out_pipe[0], rep.combined_file, rep.out_file);
-    rep.err = NewStream(err_pipe[0], rep.combined_file, rep.err_file);
+    rep.out = NewLogReader(out_pipe[0], rep.combined_file, rep.out_file);
+    rep.err = NewLogReader(err_pipe[0], rep.combined_file, rep.err_file);
     return Status::OK();
   }
 
   // stdout.log / stderr.log get the bytes as they come, combined.log whole
   // lines of both streams, so lines of the two never mix.
-  std::shared_ptr<proc::PipeReader> NewStream(int fd, int combined_fd, int file_fd) {
+  std::shared_ptr<proc::PipeReader> NewLogReader(int fd, int combined_fd, int file_fd) {
     auto s = std::make_shared<proc::PipeReader>();
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
     s->fd = fd;
