@@ -9,8 +9,12 @@
 //               the restart budget is spent
 //   RUNNING --another node ended the round----> STOPPING --> WAITING for the next round
 //   RUNNING --every worker exits 0------------> WAITING in the exit barrier --> DONE (exit 0)
-//   any     --a handled signal----------------> STOPPING (that signal) --> DONE (exit 128+sig)
+//   RUNNING --a handled signal----------------> STOPPING (that signal) --> DONE (exit 128+sig)
+//   STOPPING --a handled signal---------------> stays STOPPING, then DONE (exit 128+sig);
+//              a second signal SIGKILLs what is left at once
+//   WAITING --a handled signal----------------> DONE (exit 128+sig; no workers to stop)
 //   WAITING --the rendezvous fails------------> DONE (exit 1)
+//   WAITING --the workers cannot be started---> STOPPING (SIGKILL) --> DONE (exit 3)
 //
 // One asio event loop on the calling thread sees child exits (SIGCHLD),
 // worker output (pipes), signals and the shutdown grace timer the moment they
