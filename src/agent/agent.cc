@@ -97,7 +97,7 @@ class LocalAgent::Impl {
         ReportFinalFailure();
       } else {
         telemetry_.RendezvousFailed(r.status());
-        log::Error("{}", r.status().message());
+        (void)ReportError(r.status());
       }
       Finish(kExitFailed);
       return;
@@ -137,7 +137,7 @@ class LocalAgent::Impl {
     }
     Status s = StartAttempt();
     if (!s.ok()) {
-      log::Error("{}", s.message());
+      (void)ReportError(s);
       telemetry_.GroupStopping("launch_error", s.message(), SIGKILL);
       StopWorkers(SIGKILL, [this] { Finish(kExitCannot); });
     }

@@ -26,7 +26,7 @@ int ExitCodeFor(const Status& s) {
 }
 
 int ReportError(const Status& s) {
-  log::Error("{}", s.message());
+  log::Write(log::Level::kError, s.message(), /*each_line=*/true);
   return ExitCodeFor(s);
 }
 

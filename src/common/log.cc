@@ -19,23 +19,20 @@ Level Threshold() {
   return level;
 }
 
-std::string Format(Level level, std::string_view msg) {
+std::string Format(Level level, std::string_view msg, bool each_line) {
   static constexpr std::string_view kNames[] = {"debug: ", "", "warning: ", "error: "};
-  const std::string_view prefix = kNames[static_cast<int>(level)];
-  std::string line = "trun: ";
-  line += prefix;
+  const std::string prefix = "trun: " + std::string(kNames[static_cast<int>(level)]);
+  std::string line = prefix;
   for (char c : msg) {
     line += c;
-    // Every line of an error says it is one (docs/cli.md, "Exit codes"), so
-    // a reader of any one line, or a grep, knows.
-    if (c == '\n' && level == Level::kError) line += "trun: " + std::string(prefix);
+    if (c == '\n' && each_line) line += prefix;
   }
   line += '\n';
   return line;
 }
 
-void Write(Level level, std::string_view msg) {
-  const std::string line = Format(level, msg);
+void Write(Level level, std::string_view msg, bool each_line) {
+  const std::string line = Format(level, msg, each_line);
   // One write so that concurrent lines never interleave mid-line.
   const char* p = line.data();
   size_t left = line.size();

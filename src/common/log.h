@@ -1,8 +1,6 @@
 // trun's own diagnostics on stderr, one line each: "trun: warning: ...".
 //
 // Worker output never goes through here; see proc/pump.h.
-// An error of several lines gets "trun: error: " before each of them.
-//
 // Thread-safety: each call is one write(2), so lines from threads never mix.
 #pragma once
 
@@ -18,10 +16,13 @@ enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 // Messages below this level are dropped, except errors, which are always
 // written. From TRUN_LOG_LEVEL (debug|info|warning|error), default info.
 Level Threshold();
-// The text Write() writes: "trun: " and the level's name before `msg`, a
-// newline after.
-std::string Format(Level level, std::string_view msg);
-void Write(Level level, std::string_view msg);
+// The text Write() writes: "trun: " and the level's name before `msg` (with
+// `each_line`, before each of its lines), a newline after. A problem the
+// user reads is written with each_line, so that any one line of it, or a
+// grep, says what it is (ReportError); torchrun's failure table keeps the
+// one prefix that torchrun's logger gives it.
+std::string Format(Level level, std::string_view msg, bool each_line = false);
+void Write(Level level, std::string_view msg, bool each_line = false);
 
 template <typename... Args>
 void Debug(fmt::format_string<Args...> f, Args&&... args) {

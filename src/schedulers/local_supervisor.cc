@@ -129,7 +129,7 @@ class Supervisor {
     rep.state->exitcode.reset();
     Status s = Spawn(rep);
     if (!s.ok()) {
-      const std::string line = log::Format(log::Level::kError, s.message());
+      const std::string line = log::Format(log::Level::kError, s.message(), /*each_line=*/true);
       if (rep.combined_file >= 0) (void)proc::WriteAll(rep.combined_file, line);
       if (rep.err_file >= 0) (void)proc::WriteAll(rep.err_file, line);
       log::Error("{}/{}: {}", req_.roles[rep.role].name, req.id, s.message());

@@ -136,7 +136,7 @@ def test_secrets_reach_the_agents_but_no_command_line(tmp, ssh_config):
     p = run_script(tmp, SECRETS_FUNC + f"""
 import json
 r = trun.Launcher(hostnames=["trun-host-1", "trun-host-2"], workers_per_host=1,
-                  {ssh_kwargs(ssh_config)}).run(secrets_seen)
+                  backend=None, {ssh_kwargs(ssh_config)}).run(secrets_seen)
 print("RESULT", json.dumps(r.by_ranks()))
 """)
     assert p.returncode == 0, p.all
