@@ -51,8 +51,12 @@ Result<ErrorFile> ReadErrorFile(const std::string& path) {
   }
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
+  return ParseErrorFile(std::move(*text), "error file " + path);
+}
+
+Result<ErrorFile> ParseErrorFile(std::string text, std::string_view what) {
   ErrorFile f;
-  f.json = std::move(*text);
+  f.json = std::move(text);
   auto timestamp = [](const nlohmann::json& ts) -> int64_t {
     return ts.is_string() ? std::stoll(ts.get<std::string>()) : ts.get<int64_t>();
   };
@@ -70,7 +74,7 @@ Result<ErrorFile> ReadErrorFile(const std::string& path) {
       if (extra.contains("timestamp")) f.timestamp = timestamp(extra["timestamp"]);
     }
   } catch (const std::exception& e) {
-    return Status::InvalidArgument(fmt::format("unreadable error file {}: {}", path, e.what()));
+    return Status::InvalidArgument(fmt::format("unreadable {}: {}", what, e.what()));
   }
   return f;
 }

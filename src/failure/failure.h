@@ -1,7 +1,8 @@
 // Failures: torch's error-file format, the root-cause rule, torchrun's
 // failure table and the error file trun writes of its own. The agent (its
-// workers), the local scheduler (its replicas) and the SLURM scheduler (its
-// nodes' agents) all judge failures here, by one rule.
+// workers), the local scheduler (its replicas), the SLURM scheduler (its
+// nodes' agents) and the kubernetes scheduler (its pods) all judge failures
+// here, by one rule.
 //
 // torch's @record decorator writes, on an uncaught exception, to
 // $TORCHELASTIC_ERROR_FILE:
@@ -74,6 +75,9 @@ struct ErrorFile {
 // NotFound when there is no file at `path`; InvalidArgument, naming the
 // file and the problem, for a torn or foreign one.
 Result<ErrorFile> ReadErrorFile(const std::string& path);
+// The same, of an error file's text (`what` names where it came from, e.g.
+// a pod's termination message).
+Result<ErrorFile> ParseErrorFile(std::string text, std::string_view what);
 
 // What the rule needs to know of a failure.
 struct FailureKey {

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <thread>
 
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "failure/failure.h"
 #include "schedulers/kubernetes_manifests.h"
 #include "schedulers/log_files.h"
 #include "specs/serialize.h"
@@ -206,6 +208,14 @@ std::map<std::pair<int, int>, json> Newest(const json& pods) {
     if (it == out.end() || Str(pod, created) > Str(it->second, created)) out[*r] = pod;
   }
   return out;
+}
+
+// An RFC 3339 time as the API server writes it ("2026-11-25T12:00:00Z"), in
+// seconds since the epoch; 0 when it is not one.
+int64_t EpochSeconds(const std::string& rfc3339) {
+  std::tm tm{};
+  const char* end = ::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  return end ? static_cast<int64_t>(::timegm(&tm)) : 0;
 }
 
 // The main container's end: its termination message (trun's root cause)
@@ -447,7 +457,9 @@ Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app
     }
   }
   bool running = false;
-  std::string first_failure_at;
+  // The failed pods, for the root cause (failure::RootCause's rule).
+  std::vector<failure::FailureKey> keys;
+  std::vector<std::string> whys;
   for (size_t ri = 0; ri < roles.size(); ++ri) {
     specs::RoleStatus rs;
     rs.role = roles[ri].first;
@@ -469,10 +481,15 @@ Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app
         if (r.state == AppState::kFailed) {
           auto [why, at] = Termination(pod);
           r.structured_error_msg = why.empty() ? std::string(specs::kNone) : why;
-          // The root cause: the failure that came first.
-          if (!why.empty() && (first_failure_at.empty() || at < first_failure_at)) {
-            first_failure_at = at;
-            d.structured_error_msg = why;
+          if (!why.empty()) {
+            // Dated by trun's error file when the message is one, else by
+            // when the container ended.
+            auto file = failure::ParseErrorFile(why, "termination message");
+            keys.push_back(
+                {.timestamp = file.ok() && file->timestamp ? *file->timestamp : EpochSeconds(at),
+                 .has_error_file = file.ok(),
+                 .rank = static_cast<int>(keys.size())});
+            whys.push_back(why);
           }
         }
       }
@@ -484,6 +501,7 @@ Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app
     d.roles_statuses.push_back(rs);
   }
   if (d.state == AppState::kPending && running) d.state = AppState::kRunning;
+  if (!keys.empty()) d.structured_error_msg = whys[failure::RootCause(keys)];
   if (d.state != AppState::kFailed) d.structured_error_msg = std::string(specs::kNone);
   return d;
 }

@@ -286,7 +286,8 @@ def volcano_job(name, phase):
             "status": {"state": {"phase": phase}, "retryCount": 1}}
 
 
-def pod(name, replica, phase, message=None, created="2026-11-25T04:00:01Z"):
+def pod(name, replica, phase, message=None, created="2026-11-25T04:00:01Z",
+        finished="2026-11-25T04:01:00Z"):
     p = {"metadata": {"name": name, "creationTimestamp": created,
                       "labels": {"torchx.pytorch.org/role-index": "0",
                                  "torchx.pytorch.org/role-name": "echo",
@@ -295,7 +296,7 @@ def pod(name, replica, phase, message=None, created="2026-11-25T04:00:01Z"):
          "status": {"phase": phase}}
     if message is not None:
         p["status"]["containerStatuses"] = [{"name": f"echo-{replica}", "state": {"terminated": {
-            "exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-11-25T04:01:00Z"}}}]
+            "exitCode": 1, "reason": "Error", "message": message, "finishedAt": finished}}}]
     return p
 
 
@@ -323,6 +324,30 @@ def test_status_maps_phases_replicas_and_root_cause(tmp_path, api, certs):
     assert r.returncode == 0 and "entrypoint: echo" in r.out, r.out + r.err
     r = k8s(tmp_path, api, certs, "status", "kubernetes://trun/default:nope")
     assert r.returncode == 2 and "has no Volcano Job, JobSet or Jobs of that name" in r.err, r.err
+
+
+def test_root_cause_is_the_rule_every_scheduler_uses(tmp_path, api, certs):
+    """failure::RootCause over the failed pods: the earliest; within one
+    second a pod whose termination message is trun's error file, which says
+    why, comes before one that left only its log's last lines."""
+    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x", 200,
+               volcano_job("echo-x", "Failed"))
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": [
+        pod("echo-x-echo-0-0", 0, "Failed", "Terminated: last log lines",
+            finished="2026-11-25T04:01:00Z"),
+        pod("echo-x-echo-1-0", 1, "Failed", ERROR, finished="2026-11-25T04:01:00Z")]})
+    st = json.loads(k8s(tmp_path, api, certs, "status", "--json",
+                        "kubernetes://trun/default:echo-x").out)
+    assert "RuntimeError: boom" in st["structured_error_msg"], st
+    # A second earlier, the plain failure is the first one.
+    api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": [
+        pod("echo-x-echo-0-0", 0, "Failed", "Terminated: last log lines",
+            finished="2026-11-25T04:00:59Z"),
+        pod("echo-x-echo-1-0", 1, "Failed", ERROR,
+            finished="2026-11-25T04:01:01Z")]})
+    st = json.loads(k8s(tmp_path, api, certs, "status", "--json",
+                        "kubernetes://trun/default:echo-x").out)
+    assert st["structured_error_msg"] == "Terminated: last log lines", st
 
 
 def test_log_follows_the_pod_log_stream(tmp_path, api, certs):
