@@ -50,8 +50,11 @@ struct Worker {
 
 class LocalAgent::Impl {
  public:
-  Impl(LaunchConfig config, ProcessTableFactory table)
-      : config_(std::move(config)), make_table_(std::move(table)), signals_(io_) {
+  Impl(LaunchConfig config, ProcessTableFactory table, LoopFactory loop)
+      : config_(std::move(config)),
+        make_table_(std::move(table)),
+        signals_(io_),
+        loop_(loop ? loop(io_) : std::make_unique<proc::AsioLoop>(io_)) {
     if (!make_table_) {
       make_table_ = [this](asio::io_context& io) { return MakeWorkerTable(io, config_); };
     }
@@ -177,7 +180,7 @@ class LocalAgent::Impl {
     auto table = make_table_(io_);
     if (!table.ok()) return table.status();
     table_ = std::move(*table);
-    workers_sup_.emplace(*table_, loop_,
+    workers_sup_.emplace(*table_, *loop_,
                          proc::GroupSupervisor::Hooks{
                              .on_exit = [this](const proc::GroupExit& e) { OnWorkerExit(e); },
                              .after_exits = [this] { AfterExits(); },
@@ -556,7 +559,7 @@ class LocalAgent::Impl {
   ProcessTableFactory make_table_;
   asio::io_context io_{1};
   asio::signal_set signals_;
-  proc::AsioLoop loop_{io_};
+  std::unique_ptr<proc::Loop> loop_;  // the supervisor's clock
   std::unique_ptr<proc::ProcessTable> table_;
   std::optional<proc::GroupSupervisor> workers_sup_;
 
@@ -587,8 +590,8 @@ class LocalAgent::Impl {
   std::vector<WorkerFailure> failures_;
 };
 
-LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(table))) {}
+LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(table), std::move(loop))) {}
 LocalAgent::~LocalAgent() = default;
 int LocalAgent::Run() { return impl_->Run(); }
 

@@ -44,8 +44,12 @@ class LocalAgent {
   // the system's by default, a fake in the agent's unit tests.
   using ProcessTableFactory =
       std::function<Result<std::unique_ptr<proc::ProcessTable>>(asio::io_context&)>;
+  // Makes the clock the workers' supervisor waits on (the stop grace): the
+  // event loop's by default, a virtual one in the unit tests.
+  using LoopFactory = std::function<std::unique_ptr<proc::Loop>(asio::io_context&)>;
 
-  explicit LocalAgent(launch::LaunchConfig config, ProcessTableFactory table = {});
+  explicit LocalAgent(launch::LaunchConfig config, ProcessTableFactory table = {},
+                      LoopFactory loop = {});
   ~LocalAgent();
   LocalAgent(const LocalAgent&) = delete;
   LocalAgent& operator=(const LocalAgent&) = delete;

@@ -1,6 +1,7 @@
 // The agent's state machine driven with a fake process table: workers that
 // exit as each test scripts, on the agent's real event loop (a one-node
-// static rendezvous, short grace periods).
+// static rendezvous, short grace periods), and where a test says so with the
+// supervisor's clock virtual (proc::VirtualLoop).
 #include "agent/agent.h"
 
 #include <gtest/gtest.h>
@@ -29,25 +30,39 @@ class AgentTest : public ::testing::Test {
   // Runs the agent; `script(fake, pid, local_rank, restart_count)` decides
   // each spawned worker's life.
   int Run(launch::LaunchConfig config,
-          std::function<void(FakeProcessTable&, pid_t, int, int)> script) {
+          std::function<void(FakeProcessTable&, pid_t, int, int)> script,
+          LocalAgent::LoopFactory loop = {}) {
     // The agent owns the table: it is kept until the test's end.
-    agent_.emplace(std::move(config), [this, script](asio::io_context& io) {
-      auto t = std::make_unique<FakeProcessTable>();
-      fake_ = t.get();
-      t->set_auto_deliver([&io](std::function<void()> fn) { asio::post(io, std::move(fn)); });
-      t->set_on_spawn([this, script](pid_t pid, const proc::SpawnOptions&) {
-        script(*fake_, pid, std::stoi(fake_->env(pid, "LOCAL_RANK")),
-               std::stoi(fake_->env(pid, "TORCHELASTIC_RESTART_COUNT")));
-      });
-      return Result<std::unique_ptr<proc::ProcessTable>>(std::move(t));
-    });
+    agent_.emplace(
+        std::move(config),
+        [this, script](asio::io_context& io) {
+          auto t = std::make_unique<FakeProcessTable>();
+          fake_ = t.get();
+          t->set_auto_deliver([&io](std::function<void()> fn) { asio::post(io, std::move(fn)); });
+          t->set_on_spawn([this, script](pid_t pid, const proc::SpawnOptions&) {
+            script(*fake_, pid, std::stoi(fake_->env(pid, "LOCAL_RANK")),
+                   std::stoi(fake_->env(pid, "TORCHELASTIC_RESTART_COUNT")));
+          });
+          return Result<std::unique_ptr<proc::ProcessTable>>(std::move(t));
+        },
+        std::move(loop));
     int code = agent_->Run();
     spawned_ = fake_->spawned();
     return code;
   }
 
+  // The supervisor's clock, virtual (clock_).
+  LocalAgent::LoopFactory VirtualClock() {
+    return [this](asio::io_context& io) {
+      auto l = std::make_unique<proc::VirtualLoop>(io);
+      clock_ = l.get();
+      return std::unique_ptr<proc::Loop>(std::move(l));
+    };
+  }
+
   std::optional<LocalAgent> agent_;
   FakeProcessTable* fake_ = nullptr;
+  proc::VirtualLoop* clock_ = nullptr;
   std::vector<pid_t> spawned_;
 };
 
@@ -103,6 +118,37 @@ TEST_F(AgentTest, ASiblingThatIgnoresSigtermIsKilledAfterTheGrace) {
   EXPECT_EQ(code, kExitFailed);
   EXPECT_EQ(fake_->process(spawned_[0]).signals,
             (std::vector<int>{SIGTERM, SIGKILL, SIGKILL}));  // term, grace's kill, release
+}
+
+TEST_F(AgentTest, TheGraceIsTheShutdownTimeoutOnTheSupervisorsClock) {
+  auto c = Config(2);
+  c.shutdown_timeout_s = 600;  // ten minutes, on a virtual clock
+  int code = Run(
+      c,
+      [](FakeProcessTable& t, pid_t pid, int lr, int) {
+        if (lr == 0) t.IgnoreSigterm(pid);
+        if (lr == 1) t.Exit(pid, 1);
+      },
+      VirtualClock());
+  EXPECT_EQ(code, kExitFailed);
+  EXPECT_EQ(clock_->delays(), (std::vector<std::chrono::milliseconds>{std::chrono::minutes(10)}));
+  EXPECT_EQ(clock_->now(), std::chrono::minutes(10));
+  EXPECT_EQ(fake_->process(spawned_[0]).signals, (std::vector<int>{SIGTERM, SIGKILL, SIGKILL}));
+}
+
+TEST_F(AgentTest, ASiblingThatExitsOnSigtermNeedsNoGrace) {
+  auto c = Config(2);
+  c.shutdown_timeout_s = 600;
+  int code = Run(
+      c,
+      [](FakeProcessTable& t, pid_t pid, int lr, int) {
+        if (lr == 1) t.Exit(pid, 1);
+      },
+      VirtualClock());
+  EXPECT_EQ(code, kExitFailed);
+  // The grace was asked for, and cancelled when the sibling went: no time passed.
+  EXPECT_EQ(clock_->delays().size(), 1u);
+  EXPECT_EQ(clock_->now(), std::chrono::milliseconds(0));
 }
 
 TEST_F(AgentTest, ASpawnFailureKillsWhatStartedAndExits3) {

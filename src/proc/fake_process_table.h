@@ -1,6 +1,6 @@
 // Fakes of process_table.h's seams for unit tests: a process table whose
-// processes do what the test says, and a loop whose clock moves only when
-// the test advances it.
+// processes do what the test says, a loop whose clock moves only when the
+// test advances it, and one whose clock jumps to each timer's deadline.
 //
 // Thread-safety: none; one test thread.
 #pragma once
@@ -160,6 +160,46 @@ class FakeLoop final : public Loop {
   std::chrono::milliseconds now_{0};
   TimerId next_ = 1;
   std::deque<std::function<void()>> posted_;
+  std::map<TimerId, std::pair<std::chrono::milliseconds, std::function<void()>>> timers_;
+};
+
+// A virtual clock on a real event loop: each timer fires as soon as the loop
+// comes to it, in deadline order, and the clock jumps to its deadline. For
+// code that runs its own loop (the agent), so a ten-minute grace takes no
+// time and the test can check what was asked for.
+class VirtualLoop final : public Loop {
+ public:
+  explicit VirtualLoop(asio::io_context& io) : io_(io) {}
+  void Post(std::function<void()> fn) override { asio::post(io_, std::move(fn)); }
+  TimerId After(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    TimerId id = next_++;
+    timers_[id] = {now_ + delay, std::move(fn)};
+    delays_.push_back(delay);
+    asio::post(io_, [this] { FireEarliest(); });
+    return id;
+  }
+  void Cancel(TimerId id) override { timers_.erase(id); }
+
+  std::chrono::milliseconds now() const { return now_; }
+  // Every delay asked for, in order.
+  const std::vector<std::chrono::milliseconds>& delays() const { return delays_; }
+
+ private:
+  void FireEarliest() {
+    auto due = std::min_element(timers_.begin(), timers_.end(), [](const auto& a, const auto& b) {
+      return a.second.first < b.second.first;
+    });
+    if (due == timers_.end()) return;
+    now_ = std::max(now_, due->second.first);
+    auto fn = std::move(due->second.second);
+    timers_.erase(due);
+    fn();
+  }
+
+  asio::io_context& io_;
+  std::chrono::milliseconds now_{0};
+  TimerId next_ = 1;
+  std::vector<std::chrono::milliseconds> delays_;
   std::map<TimerId, std::pair<std::chrono::milliseconds, std::function<void()>>> timers_;
 };
 
