@@ -513,8 +513,11 @@ class _Run:
                                   stderr=subprocess.PIPE, env=popen_env, cwd=cwd,
                                   start_new_session=True)
         if not local:
-            a.proc.stdin.write("".join(f"{env[k]}\n" for k in _SECRETS).encode())
-            a.proc.stdin.flush()
+            try:
+                a.proc.stdin.write("".join(f"{env[k]}\n" for k in _SECRETS).encode())
+                a.proc.stdin.flush()
+            except OSError:
+                pass  # ssh has already ended (an unreachable host): _wait reports it
         for stream, name in ((a.proc.stdout, "stdout"), (a.proc.stderr, "stderr")):
             t = threading.Thread(target=self._pump, args=(a, stream, name), daemon=True)
             t.start()

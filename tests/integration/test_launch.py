@@ -31,6 +31,12 @@ def load_envs(d, n):
 PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 
+# tools/torch2-python's sh `cd`s before it execs python, setting these in
+# each process it starts (neither launcher does); a warm worker is forked, not
+# started through it.
+SET_BY_THE_INTERPRETER = {"OLDPWD", "PWD"} if TORCH2 else set()
+
+
 def compare_envs(tmp, flags_trun, flags_torch, n):
     a, b = tmp / "trun", tmp / "torchrun"
     a.mkdir()
@@ -43,7 +49,7 @@ def compare_envs(tmp, flags_trun, flags_torch, n):
     ours, theirs = load_envs(a, n), load_envs(b, n)
     for rank in range(n):
         set_by_torchrun = {k for k, v in theirs[rank].items() if env.get(k) != v}
-        for key in sorted(set_by_torchrun - PER_RUN):
+        for key in sorted(set_by_torchrun - PER_RUN - SET_BY_THE_INTERPRETER):
             yield rank, key, ours[rank].get(key), theirs[rank][key]
         for key in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
             assert ours[rank][key], key
