@@ -60,6 +60,9 @@ Status ShowJobToken(StoreClient& client, const std::string& token, const std::st
         "TRUN_JOB_TOKEN, or none");
   }
   if (token.empty()) {
+    // An empty proof, so that the store's side says why this agent is
+    // refused too; its answer adds nothing here.
+    (void)client.CompareSet(kAuthProofKey, *nonce, "");
     return Status::PermissionDenied(
         where +
         " asks for the job's token and this agent has none: set TRUN_JOB_TOKEN (or --rdzv-conf "

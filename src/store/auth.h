@@ -11,6 +11,8 @@
 //            store would, having set the key to "")
 //   agent:  COMPARE_SET  /trun/auth/proof  expected NONCE  desired PROOF
 //           PROOF = hex(HMAC-SHA-256(key = token, "trun-job-token-v1\n" NONCE))
+//           (an agent without a token sends an empty PROOF, so that the
+//            store's log says why it was refused)
 //   store:  "ok", or "refused: <why>" and the connection is closed
 //
 // Until a connection has proved itself, a request that names a key under

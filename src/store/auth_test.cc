@@ -79,6 +79,15 @@ TEST_F(JobTokenServerTest, AWrongOrMissingTokenIsNamedOnTheAgentsSide) {
   EXPECT_NE(s.message().find("has none"), std::string::npos) << s.message();
 }
 
+TEST_F(JobTokenServerTest, AnEmptyProofIsNoToken) {
+  Require(kToken);
+  auto c = Connect();
+  auto nonce = c.CompareSet(kAuthNonceKey, "", "");
+  ASSERT_TRUE(nonce.ok());
+  EXPECT_EQ(*c.CompareSet(kAuthProofKey, *nonce, ""), "refused: no job token");
+  EXPECT_FALSE(c.Add("/trun/rdzv/x/seq", 1).ok());
+}
+
 TEST_F(JobTokenServerTest, AReplayedProofIsRefused) {
   Require(kToken);
   auto c = Connect();

@@ -509,6 +509,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       std::string answer = kAuthOk;
       if (nonce.empty() || r.args[1] != nonce) {
         answer = "refused: no fresh nonce on this connection (a replayed proof?)";
+      } else if (r.args[2].empty()) {
+        answer = "refused: no job token";
       } else if (!AuthProofMatches(job_token_, nonce, r.args[2])) {
         answer = "refused: wrong job token";
       }

@@ -230,7 +230,10 @@ def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
         assert host.returncode == 0, err
     finally:
         host.kill()
+    # The host says why, for each: the wrong token, none, the replayed proof.
     assert "refused: wrong job token from 127.0.0.1" in err, err
+    assert "refused: no job token from 127.0.0.1" in err, err
+    assert "refused: no fresh nonce on this connection (a replayed proof?) from 127.0.0.1" in err
     for text in (out, err, good.stdout, good.stderr):
         assert token not in text and wrong not in text
 
