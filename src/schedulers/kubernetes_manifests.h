@@ -37,8 +37,10 @@
 // are normalized ([a-z0-9-], lower case); label values are cleaned to
 // Kubernetes' label syntax. Every name a pod gets (object names, host
 // names, label values) must fit in 63 characters; a name that does not, a
-// namespace that is not a DNS label, a resource the node reserve swallows
-// and every other problem is reported at once, before anything is sent.
+// namespace that is not a DNS label, a role that cannot fit on the node
+// type its resource names, and every other problem is reported at once,
+// before anything is sent. The node reserve (reserved_millicpu,
+// reserved_memmb) lowers a pod's requests, never below 0, as TorchX's does.
 //
 // Thread-safety: pure functions.
 #pragma once
