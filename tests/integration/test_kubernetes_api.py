@@ -220,6 +220,9 @@ def test_client_certificate_from_kubeconfig_data(tmp_path, certs):
      "spec.template.spec.containers[0].image: Required value"),
     (500, status_body(500, "InternalError", "etcdserver: request timed out"), 4, "answered 500: etcdserver: request timed out"),
     (503, b"upstream connect error", 4, "answered 503: upstream connect error"),
+    # API priority and fairness turning a client away: busy, not a mistake.
+    (429, status_body(429, "TooManyRequests", "too many requests, please try again later"), 4,
+     "answered 429: too many requests, please try again later"),
 ])
 def test_refusals_name_the_problem(tmp_path, api, certs, code, body, rc, says):
     secrets(api)
