@@ -303,10 +303,10 @@ Result<OpenedApp> OpenApp(const std::string& app_id,
   return OpenedApp{*c, *id, std::move(*found)};
 }
 
-// Makes the job token's Secret NS/NAME a dependent of `owner` (an object
-// as the server answered its creation), so that Kubernetes' garbage
-// collector deletes it with the app. A failure leaves the app running and
-// the Secret behind: a warning.
+// Makes the job token's Secret NS/NAME a dependent of `owner` (apiVersion,
+// kind, metadata.name and .uid of an object just created), so that
+// Kubernetes' garbage collector deletes it with the app. A failure leaves
+// the app running and the Secret behind: a warning.
 void OwnSecret(const kube::KubeClient& c, const std::string& ns, const std::string& name,
                const json& owner) {
   const std::string kind = Str(owner, json::json_pointer("/kind")),
@@ -314,8 +314,8 @@ void OwnSecret(const kube::KubeClient& c, const std::string& ns, const std::stri
                     owner_name = Str(owner, json::json_pointer("/metadata/name")),
                     uid = Str(owner, json::json_pointer("/metadata/uid"));
   Status s = Status::OK();
-  if (kind.empty() || api.empty() || owner_name.empty() || uid.empty()) {
-    s = Status::Unavailable("the server's answer to its creation names no kind, name or uid");
+  if (uid.empty()) {
+    s = Status::Unavailable("the server's answer to its creation has no uid");
   } else {
     const json ref = {{"apiVersion", api}, {"kind", kind}, {"name", owner_name}, {"uid", uid}};
     const json patch = {{"metadata", {{"ownerReferences", json::array({ref})}}}};
@@ -390,7 +390,7 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
   }
   std::vector<std::string> created;
   bool secret = false;  // the job token's Secret was created
-  json owner;           // the first other object created, as the server answered
+  json owner;           // the first other object created
   for (const auto& obj : req->objects) {
     const std::string collection = CollectionOf(obj, req->ns);
     auto r = (*c)->Call("POST", collection, obj.dump());
@@ -409,15 +409,12 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
     if (obj.value("kind", "") == "Secret") {
       secret = true;
     } else if (owner.is_null()) {
-      owner = r->is_object() ? *r : json::object();
-      if (!owner.contains("metadata") || !owner["metadata"].is_object()) {
-        owner["metadata"] = json::object();
-      }
-      if (!owner.contains("kind")) owner["kind"] = obj.value("kind", "");
-      if (!owner.contains("apiVersion")) owner["apiVersion"] = obj.value("apiVersion", "");
-      if (Str(owner, json::json_pointer("/metadata/name")).empty()) {
-        owner["metadata"]["name"] = obj["metadata"].value("name", "");
-      }
+      // What the request named, with the uid the server gave it.
+      owner = {{"apiVersion", obj.value("apiVersion", "")},
+               {"kind", obj.value("kind", "")},
+               {"metadata",
+                {{"name", obj["metadata"].value("name", "")},
+                 {"uid", Str(*r, json::json_pointer("/metadata/uid"))}}}};
     }
   }
   if (secret && !owner.is_null()) OwnSecret(**c, req->ns, req->name, owner);
