@@ -10,9 +10,9 @@ The Runner drives the trun binary's job subcommands (``trun run``,
 ``status --json``, ``describe --json``, ``log``, ``cancel``, ``list
 --json``), so an app submitted here is the same app the command line sees,
 with the same handles (``local://trun/ID``, ``slurm://trun/JOBID``,
-``kubernetes://trun/NAMESPACE:NAME``), from any process. A failed command raises :class:`TrunCommandError` (a
-:class:`ValueError` too when trun says the input is bad, exit 2) carrying
-trun's message. See docs/python.md ("trun.runner").
+``kubernetes://trun/NAMESPACE:NAME``), from any process. A failed command
+raises :class:`TrunCommandError` (a :class:`ValueError` too when trun says
+the input is bad, exit 2) carrying trun's message. See docs/python.md ("trun.runner").
 """
 
 from __future__ import annotations
