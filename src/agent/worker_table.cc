@@ -21,6 +21,7 @@ proc::WarmOptions WarmOptionsFor(const launch::LaunchConfig& config) {
   }
   o.env = proc::EnvironWith();
   if (config.set_omp_num_threads) o.env.emplace_back("OMP_NUM_THREADS=1");
+  o.default_signals = config.signals_to_handle;
   return o;
 }
 

@@ -33,6 +33,8 @@ struct ChildArgs {
   int parent_death_signal;
   pid_t parent_pid;
   sigset_t child_mask;
+  const int* default_signals;
+  size_t default_signal_count;
   rlimit nofile;
   int error;  // errno of the failed step, written by the child
   int step;   // which step failed, for the message
@@ -85,6 +87,7 @@ int ChildMain(void* raw) {
   // with, not the one the store raised.
   SetDefault(SIGPIPE);
   SetDefault(SIGXFSZ);
+  for (size_t i = 0; i < a->default_signal_count; ++i) SetDefault(a->default_signals[i]);
   setrlimit(RLIMIT_NOFILE, &a->nofile);
   if (a->new_process_group && setpgid(0, 0) != 0) {
     a->error = errno;
@@ -180,6 +183,8 @@ Result<pid_t> Spawn(const SpawnOptions& options) {
   args.new_process_group = options.new_process_group;
   args.parent_death_signal = options.parent_death_signal;
   args.parent_pid = ::getpid();
+  args.default_signals = options.default_signals.data();
+  args.default_signal_count = options.default_signals.size();
   args.nofile = kStartNofile;
   sigemptyset(&args.child_mask);
 

@@ -40,6 +40,9 @@ struct SpawnOptions {
   bool new_process_group = true;
   // Delivered to the child when the spawning thread dies; 0 for none.
   int parent_death_signal = SIGKILL;
+  // Set to their default action in the child, even where this process
+  // ignores them (a signal this process handles is always reset).
+  std::vector<int> default_signals;
 };
 
 // Resolves a program name the way execvp does, against `path` (PATH's value).

@@ -77,6 +77,7 @@ Status WarmProcessTable::StartServer() {
   o.argv = {options_.python, "-u", "-c", kWarmBootstrap};
   o.argv.insert(o.argv.end(), options_.imports.begin(), options_.imports.end());
   o.env = options_.env;
+  o.default_signals = options_.default_signals;
   o.stdin_fd = sv[1];
   auto pid = system_->Spawn(o);
   ::close(sv[1]);

@@ -33,6 +33,11 @@ struct WarmOptions {
   std::string python;                // the workers' interpreter
   std::vector<std::string> imports;  // modules imported before any fork
   std::vector<std::string> env;      // the warm process's environment
+  // The signals trun handles, so that the warm process (started before trun
+  // handles them) and the workers it forks start with their default action,
+  // as a worker trun starts itself does, even when trun began ignoring one
+  // (`nohup`, a shell's background job).
+  std::vector<int> default_signals;
 };
 
 class WarmProcessTable final : public ProcessTable {

@@ -83,10 +83,10 @@ def test_output_streams_before_the_worker_ends(tmp, monkeypatch):
     test_logs.test_output_streams_before_the_worker_ends(tmp)
 
 
-def probe(warm, out, *args, cwd=None, env=None):
+def probe(warm, out, *args, cwd=None, env=None, **kw):
     out.mkdir()
     r = trun(*(WARM if warm else ()), "--nproc-per-node", 2, PROBE, *args, cwd=cwd,
-             env=dict(env, TRUN_PROBE_DIR=str(out)))
+             env=dict(env, TRUN_PROBE_DIR=str(out)), **kw)
     return r, [json.loads((out / f"{rank}.json").read_text()) for rank in range(2)]
 
 
@@ -109,6 +109,25 @@ def test_a_warm_worker_sees_what_a_cold_one_sees(tmp):
         assert w == c
     assert warm[0]["parent_is_trun"] and warm[0]["leads_group"] and warm[0]["pdeathsig"] == 9
     assert warm[1]["env"]["RANK"] == "1" and warm[0]["env"]["TRUN_PROBE_VALUE"] == "a b\tc=d"
+
+
+def test_signals_as_cold_when_trun_starts_with_them_ignored(tmp):
+    """trun started by `nohup` or as a shell's background job ignores SIGHUP
+    or SIGINT; the workers it starts get the default action of the signals
+    it handles. The warm process starts before trun handles them, so it is
+    told to reset them too: warm workers get what cold ones get."""
+    def ignoring():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    env = base_env()
+    runs = [probe(warm, tmp / name, "exit:0", env=env, preexec_fn=ignoring)
+            for warm, name in ((False, "cold"), (True, "warm"))]
+    (cold_run, cold), (warm_run, warm) = runs
+    assert cold_run.returncode == warm_run.returncode == 0, warm_run.err
+    for c, w in zip(cold, warm):
+        assert w["handlers"] == c["handlers"], (w["handlers"], c["handlers"])
+        assert c["handlers"]["SIGINT"] == "<built-in function default_int_handler>", c
 
 
 @pytest.mark.parametrize("action,code,err", [
