@@ -339,8 +339,11 @@ except KeyboardInterrupt:
     # The token is in the launcher's environment, so in every agent's, every
     # worker's and every SSH client's (TORCH* is copied to SSH hosts).
     env = env_for(tmp, **{token: "1"})
+    # Ctrl-C reaches a launcher that a terminal started, with SIGINT at its
+    # default, whatever this test inherited (a shell's background job ignores it).
     proc = subprocess.Popen([PYTHON, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=tmp)
+                            text=True, env=env, cwd=tmp,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_ready(proc, 6)
         assert len(live_processes_with(token)) >= 6

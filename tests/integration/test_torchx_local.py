@@ -178,6 +178,10 @@ def run_on_a_terminal(jobs, *args, until):
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(jobs.tmp)
+        # As a shell on a terminal starts it, whatever this test inherited
+        # (a suite run under nohup ignores SIGHUP).
+        for sig in (signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
         os.execve(TRUN, ["trun", "run", "--wait", *map(str, args)], jobs.env)
     seen = b""
     deadline = time.time() + 60
