@@ -13,6 +13,14 @@ JOBS ?= $(shell nproc)
 # reuses it). Outside the clone, so later clones on this machine reuse it.
 TORCH2_ROOT ?= /var/cache/trun/torch2
 export TRUN_TORCH2_ROOT := $(TORCH2_ROOT)
+# The compiler cache (ccache, when installed) lives outside the clone, as the
+# torch 2.x root does; paths are taken relative to the clone, so a clone in
+# another folder (CI's) hits what an earlier one compiled.
+CCACHE_DIR ?= /var/cache/trun/ccache
+export CCACHE_DIR
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+export CCACHE_MAXSIZE ?= 5G
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 .PHONY: all deps build torch2 test unit-test sanitize-test fuzz integration-test demo bench format clean install-python

@@ -42,6 +42,22 @@ TORCHRUN = ([PYTHON, "-m", "torch.distributed.run"] if TORCH2
             else [PYTHON, str(ROOT / "tools" / "torchrun113")])
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "attack: an attack on the job token or a port (test_attacks.py); the run's "
+        "summary says how many were tried")
+
+
+def pytest_terminal_summary(terminalreporter):
+    tried = [r for key in ("passed", "failed", "error")
+             for r in terminalreporter.stats.get(key, [])
+             if getattr(r, "when", "call") == "call" and "attack" in r.keywords]
+    if tried:
+        failed = sum(1 for r in tried if r.outcome != "passed")
+        terminalreporter.write_line(f"attacks tried: {len(tried)}, job unchanged in "
+                                    f"{len(tried) - failed}")
+
+
 def pytest_report_header(config):
     return f"torch {'.'.join(map(str, TORCH_VERSION))} at {PYTHON} (libuv: {TORCH_HAS_LIBUV})"
 
