@@ -23,18 +23,26 @@ export CCACHE_NOHASHDIR := 1
 export CCACHE_MAXSIZE ?= 5G
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-.PHONY: all deps build torch2 test unit-test sanitize-test fuzz integration-test demo bench format clean install-python
+.PHONY: all deps configure build torch2 test unit-test sanitize-test fuzz integration-test \
+	integration-test-113 integration-test-2 demo bench format clean install-python
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
 
-unit-test: build
+# build/trun and the store's load generator (its integration test runs it);
+# the unit tests and the benchmarks' programs are built where they run.
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target trun store_loadgen
+
+# The unit tests in the release tree, for a quick look while developing;
+# `make test` runs them under the sanitizers instead (sanitize-test).
+unit-test: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target trun_tests
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # `import trun` for $(PYTHON): the package (python/trun) with build/trun bundled.
@@ -46,16 +54,29 @@ install-python: deps
 torch2: deps
 	@./tools/torch2-root up $(TORCH2_ROOT) $(CURDIR)
 
-# The whole integration suite once per torch generation: 1.13 (Debian 12's,
-# /usr/bin/python3) and 2.x (the torch2 root). Both run even if one fails.
+# The integration suite once per torch generation: 1.13 (Debian 12's,
+# /usr/bin/python3) runs every test; 2.x (the torch2 root) runs those whose
+# assertions depend on torch's behaviour, that is all but those marked
+# `once` (tests/integration/conftest.py says why each is). Tests run in
+# parallel (pytest-xdist), a file's tests on one worker: most of them wait
+# on processes, not on the CPU.
+INTEGRATION_WORKERS ?= 4
+XDIST = -n $(INTEGRATION_WORKERS) --dist loadfile
+integration-test-113: build
+	@echo "== integration tests with torch 1.13 ($(PYTHON)): every test"
+	@PYTHON_EXEC=$(PYTHON) $(PYTEST) $(XDIST) tests/integration
+
+integration-test-2: build torch2
+	@echo "== integration tests with torch 2.x ($(TORCH2_ROOT)): the generation-sensitive tests (not 'once')"
+	@PYTHON_EXEC=$(CURDIR)/tools/torch2-python $(PYTEST) $(XDIST) -m "not once" tests/integration
+
+# Both run even if one fails.
 integration-test: build torch2
-	@echo "== integration tests with torch 1.13 ($(PYTHON))"; \
-	PYTHON_EXEC=$(PYTHON) $(PYTEST) tests/integration; a=$$?; \
-	echo "== integration tests with torch 2.x ($(TORCH2_ROOT))"; \
-	PYTHON_EXEC=$(CURDIR)/tools/torch2-python $(PYTEST) tests/integration; b=$$?; \
+	@$(MAKE) --no-print-directory integration-test-113; a=$$?; \
+	$(MAKE) --no-print-directory integration-test-2; b=$$?; \
 	[ $$a = 0 ] && [ $$b = 0 ]
 
-# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize-test: deps
 	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
@@ -72,13 +93,18 @@ fuzz: deps
 		-print_final_stats=1 $$scratch fuzz/corpus/store_parser 2>&1 | tail -4; \
 		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; exit $$rc
 
-test: unit-test sanitize-test fuzz integration-test
+# Every stage, each timed; a table of the times at the end
+# (scripts/test-stages.sh), so that the next slow stage is seen.
+test:
+	@./scripts/test-stages.sh deps build sanitize-test fuzz torch2 integration-test-113 integration-test-2
 
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target trun
 	@PYTHON_EXEC=$(PYTHON) PYTHON=$(PYTHON) ./examples/demo.sh $(BUILD)/trun
 
 bench: build
 	@./scripts/install-deps.sh --bench
+	@cmake --build $(BUILD) -j $(JOBS) --target rdzv_scale
 	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --write
 
 format:

@@ -52,19 +52,30 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
+// tools/etcd-server of this source tree: TRUN_SOURCE_DIR names the tree
+// (ctest sets it), else the test binary is taken to be in a build folder of
+// the tree (build/trun_tests). Not a compile-time definition: an absolute
+// path on the command line would make every clone miss the compiler cache.
+std::string EtcdServerTool() {
+  const char* dir = std::getenv("TRUN_SOURCE_DIR");
+  std::filesystem::path root =
+      dir ? std::filesystem::path(dir)
+          : std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path();
+  return (root / "tools" / "etcd-server").string();
+}
+
 // A real etcd (tools/etcd-server), once for the suite.
 class EtcdClientTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::filesystem::temp_directory_path() / ("trun-etcd-test-" + std::to_string(getpid()));
     int port = FreePort();
-    std::string cmd = std::string(TRUN_SOURCE_DIR) + "/tools/etcd-server up " + dir_.string() +
-                      " " + std::to_string(port) + " 127.0.0.1 " + std::to_string(FreePort()) +
-                      " >/dev/null";
+    std::string cmd = EtcdServerTool() + " up " + dir_.string() + " " + std::to_string(port) +
+                      " 127.0.0.1 " + std::to_string(FreePort()) + " >/dev/null";
     if (std::system(cmd.c_str()) == 0) endpoint_ = "http://127.0.0.1:" + std::to_string(port);
   }
   static void TearDownTestSuite() {
-    std::string cmd = std::string(TRUN_SOURCE_DIR) + "/tools/etcd-server down " + dir_.string();
+    std::string cmd = EtcdServerTool() + " down " + dir_.string();
     (void)std::system(cmd.c_str());
     std::filesystem::remove_all(dir_);
   }

@@ -5,14 +5,15 @@
 #include <cstring>
 #include <string>
 
+#include "store/golden_bytes.h"
+
 namespace trun::store {
 namespace {
 
-// Golden bytes, built by hand from the grammar in docs/store-protocol.md.
-std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
-std::string U32(uint32_t v) { return std::string(reinterpret_cast<char*>(&v), 4); }
-std::string Str(const std::string& s) { return U64(s.size()) + s; }
-std::string Op1(uint8_t op) { return std::string(1, static_cast<char>(op)); }
+using golden::Op1;
+using golden::Str;
+using golden::U32;
+using golden::U64;
 
 const std::string kValidate = Op1(v2::kValidate) + U32(kValidationMagic);
 

@@ -14,16 +14,17 @@
 
 #include "store/client.h"
 #include "store/encode.h"
+#include "store/golden_bytes.h"
 
 namespace trun::store {
 namespace {
 
 using std::chrono::milliseconds;
 
-std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
-std::string U32(uint32_t v) { return std::string(reinterpret_cast<char*>(&v), 4); }
-std::string Str(const std::string& s) { return U64(s.size()) + s; }
-std::string Op1(uint8_t op) { return std::string(1, static_cast<char>(op)); }
+using golden::Op1;
+using golden::Str;
+using golden::U32;
+using golden::U64;
 
 // A socket that speaks raw bytes, for golden replies and hostile clients.
 class Raw {

@@ -3,6 +3,9 @@ import pytest
 
 from conftest import trun, worker
 
+pytestmark = pytest.mark.once(
+    "trun refuses these command lines before it starts any worker or torch")
+
 
 @pytest.mark.parametrize("args,needle", [
     (["--nproc-per-nod", 2, "x.py"], "did you mean '--nproc-per-node'"),

@@ -15,10 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import TORCH2, base_env, trun
+from conftest import base_env, trun
 
-if TORCH2:
-    pytest.skip("needs no torch: runs in the torch 1.13 pass only", allow_module_level=True)
+pytestmark = pytest.mark.once("the Kubernetes objects and client are trun's own; no torch runs")
 
 TOKEN = "test-token"
 HANDLE = re.compile(r"^kubernetes://trun/(default:[a-z0-9-]+)$", re.M)

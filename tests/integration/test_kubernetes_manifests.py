@@ -11,13 +11,12 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, TORCH2, base_env, trun
+from conftest import ROOT, base_env, trun
 
 DATA = ROOT / "tests" / "integration" / "data" / "kubernetes"
 jsonschema = pytest.importorskip("jsonschema")
 
-if TORCH2:
-    pytest.skip("needs no torch: runs in the torch 1.13 pass only", allow_module_level=True)
+pytestmark = pytest.mark.once("the Kubernetes objects and client are trun's own; no torch runs")
 
 
 def strict(schema):

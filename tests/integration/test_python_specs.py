@@ -19,6 +19,9 @@ from trun import specs  # noqa: E402
 from trun import runner as trun_runner  # noqa: E402
 from trun.runner import Runner, TrunCommandError, TrunInvalidInputError  # noqa: E402
 
+pytestmark = pytest.mark.once(
+    "trun.specs and trun.runner run in pytest's own interpreter, the same in both passes")
+
 
 def test_torchx_defaults():
     r = specs.Role(name="r", image="i")

@@ -16,6 +16,9 @@ import pytest
 from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, live_processes_with, run
 from torchx_helpers import Jobs, free_port, use_env
 
+pytestmark = pytest.mark.once(
+    "the subject is the slurm scheduler (sbatch, squeue, sacct, requeue); DDP is only its payload")
+
 DDP = EXAMPLES / "ddp_train.py"
 TOOL = ROOT / "tools" / "slurm-cluster"
 HANDLE = re.compile(r"^slurm://trun/(\d+)$", re.M)

@@ -4,6 +4,9 @@ import pytest
 
 from torchx_helpers import jobs  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.once(
+    "bad input to trun run is refused before any interpreter or torch runs")
+
 BAD_SPEC = "name: x\nroles:\n  - name: r\n    entrypoint: e\n    num_replicas: two\n    nmu: 1\n"
 
 

@@ -9,8 +9,13 @@ import select
 import signal
 import time
 
+import pytest
+
 from conftest import EXAMPLES, FIXTURES, TRUN, live_processes_with
 from torchx_helpers import free_port, jobs  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.once(
+    "the subject is the local scheduler and its supervisor; DDP is only its payload")
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
