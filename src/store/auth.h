@@ -30,12 +30,13 @@
 // compute a STORE_PROOF for it.
 //
 // Until a connection has proved itself, a request that names a key under
-// trun's prefix (/trun/) closes it, with one log line on the store's side,
-// and GETNUMKEYS and LIST_KEYS answer as if those keys were not there
-// (admission.h has the rule for every request). The nonce is used once: a
-// proof replayed on another connection, or twice on one, is refused. A
-// refused proof closes its connection. HMAC-SHA-256 is libsodium's
-// (crypto_auth_hmacsha256), compared in constant time.
+// trun's prefix (/trun/) closes it, with a log line on the store's side (at
+// most one a minute per source address and reason), and GETNUMKEYS and
+// LIST_KEYS answer as if those keys were not there (admission.h has the
+// rule for every request). The nonce is used once: a proof replayed on
+// another connection, or twice on one, is refused. A refused proof closes
+// its connection. HMAC-SHA-256 is libsodium's (crypto_auth_hmacsha256),
+// compared in constant time.
 //
 // Thread-safety: pure functions.
 #pragma once
