@@ -107,6 +107,9 @@ void Coordinator::OnKey(uint64_t conn, std::string_view key, std::string_view va
   if (kind == "node") {
     OnJoin(*seq, value, now);
     if (conn != 0) conn_to_seq_[conn] = *seq;
+    if (auto it = nodes_.find(*seq); it != nodes_.end() && conn != 0 && options_.peer_of) {
+      it->second.seen_from = options_.peer_of(conn);
+    }
     Evaluate(now);
     return;
   }
@@ -428,8 +431,13 @@ void Coordinator::Close(std::vector<Node*> candidates) {
   round_ = next_;
   RoundDoc doc{round_, failures_, options_.store_addr, options_.store_port, options_.host_id, {}};
   doc.nodes.reserve(candidates.size());
-  for (Node* n : candidates) doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port});
-  writes_.push_back({fmt::format("round/{}", round_), EncodeRound(doc)});
+  Write round{fmt::format("round/{}", round_), "", false, {}};
+  for (Node* n : candidates) {
+    doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port});
+    if (options_.peer_of) round.seen_from.push_back(n->seen_from);
+  }
+  round.value = EncodeRound(doc);
+  writes_.push_back(std::move(round));
   for (Node* n : candidates) {
     writes_.push_back(
         {fmt::format("assign/{}/{}", n->seq, n->ready_count), std::to_string(round_)});

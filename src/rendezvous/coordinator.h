@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -45,6 +46,10 @@ struct CoordinatorOptions {
   std::string store_addr;
   int store_port = 0;
   std::string host_id;
+  // Where a store connection comes from, as the store saw it ("" when it
+  // is gone); unset where the medium has no connections (etcd). Each round
+  // write then says where its nodes' joins came from (Write::seen_from).
+  std::function<std::string(uint64_t conn)> peer_of;
 };
 
 // round/<r>, as the coordinator writes it and the nodes read it: a JSON
@@ -71,6 +76,11 @@ struct Write {
   std::string key;
   std::string value;
   bool if_absent = false;
+  // A round/ write, with CoordinatorOptions::peer_of: for each of the
+  // round's nodes in order, the address its join came from ("" unknown).
+  // Never an address a node names: the store serves the round's hosts by
+  // these where agents prove the job token (store_medium.cc).
+  std::vector<std::string> seen_from{};
 };
 
 class Coordinator {
@@ -106,7 +116,8 @@ class Coordinator {
     std::string addr;
     int nproc = 0;
     int node_rank = -1;
-    int store_port = 0;  // its workers' store, where the medium has none
+    int store_port = 0;     // its workers' store, where the medium has none
+    std::string seen_from;  // where its join came from (peer_of)
     Clock::time_point last_seen;
     bool alive = true;
     bool left = false;

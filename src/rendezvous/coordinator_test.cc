@@ -1,5 +1,6 @@
 #include "rendezvous/coordinator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -59,9 +60,12 @@ class Harness {
     return ids;
   }
   Coordinator& coord() { return coord_; }
+  // The last round write's Write::seen_from.
+  const std::vector<std::string>& seen_from() const { return seen_from_; }
   // Makes the coordinator's writes, as the store would.
   void Flush() {
     for (auto& w : coord_.TakeWrites()) {
+      if (w.key.starts_with("round/")) seen_from_ = w.seen_from;
       if (w.if_absent && data_.count(w.key)) continue;
       Put(0, w.key, w.value);
     }
@@ -70,6 +74,7 @@ class Harness {
  private:
   Clock::time_point now_{};
   std::map<std::string, std::string> data_;
+  std::vector<std::string> seen_from_;
   Coordinator coord_;
 };
 
@@ -103,6 +108,28 @@ TEST(CoordinatorTest, TheFirstRoundClosesAtMaxAtOnce) {
   EXPECT_EQ(round->store_port, 29400);
   EXPECT_EQ(round->nodes[1].addr, "10.0.0.2");
   EXPECT_EQ(round->nodes[1].nproc, 2);
+}
+
+// Issue 25: the store serves a round's hosts by where their joins came from
+// (peer_of, the store's view), never by the address each names.
+TEST(CoordinatorTest, ARoundSaysWhereItsJoinsCameFrom) {
+  auto o = Elastic(2, 2);
+  o.peer_of = [](uint64_t conn) { return fmt::format("192.0.2.{}", conn - 100); };
+  Harness h(o);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Join(1, "a", {{"addr", "10.9.9.9"}});
+  h.Ready(1, 1);
+  EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(h.seen_from(), (std::vector<std::string>{"192.0.2.1", "192.0.2.2"}));
+  // The round still tells the nodes what each named.
+  EXPECT_EQ(DecodeRound(*h.Get("round/0"))->nodes[0].addr, "10.9.9.9");
+  // Without peer_of (etcd), there is nothing to say.
+  Harness e(Elastic(1, 1));
+  e.Join(1, "a");
+  e.Ready(1, 1);
+  EXPECT_EQ(e.RoundIds(0), (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(e.seen_from().empty());
 }
 
 TEST(CoordinatorTest, AboveMinTheFirstRoundWaitsForTheLastCall) {

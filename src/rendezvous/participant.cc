@@ -114,7 +114,8 @@ class Node final : public Rendezvous {
   // medium allows keeps trying to host too, if nobody does (after the host
   // was lost, whose port may take a moment to free up; under etcd, also at
   // the start): the first wins, the others connect to it.
-  // The job token's answers (store::ShowJobToken): final, not worth a retry.
+  // The job token's answers (store::ShowJobToken), and a process on the
+  // port that is no store (StoreClient::Connect): final, not worth a retry.
   static bool IsTokenRefusal(const Status& s) {
     return s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument;
   }

@@ -71,7 +71,9 @@ std::optional<store::Allowlist> AllowlistFor(const StoreAccess& access,
   if (access.any) return std::nullopt;
   store::Allowlist list;
   list.networks = access.extra;
-  for (const auto& m : members) AddHost(m.addr, list.networks);
+  for (const auto& m : members) {
+    if (!m.addr.empty()) AddHost(m.addr, list.networks);
+  }
   list.strangers_prefix = std::move(strangers_prefix);
   list.widen_hint =
       "--rdzv-conf store_allow=any (or networks: store_allow=10.0.0.0/8;...) widens it";

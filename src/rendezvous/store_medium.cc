@@ -15,6 +15,8 @@ namespace {
 
 using store::StoreClient;
 
+constexpr Duration kAuthTimeout = std::chrono::seconds(30);
+
 class StoreLink final : public Link {
  public:
   StoreLink(StoreClient client, std::string prefix)
@@ -83,10 +85,20 @@ class StoreMedium final : public Medium {
 
   Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, Duration op_timeout) override {
     auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    // The job token's exchange is bounded whatever op_timeout is: a process
+    // on the port that accepts and never answers is no store to wait for.
     auto c = StoreClient::Connect(o_.endpoint_host, o_.endpoint_port, std::max(left, Duration(1)),
-                                  op_timeout);
-    if (!c.ok()) return c.status();
+                                  std::min(op_timeout, kAuthTimeout));
+    if (!c.ok()) {
+      // Something on the port that is no store at all (client.h).
+      if (c.status().code() == StatusCode::kPermissionDenied && !o_.job_token.empty()) {
+        return Status::PermissionDenied(
+            fmt::format("{} does not know the job token: {}", Where(), c.status().message()));
+      }
+      return c.status();
+    }
     TRUN_RETURN_IF_ERROR(store::ShowJobToken(*c, o_.job_token, Where()));
+    c->SetTimeout(op_timeout);
     return std::unique_ptr<Link>(std::make_unique<StoreLink>(std::move(*c), prefix_));
   }
 
@@ -171,6 +183,10 @@ class StoreMedium final : public Medium {
     co.store_addr = o_.endpoint_host;
     co.store_port = o_.endpoint_port;
     co.host_id = o_.node_id;
+    co.peer_of = [this](uint64_t conn) {
+      auto a = server_ ? server_->PeerOf(conn) : std::nullopt;
+      return a ? a->to_string() : std::string();
+    };
     coordinator_ = std::make_unique<HostedCoordinator>(io_, co, [this](const Write& w) {
       // A round closes: every worker of the last one is gone (each node
       // stopped its own before it joined), and none of the new one has
@@ -179,7 +195,16 @@ class StoreMedium final : public Medium {
         server_->EraseAllBut(kTrunKeys);
         // The store now serves the new round's hosts, and nobody else
         // beyond the rendezvous's keys: a host that left loses access.
+        // Where agents prove the job token, a host is where its agent's
+        // proven connection came from, never the address it names (which
+        // any process could name); without a token nothing is proven, and
+        // the named address serves as well as any.
         if (auto doc = DecodeRound(w.value); doc.ok()) {
+          if (!o_.job_token.empty()) {
+            for (size_t i = 0; i < doc->nodes.size(); ++i) {
+              doc->nodes[i].addr = i < w.seen_from.size() ? w.seen_from[i] : "";
+            }
+          }
           server_->SetAllowlist(AllowlistFor(o_.store_access, doc->nodes, prefix_));
         }
       }

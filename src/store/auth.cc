@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sodium.h>
 
+#include <algorithm>
+
 #include "store/client.h"
 
 namespace trun::store {
@@ -49,6 +51,31 @@ bool AuthProofMatches(std::string_view token, std::string_view nonce, std::strin
   return proof.size() == want.size() && sodium_memcmp(proof.data(), want.data(), want.size()) == 0;
 }
 
+std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,
+                         std::string_view nonce) {
+  std::string message = fmt::format("store\n{}\n{}", agent_nonce, nonce);
+  return fmt::format("{} {}", kAuthOk, AuthProof(token, message));
+}
+
+namespace {
+
+// A nonce as trun's store makes them: 64 hex digits. The agent proves
+// itself for nothing else, so that no proof it sends is a store's answer.
+bool IsNonce(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+Status Squatter(const std::string& where, std::string_view what) {
+  return Status::PermissionDenied(fmt::format(
+      "{} does not know the job token ({}): another process holds the port? Stop it, or give "
+      "--rdzv-endpoint the port the job's host agent listens on",
+      where, what));
+}
+
+}  // namespace
+
 Status ShowJobToken(StoreClient& client, const std::string& token, const std::string& where) {
   auto nonce = client.CompareSet(kAuthNonceKey, "", "");
   if (!nonce.ok()) return nonce.status();
@@ -56,8 +83,9 @@ Status ShowJobToken(StoreClient& client, const std::string& token, const std::st
     if (token.empty()) return Status::OK();
     return Status::InvalidArgument(
         where +
-        " asks for no job token, but this agent has one: give every agent of the job the same "
-        "TRUN_JOB_TOKEN, or none");
+        " does not know the job token (it asks for none, as a store without one or torch's own "
+        "TCPStore does): another process holds the port? Otherwise give every agent of the job "
+        "the same TRUN_JOB_TOKEN, or none");
   }
   if (token.empty()) {
     // An empty proof, so that the store's side says why this agent is
@@ -68,12 +96,20 @@ Status ShowJobToken(StoreClient& client, const std::string& token, const std::st
         " asks for the job's token and this agent has none: set TRUN_JOB_TOKEN (or --rdzv-conf "
         "job_token_file=PATH) to the token every agent of the job has");
   }
-  auto answer = client.CompareSet(kAuthProofKey, *nonce, AuthProof(token, *nonce));
+  if (!IsNonce(*nonce)) return Squatter(where, "its nonce is not one trun's store makes");
+  std::string agent_nonce = NewAuthNonce();
+  auto answer = client.CompareSet(kAuthProofKey, *nonce,
+                                  fmt::format("{} {}", AuthProof(token, *nonce), agent_nonce));
   if (!answer.ok()) return answer.status();
-  if (*answer != kAuthOk) {
+  if (answer->starts_with("refused:")) {
     return Status::PermissionDenied(fmt::format(
         "{} {}: this agent's TRUN_JOB_TOKEN is not the job's; give every agent the same one", where,
         *answer));
+  }
+  std::string want = AuthOkAnswer(token, agent_nonce, *nonce);
+  if (answer->size() != want.size() ||
+      sodium_memcmp(answer->data(), want.data(), want.size()) != 0) {
+    return Squatter(where, "it did not prove it");
   }
   return Status::OK();
 }

@@ -93,20 +93,89 @@ TEST_F(JobTokenServerTest, AReplayedProofIsRefused) {
   auto c = Connect();
   auto nonce = c.CompareSet(kAuthNonceKey, "", "");
   ASSERT_TRUE(nonce.ok());
-  std::string proof = AuthProof(kToken, *nonce);
-  EXPECT_EQ(*c.CompareSet(kAuthProofKey, *nonce, proof), kAuthOk);
+  std::string proof = AuthProof(kToken, *nonce) + " " + NewAuthNonce();
+  EXPECT_TRUE(c.CompareSet(kAuthProofKey, *nonce, proof)->starts_with("ok "));
   // The same bytes again, on this connection and on another.
-  EXPECT_NE(*c.CompareSet(kAuthProofKey, *nonce, proof), kAuthOk);
+  EXPECT_TRUE(c.CompareSet(kAuthProofKey, *nonce, proof)->starts_with("refused: no fresh nonce"));
   auto d = Connect();
-  EXPECT_NE(*d.CompareSet(kAuthProofKey, *nonce, proof), kAuthOk);
+  EXPECT_TRUE(d.CompareSet(kAuthProofKey, *nonce, proof)->starts_with("refused: no fresh nonce"));
   EXPECT_FALSE(d.Add("/trun/rdzv/x/seq", 1).ok());
 }
 
 TEST_F(JobTokenServerTest, AStoreThatAsksNoTokenRefusesAnAgentWithOne) {
   auto c = Connect();
   EXPECT_TRUE(ShowJobToken(c, "", "the store").ok());
-  Status s = ShowJobToken(c, kToken, "the store");
+  Status s = ShowJobToken(c, kToken, "the store at h:1");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the store at h:1 does not know the job token"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("another process holds the port?"), std::string::npos);
+}
+
+// Issue 25: one wrong guess costs the connection; the refusal is sent
+// first, so that an agent can say why.
+TEST_F(JobTokenServerTest, ARefusedProofClosesTheConnection) {
+  Require(kToken);
+  auto c = Connect();
+  auto nonce = c.CompareSet(kAuthNonceKey, "", "");
+  ASSERT_TRUE(nonce.ok());
+  EXPECT_EQ(*c.CompareSet(kAuthProofKey, *nonce, AuthProof("a-wrong-token-0123456789", *nonce)),
+            "refused: wrong job token");
+  EXPECT_FALSE(c.Ping().ok());
+  EXPECT_FALSE(c.CompareSet(kAuthNonceKey, "", "").ok());
+}
+
+// The store proves the token too: the agent checks "ok" against its own
+// nonce, so a store that does not know the token is found out.
+TEST_F(JobTokenServerTest, TheStoreProvesItKnowsTheToken) {
+  Require(kToken);
+  auto c = Connect();
+  auto nonce = c.CompareSet(kAuthNonceKey, "", "");
+  ASSERT_TRUE(nonce.ok());
+  std::string mine = NewAuthNonce();
+  auto answer = c.CompareSet(kAuthProofKey, *nonce, AuthProof(kToken, *nonce) + " " + mine);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(*answer, AuthOkAnswer(kToken, mine, *nonce));
+  EXPECT_NE(*answer, AuthOkAnswer("another-token-0123456789", mine, *nonce));
+  EXPECT_NE(*answer, AuthOkAnswer(kToken, NewAuthNonce(), *nonce));
+}
+
+// A process on the port that plays a store without the token: here a plain
+// store whose nonce key an earlier agent left set. The agent stops, naming
+// the cause, instead of trusting what it reads.
+TEST_F(JobTokenServerTest, AStoreWithoutTheTokenIsFoundOut) {
+  auto c = Connect();
+  ASSERT_TRUE(c.Set(kAuthNonceKey, NewAuthNonce()).ok());
+  Status s = ShowJobToken(c, kToken, "the store at h:1");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("the store at h:1 does not know the job token"), std::string::npos)
+      << s.message();
+  // A nonce that is not one trun makes is not proven for at all.
+  auto d = Connect();
+  ASSERT_TRUE(d.Set(kAuthNonceKey, "store\nnot-hex").ok());
+  s = ShowJobToken(d, kToken, "the store at h:1");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE(*d.Check({kAuthProofKey}));  // no proof was offered for it
+}
+
+// Without the token, trun's keys are neither shown nor counted, and
+// BARRIER (which writes its key) on one closes the connection.
+TEST_F(JobTokenServerTest, AnUnprovenClientSeesNoTrunKey) {
+  Require(kToken);
+  auto agent = Connect();
+  ASSERT_TRUE(ShowJobToken(agent, kToken, "the store").ok());
+  ASSERT_TRUE(agent.Set("/trun/rdzv/job/round/0", "r").ok());
+  auto worker = Connect();
+  ASSERT_TRUE(worker.Set("/w", "1").ok());
+  auto keys = worker.ListKeys();
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(*keys, std::vector<std::string>{"/w"});
+  EXPECT_EQ(*worker.NumKeys(), 1);
+  EXPECT_EQ(agent.ListKeys()->size(), 2u);
+  EXPECT_EQ(*agent.NumKeys(), 2);
+  EXPECT_FALSE(worker.Barrier("/trun/rdzv/job/end/0", 1, milliseconds(1000)).ok());
+  EXPECT_FALSE(worker.Ping().ok());
+  EXPECT_FALSE(*agent.Check({"/trun/rdzv/job/end/0"}));
 }
 
 }  // namespace

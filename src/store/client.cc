@@ -76,6 +76,11 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
   std::mt19937 rng(std::random_device{}());
   Duration backoff(100);
   Status last = Status::Timeout("no answer");
+  // Handshakes in a row that the server cut short: one is a store that
+  // went away (a restart), several a process that is no TCPStore of
+  // protocol v2 (torch 1.13's own server resets at VALIDATE's bytes),
+  // which retrying until the deadline would only hide.
+  int cut_short = 0;
   while (true) {
     int fd = TryConnect(host, port, deadline);
     if (fd >= 0) {
@@ -97,8 +102,18 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
         c.SetSendTimeout();
         return c;
       }
+      if (last.code() == StatusCode::kTimeout) {
+        cut_short = 0;
+      } else if (++cut_short >= kMaxCutShort) {
+        return Status::PermissionDenied(fmt::format(
+            "{}:{} closed {} connections in a row at their first bytes: it is no store that "
+            "speaks TCPStore's protocol v2 (torch 1.13's own TCPStore server does that): another "
+            "process holds the port?",
+            host, port, kMaxCutShort));
+      }
       // A server that accepted and went away (a restart): try again.
     } else {
+      cut_short = 0;
       last = Status::IOError("connection refused or unreachable");
     }
     if (Clock::now() >= deadline) {
@@ -115,6 +130,11 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
 
 // A send that cannot progress (a server that stopped reading) fails after
 // the timeout instead of blocking forever.
+void StoreClient::SetTimeout(Duration timeout) {
+  timeout_ = timeout;
+  SetSendTimeout();
+}
+
 void StoreClient::SetSendTimeout() {
   timeval tv{static_cast<time_t>(timeout_.count() / 1000),
              static_cast<suseconds_t>(timeout_.count() % 1000 * 1000)};

@@ -27,8 +27,12 @@ class StoreClient {
   using Duration = std::chrono::milliseconds;
 
   // Connects to host:port, retrying until `connect_timeout` has passed.
+  // A server that closes kMaxCutShort handshakes in a row is no TCPStore of
+  // protocol v2 (torch 1.13's server, another program): PermissionDenied
+  // at once, naming that, rather than retrying until the deadline.
   static Result<StoreClient> Connect(const std::string& host, int port, Duration connect_timeout,
                                      Duration timeout = std::chrono::seconds(300));
+  static constexpr int kMaxCutShort = 3;
   StoreClient(StoreClient&& o) noexcept : fd_(o.fd_), timeout_(o.timeout_) { o.fd_ = -1; }
   StoreClient& operator=(StoreClient&&) = delete;
   ~StoreClient();
@@ -61,6 +65,8 @@ class StoreClient {
   Result<std::string> QueuePop(const std::string& key, bool block);
   Result<int64_t> QueueLen(const std::string& key);
 
+  // The limit on each later call, as Connect's `timeout`.
+  void SetTimeout(Duration timeout);
   // Makes a call blocked in another thread return an error at once (the
   // connection is shut down; the object stays valid until destroyed). The
   // one method that may be called from another thread.

@@ -9,6 +9,7 @@
 // Thread-safety: one parser per connection, used by one thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ enum class Op {
   kListKeys,
   kBarrier,
 };
+// Every Op is below this; tables indexed by Op (the admission rule, the
+// request counters) have this many rows.
+inline constexpr size_t kNumOps = static_cast<size_t>(Op::kBarrier) + 1;
 
 const char* OpName(Op op);
 

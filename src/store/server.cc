@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "store/admission.h"
 #include "store/auth.h"
 #include "store/encode.h"
 
@@ -33,32 +34,6 @@ asio::ip::address Unmapped(const asio::ip::address& a) {
   return a;
 }
 
-// The keys a request names; nullopt for one that names none but reads or
-// waits on the whole store (NUM_KEYS, LIST_KEYS, BARRIER's world).
-std::optional<std::vector<const std::string*>> KeysOf(const Request& r) {
-  std::vector<const std::string*> keys;
-  switch (r.op) {
-    case Op::kValidate:
-    case Op::kPing:
-    case Op::kCancelWait:
-      return keys;
-    case Op::kGetNumKeys:
-    case Op::kListKeys:
-    case Op::kBarrier:
-      return std::nullopt;
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-      for (const auto& k : r.args) keys.push_back(&k);
-      return keys;
-    case Op::kMultiSet:
-      for (size_t i = 0; i < r.args.size(); i += 2) keys.push_back(&r.args[i]);
-      return keys;
-    default:  // the key first, then values
-      if (!r.args.empty()) keys.push_back(&r.args[0]);
-      return keys;
-  }
-}
 }  // namespace
 
 bool Network::Contains(const asio::ip::address& a) const {
@@ -131,7 +106,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::error_code ec;
     acceptor_.close(ec);
     accept_retry_.cancel();
-    for (auto& c : connections_) c->Close();
+    for (auto& [id, c] : connections_) c->Close();
     connections_.clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
@@ -176,7 +151,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   size_t connection_buffer_bytes() const {
     size_t n = 0;
-    for (const auto& c : connections_) n += c->BufferBytes();
+    for (const auto& [id, c] : connections_) n += c->BufferBytes();
     return n;
   }
 
@@ -259,7 +234,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
     // Parses and handles what arrived; false when the connection is gone.
     bool Consume(const char* data, size_t n) {
-      if (closed) return false;
+      if (closed || closing) return false;
       if (!parser.Append(data, n)) {
         server.Drop(shared_from_this(), parser.error());
         return false;
@@ -273,7 +248,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
           return false;
         }
         server.Handle(shared_from_this(), req);
-        if (closed) return false;
+        if (closed || closing) return false;
       }
     }
 
@@ -313,6 +288,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                            ec == asio::error::connection_reset;
               return self->server.Drop(self, quiet ? "" : ec.message());
             }
+            if (self->closing && self->out.empty()) return self->server.Drop(self, "");
             self->Flush();
           });
     }
@@ -341,7 +317,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::string out, sending;
     bool writing = false;
     bool closed = false;
-    asio::ip::address peer;                      // set where an allowlist is checked
+    // Refused: its last answer is on its way, then it is closed, and
+    // nothing more it sent is read.
+    bool closing = false;
+    asio::ip::address peer;                      // where it comes from, set at accept
     bool stranger = false;                       // kept to the allowlist's strangers_prefix
     bool used_other_keys = false;                // a request outside that prefix
     std::string auth_nonce;                      // the job token's nonce, until used
@@ -358,8 +337,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         std::error_code ignored;
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
-        if (!self->Admit(*c)) return self->Accept();
-        self->connections_.insert(c);
+        if (!self->AdmitPeer(*c)) return self->Accept();
+        self->connections_.emplace(c->id, c);
         g_accepted.fetch_add(1, std::memory_order_relaxed);
         c->Start();
         return self->Accept();
@@ -383,10 +362,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     });
   }
 
-  // The accept handler's check, before any byte is read: whether `c` may
-  // stay, and whether it is kept to the strangers' prefix.
-  bool Admit(Connection& c) {
-    if (!allow_) return true;
+  // The accept handler's check, before any byte is read: where `c` comes
+  // from, whether it may stay, and whether it is kept to the strangers'
+  // prefix.
+  bool AdmitPeer(Connection& c) {
     std::error_code ec;
     auto ep = c.socket.remote_endpoint(ec);
     if (ec) {
@@ -394,15 +373,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       return false;
     }
     c.peer = Unmapped(ep.address());
-    if (Allowed(c.peer)) return true;
+    if (!allow_ || Allowed(c.peer)) return true;
     if (!allow_->strangers_prefix.empty()) {
       c.stranger = true;
       return true;
     }
-    g_refused.fetch_add(1, std::memory_order_relaxed);
-    ++refused_;
-    log::Warning("store: refused a client from {}: not a host of the job's current round; {}",
-                 c.peer.to_string(), allow_->widen_hint);
+    CountRefusal();
+    LogRefusal(c.peer, "accept",
+               fmt::format("store: refused a client from {}: not a host of the job's current "
+                           "round; {}",
+                           c.peer.to_string(), allow_->widen_hint));
     // Never counted as accepted, so not as closed either.
     c.closed = true;
     c.socket.close(ec);
@@ -428,16 +408,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     allow_ = std::move(allow);
     local_cache_.clear();
     if (!allow_) {
-      for (const auto& c : connections_) c->stranger = false;
+      for (const auto& [id, c] : connections_) c->stranger = false;
       return 0;
     }
     std::vector<std::shared_ptr<Connection>> gone;
-    for (const auto& c : connections_) {
-      if (c->peer.is_unspecified()) {
-        std::error_code ec;
-        auto ep = c->socket.remote_endpoint(ec);
-        if (!ec) c->peer = Unmapped(ep.address());
-      }
+    for (const auto& [id, c] : connections_) {
       if (Allowed(c->peer)) {
         c->stranger = false;
       } else if (!allow_->strangers_prefix.empty() && !c->used_other_keys) {
@@ -449,8 +424,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     for (const auto& c : gone) {
       log::Info("store: closed the connection of {}: no longer a host of the job's current round",
                 c->peer.to_string());
-      g_refused.fetch_add(1, std::memory_order_relaxed);
-      ++refused_;
+      CountRefusal();
       Drop(c, "");
     }
     return gone.size();
@@ -460,86 +434,135 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   void RequireJobToken(std::string token) { job_token_ = std::move(token); }
 
+  std::optional<asio::ip::address> PeerOf(uint64_t conn) const {
+    auto it = connections_.find(conn);
+    if (it == connections_.end()) return std::nullopt;
+    return it->second->peer;
+  }
+
  private:
-  // A stranger's request outside the prefix drops it; a member's marks it,
-  // so that it is closed, not demoted, once its host leaves the round.
-  bool MayHandle(const std::shared_ptr<Connection>& c, const Request& r) {
-    if (!allow_ || allow_->strangers_prefix.empty()) return true;
-    // The job token's exchange is open to strangers: it is how they join.
-    auto keys = KeysOf(r);
-    bool inside = keys.has_value() && std::all_of(keys->begin(), keys->end(), [&](auto* k) {
-                    return k->starts_with(allow_->strangers_prefix) || *k == kAuthNonceKey ||
-                           *k == kAuthProofKey;
-                  });
-    if (inside) return true;
-    if (!c->stranger) {
-      c->used_other_keys = true;
-      return true;
+  // The admission rule's verdict on `r` (admission.h). Returns false when
+  // the request was answered here (the job token's exchange) or refused;
+  // `untrun` says to leave trun's keys out of the answer.
+  bool Admitted(const std::shared_ptr<Connection>& c, const Request& r, bool& untrun) {
+    Standing s;
+    s.token_asked = !job_token_.empty();
+    s.proven = c->proven;
+    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
+    s.stranger = c->stranger;
+    Admission a = Admit(r, s);
+    switch (a.verdict) {
+      case Verdict::kServe:
+      case Verdict::kServeUntrun:
+        // A member's connection that used other keys is closed, not
+        // demoted, once its host leaves the round.
+        if (a.beyond_prefix) c->used_other_keys = true;
+        untrun = a.verdict == Verdict::kServeUntrun;
+        return true;
+      case Verdict::kAuthNonce: {
+        c->auth_nonce = NewAuthNonce();
+        std::string o;
+        PutBytes(o, c->auth_nonce);
+        c->Send(o);
+        return false;
+      }
+      case Verdict::kAuthProof:
+        CheckProof(c, r);
+        return false;
+      case Verdict::kRefuseTrunKeys:
+        Refuse(c, "trun's keys",
+               fmt::format("store: refused {} from {}: trun's keys need the job token, which "
+                           "this client has not shown; every agent of the job needs the same "
+                           "TRUN_JOB_TOKEN",
+                           OpName(r.op), c->peer.to_string()));
+        return false;
+      case Verdict::kRefuseStranger:
+        Refuse(c, "stranger",
+               fmt::format("store: refused {} from {}: not a host of the job's current round, "
+                           "which may use only the rendezvous's keys; {}",
+                           OpName(r.op), c->peer.to_string(), allow_->widen_hint));
+        return false;
     }
-    g_refused.fetch_add(1, std::memory_order_relaxed);
-    ++refused_;
-    log::Warning(
-        "store: refused {} from {}: not a host of the job's current round, which may use only "
-        "the rendezvous's keys; {}",
-        OpName(r.op), c->peer.to_string(), allow_->widen_hint);
-    Drop(c, "");
     return false;
   }
 
-  static std::string PeerOf(const Connection& c) {
-    std::error_code ec;
-    auto ep = c.socket.remote_endpoint(ec);
-    return ec ? std::string("?") : Unmapped(ep.address()).to_string();
+  // The job token's exchange, step 2 (auth.h): the agent's proof for this
+  // connection's nonce, and its own nonce, which the store's answer proves
+  // the token with. A refusal is answered, then the connection closed: a
+  // guess costs a connection.
+  void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
+    // A nonce is good for one proof: a replay, here or elsewhere, fails.
+    std::string nonce = std::exchange(c->auth_nonce, "");
+    std::string_view offer = r.args[2];
+    auto space = offer.find(' ');
+    std::string_view proof = offer.substr(0, space);
+    std::string_view agent_nonce = space == offer.npos ? "" : offer.substr(space + 1);
+    std::string answer;
+    if (nonce.empty() || r.args[1] != nonce) {
+      answer = "refused: no fresh nonce on this connection (a replayed proof?)";
+    } else if (proof.empty()) {
+      answer = "refused: no job token";
+    } else if (!AuthProofMatches(job_token_, nonce, proof)) {
+      answer = "refused: wrong job token";
+    } else {
+      c->proven = true;
+      std::string o;
+      PutBytes(o, AuthOkAnswer(job_token_, agent_nonce, nonce));
+      c->Send(o);
+      return;
+    }
+    std::string o;
+    PutBytes(o, answer);
+    c->Send(o);
+    Refuse(c, answer,
+           fmt::format("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
+                       answer, c->peer.to_string()));
   }
 
-  // The job token's exchange (auth.h). Returns false when `r` was part of
-  // it (answered here), or when it names one of trun's keys on a connection
-  // that has not shown the token (dropped, with one log line).
-  bool PassesJobToken(const std::shared_ptr<Connection>& c, const Request& r) {
-    if (r.op == Op::kCompareSet && r.args[0] == kAuthNonceKey) {
-      c->auth_nonce = NewAuthNonce();
-      std::string o;
-      PutBytes(o, c->auth_nonce);
-      c->Send(o);
-      return false;
-    }
-    if (r.op == Op::kCompareSet && r.args[0] == kAuthProofKey) {
-      // A nonce is good for one proof: a replay, here or elsewhere, fails.
-      std::string nonce = std::exchange(c->auth_nonce, "");
-      std::string answer = kAuthOk;
-      if (nonce.empty() || r.args[1] != nonce) {
-        answer = "refused: no fresh nonce on this connection (a replayed proof?)";
-      } else if (r.args[2].empty()) {
-        answer = "refused: no job token";
-      } else if (!AuthProofMatches(job_token_, nonce, r.args[2])) {
-        answer = "refused: wrong job token";
-      }
-      c->proven = answer == kAuthOk;
-      if (!c->proven) {
-        g_refused.fetch_add(1, std::memory_order_relaxed);
-        ++refused_;
-        log::Warning("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
-                     answer, PeerOf(*c));
-      }
-      std::string o;
-      PutBytes(o, answer);
-      c->Send(o);
-      return false;
-    }
-    if (c->proven) return true;
-    auto keys = KeysOf(r);
-    if (!keys || std::none_of(keys->begin(), keys->end(),
-                              [](auto* k) { return k->starts_with(kTrunKeys); })) {
-      return true;
-    }
+  void CountRefusal() {
     g_refused.fetch_add(1, std::memory_order_relaxed);
     ++refused_;
-    log::Warning(
-        "store: refused {} from {}: trun's keys need the job token, which this client has not "
-        "shown; every agent of the job needs the same TRUN_JOB_TOKEN",
-        OpName(r.op), PeerOf(*c));
-    Drop(c, "");
-    return false;
+  }
+
+  // Closes `c` once what it was last answered is sent, counts the refusal,
+  // and logs `line` as LogRefusal allows.
+  void Refuse(const std::shared_ptr<Connection>& c, const std::string& reason,
+              const std::string& line) {
+    CountRefusal();
+    LogRefusal(c->peer, reason, line);
+    if (c->writing || !c->out.empty()) {
+      c->closing = true;
+    } else {
+      Drop(c, "");
+    }
+  }
+
+  // Refusals are logged at most once a minute per source address and
+  // reason, with how many were not logged since: a client that guesses the
+  // token or probes in a loop costs a line a minute, not one per try. No
+  // source is ever banned for them: a prober on a member host must not
+  // lock out its real agent.
+  void LogRefusal(const asio::ip::address& source, const std::string& reason,
+                  const std::string& line) {
+    auto now = std::chrono::steady_clock::now();
+    if (refusals_.size() >= kMaxRefusalSources) {
+      std::erase_if(refusals_, [&](const auto& kv) { return now - kv.second.logged > kLogEvery; });
+    }
+    // Still full: each new source costs one line, as before any limit.
+    if (refusals_.size() >= kMaxRefusalSources) refusals_.clear();
+    auto [it, fresh] = refusals_.try_emplace(source.to_string() + " " + reason);
+    RefusalLog& r = it->second;
+    if (!fresh && now - r.logged < kLogEvery) {
+      ++r.unlogged;
+      return;
+    }
+    if (r.unlogged > 0) {
+      log::Warning("{} (and {} more from it since the last such line)", line, r.unlogged);
+    } else {
+      log::Warning("{}", line);
+    }
+    r.logged = now;
+    r.unlogged = 0;
   }
 
   void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
@@ -561,7 +584,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
     c->watched.clear();
     c->Close();
-    connections_.erase(c);
+    connections_.erase(c->id);
     if (on_disconnect_) {
       asio::post(acceptor_.get_executor(), [cb = on_disconnect_, id = c->id] { cb(id); });
     }
@@ -723,8 +746,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
-    if (!job_token_.empty() && !PassesJobToken(c, r)) return;
-    if (!MayHandle(c, r)) return;
+    bool untrun = false;
+    if (!Admitted(c, r, untrun)) return;
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
     std::string o;
@@ -783,9 +806,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         PutU8(o, kWaitStopWaiting);
         break;
       }
-      case Op::kGetNumKeys:
-        PutI64(o, static_cast<int64_t>(data_.size()));
+      case Op::kGetNumKeys: {
+        size_t n = data_.size();
+        if (untrun) {
+          n -= static_cast<size_t>(std::count_if(
+              data_.begin(), data_.end(), [](const auto& kv) { return IsTrunKey(kv.first); }));
+        }
+        PutI64(o, static_cast<int64_t>(n));
         break;
+      }
       case Op::kWatchKey:
         watchers_[a[0]].insert(c.get());
         c->watched.push_back(a[0]);
@@ -864,14 +893,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         // i64 count, then every key as bytes, in no particular order (torch's
         // servers walk their hash map too); `init/` included, queues not.
         // torch's client keeps the keys that start with its prefix "/".
-        size_t size = 8;
-        for (const auto& [key, value] : data_) size += 8 + key.size();
+        // A client without the job token, where the store asks for one, is
+        // not shown trun's keys (admission.h).
+        size_t size = 8, n = 0;
+        for (const auto& [key, value] : data_) {
+          if (untrun && IsTrunKey(key)) continue;
+          size += 8 + key.size();
+          ++n;
+        }
         if (!c->CanQueue(size)) {
           return Drop(c, fmt::format("LIST_KEYS reply of {} bytes is over the reply limit", size));
         }
         o.reserve(size);
-        PutI64(o, static_cast<int64_t>(data_.size()));
-        for (const auto& [key, value] : data_) PutBytes(o, key);
+        PutI64(o, static_cast<int64_t>(n));
+        for (const auto& [key, value] : data_) {
+          if (!(untrun && IsTrunKey(key))) PutBytes(o, key);
+        }
         break;
       }
       case Op::kBarrier:
@@ -892,7 +929,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   bool out_of_descriptors_ = false;
   int port_ = 0;
   size_t live_waits_ = 0;
-  std::unordered_set<std::shared_ptr<Connection>> connections_;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::string, WaitList> waiters_;
@@ -902,6 +939,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string job_token_;                              // "" when none is asked for
   std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
   uint64_t refused_ = 0;
+  struct RefusalLog {
+    std::chrono::steady_clock::time_point logged;
+    uint64_t unlogged = 0;
+  };
+  static constexpr auto kLogEvery = std::chrono::minutes(1);
+  static constexpr size_t kMaxRefusalSources = 4096;
+  std::unordered_map<std::string, RefusalLog> refusals_;  // by "source reason"
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
@@ -934,6 +978,9 @@ size_t StoreServer::EraseAllBut(const std::string& keep_prefix) {
   return impl_->EraseAllBut(keep_prefix);
 }
 void StoreServer::RequireJobToken(std::string token) { impl_->RequireJobToken(std::move(token)); }
+std::optional<asio::ip::address> StoreServer::PeerOf(uint64_t conn) const {
+  return impl_->PeerOf(conn);
+}
 
 size_t StoreServer::SetAllowlist(std::optional<Allowlist> allowlist) {
   return impl_->SetAllowlist(std::move(allowlist));

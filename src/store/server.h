@@ -51,8 +51,8 @@ struct Allowlist {
   // "": anyone else is refused at accept, with one log line. Otherwise
   // anyone else is served only requests whose every key starts with this
   // (a rendezvous's join traffic) and is dropped at the first other one;
-  // keyless requests that read the whole store (NUM_KEYS, LIST_KEYS,
-  // BARRIER) are refused to them too.
+  // requests that read the whole store (NUM_KEYS, LIST_KEYS) and BARRIER,
+  // which no join sends, are refused to them too (admission.h).
   std::string strangers_prefix;
   // Named in the log line of a refusal: how to widen the list.
   std::string widen_hint = "the allowlist of whoever started this store widens it";
@@ -122,11 +122,20 @@ class StoreServer {
   // unless they already used a key outside it). Returns how many closed.
   size_t SetAllowlist(std::optional<Allowlist> allowlist);
   // Non-empty: trun's keys (/trun/...) are served only to connections that
-  // have shown this job token (auth.h); torch's clients, which never use
-  // them, are unaffected. Empty (the default): no token is asked for.
+  // have shown this job token (auth.h), by the admission rule of every
+  // request (admission.h): any other connection that names one is closed,
+  // and LIST_KEYS and GETNUMKEYS leave them out for it. A refused proof
+  // closes its connection; refusals are logged at most once a minute per
+  // source address and reason. torch's clients, which never use trun's
+  // keys, are unaffected. Empty (the default): no token is asked for.
   void RequireJobToken(std::string token);
-  // Connections refused at accept or dropped for a key outside the
-  // strangers' prefix, since start. For tests and /metrics.
+  // Where the open connection `conn` (an Observer's id) comes from, as the
+  // store saw it at accept: its peer address, never one the client names.
+  // nullopt once it closed.
+  std::optional<asio::ip::address> PeerOf(uint64_t conn) const;
+  // Connections refused at accept, dropped for a key outside the strangers'
+  // prefix or for trun's keys without the job token, or refused a proof,
+  // since start. For tests and /metrics.
   uint64_t num_refused() const;
 
  private:
@@ -165,7 +174,6 @@ class StoreServerThread {
 // the agent reaches its store only through the rendezvous, and a store taken
 // over after its host died is a new server whose counts must add up.
 // Thread-safety: any thread (relaxed atomic counters).
-inline constexpr size_t kNumOps = static_cast<size_t>(Op::kBarrier) + 1;
 struct StoreStats {
   std::array<uint64_t, kNumOps> requests{};  // handled, by Op
   uint64_t connections_accepted = 0;
