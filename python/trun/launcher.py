@@ -24,6 +24,7 @@ the launcher's socket closes before they have answered.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import logging
@@ -112,6 +113,7 @@ def _listen(addresses: list[str]) -> list[socket.socket]:
     the kernel for the first; tried again if another is taken there)."""
     for attempt in range(20):
         socks: list[socket.socket] = []
+        a = addresses[0]
         try:
             for a in addresses:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -120,11 +122,14 @@ def _listen(addresses: list[str]) -> list[socket.socket]:
                 s.bind((a, socks[0].getsockname()[1] if len(socks) > 1 else 0))
                 s.listen(1024)
             return socks
-        except OSError:
+        except OSError as e:
             for s in socks:
                 s.close()
-            if attempt == 19 or len(socks) == 1:
-                raise
+            if e.errno != errno.EADDRINUSE or len(socks) == 1 or attempt == 19:
+                raise RuntimeError(
+                    f"the launcher cannot listen on {a}, this machine's address for its hosts: "
+                    f"{e.strerror}; check that the hosts' names resolve to addresses this "
+                    f"machine routes to") from e
     raise AssertionError("unreachable")
 
 
