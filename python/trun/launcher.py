@@ -1,12 +1,15 @@
 """The launcher: ``trun.Launcher(...).run(func, *args)`` on many hosts at once.
 
 How a run goes (docs/python.md has the user's view):
-1. The launcher listens on a TCP port of its own (all interfaces, or
-   127.0.0.1 when every host is this machine) with a random token.
+1. The launcher listens on a TCP port of its own, on the addresses its hosts
+   reach it by (127.0.0.1 for this machine, the interface that routes to each
+   other host), with a random token.
 2. It starts one trun agent per host, all at once: ``localhost`` directly,
-   other hosts with ``ssh -T host -- sh -c ...``. Each agent gets trun's static
-   rendezvous flags (``--nnodes N --node-rank i --master-addr host0``), so
-   workers get torchrun's environment, and runs ``python -m trun._worker``.
+   other hosts with ``ssh -T host -- sh -c ...``; the agent's environment and
+   secrets go over the shell's stdin, never a command line. Each agent gets
+   trun's static rendezvous flags (``--nnodes N --node-rank i --master-addr
+   host0``), so workers get torchrun's environment, and runs ``python -m
+   trun._worker``.
 3. Each worker connects back, sends who it is, receives the cloudpickled
    function and arguments, runs it, and sends the value or the exception.
 4. Agents end when their workers are done; the launcher returns the values
@@ -21,6 +24,7 @@ the launcher's socket closes before they have answered.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import logging
@@ -50,18 +54,35 @@ DEFAULT_ENV_VARS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHON*", "CUDA*
 # Variables the agent sets for each worker: never copied from the caller.
 _AGENT_OWNED = ("TORCHELASTIC_*", "PET_*", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
                 "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TRUN_*")
-# What an agent's environment holds that no command line may show.
+# What an agent's environment holds that no command line, and no environment
+# but the agent's own, may show.
 _SECRETS = ("TRUN_TOKEN", "TRUN_JOB_TOKEN")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Until it has shown the launcher's token, a connection gets at most
+# _wire.HELLO_MAX bytes and this many seconds; a worker sends its hello at once.
+_HELLO_WITHIN = 10.0
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
-# The shell each agent runs under: the agent in the background, a watcher of
-# stdin (fd 3) that SIGTERMs it on "stop" or at EOF, and the agent's exit
-# status as ours. A background job's stdin is /dev/null unless redirected,
-# hence fd 3. "stop" is the launcher stopping the job; EOF without it is the
-# launcher gone (kill -9), when every host learns at once: host 0, whose
-# agent hosts the store, then waits TRUN_EOF_DELAY so the others leave while
-# the store is up (a lost store holds an agent about a second longer).
-_WRAPPER = ('exec 3<&0; "$@" </dev/null & p=$!; '
+# The shell each agent runs under. It first reads variables from stdin, one
+# NAME=VALUE a line (backslashes and newlines escaped as printf %b reads
+# them), up to an empty line, and exports them: an SSH host gets its whole
+# environment this way, every host the secrets, so none is on a command line
+# (`ps`), nor in this shell's /proc/PID/environ (the block execve gave it,
+# readable by the workers' user); it unsets the secrets once the agent, which
+# hides them in turn, has them. Then it sources $1 (Launcher.env_file) unless
+# it is "", and runs the agent in the background, a watcher of stdin (fd 3)
+# that SIGTERMs it on "stop" or at EOF, and the agent's exit status as ours.
+# A background job's stdin is /dev/null unless redirected, hence fd 3.
+# "stop" is the launcher stopping the job; EOF without it is the launcher
+# gone (kill -9), when every host learns at once: host 0, whose agent hosts
+# the store, then waits TRUN_EOF_DELAY so the others leave while the store is up (a lost store holds an agent about a second longer).
+_WRAPPER = ('exec 3<&0; '
+            r'while IFS= read -r _t_l || exit 97; [ -n "$_t_l" ]; do '
+            r'_t_k=${_t_l%%=*}; _t_v=${_t_l#*=}; '
+            r'case $_t_v in *\\*) _t_v=$(printf "%bx" "$_t_v"); _t_v=${_t_v%x};; esac; '
+            r'export "$_t_k=$_t_v"; done; '
+            '_t_f=$1; shift; [ -z "$_t_f" ] || . "$_t_f" || exit 97; '
+            '"$@" </dev/null & p=$!; unset ' + " ".join(_SECRETS) + '; '
             '{ l=; while read -r l <&3; do [ "$l" = stop ] && break; done; '
             '[ "$l" = stop ] || sleep "${TRUN_EOF_DELAY:-0}"; kill -TERM $p 2>/dev/null; } & w=$!; '
             'wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
@@ -81,6 +102,43 @@ def trun_binary() -> str:
         raise RuntimeError("no trun binary: install the package with its binary "
                            "(make install-python) or set TRUN_BINARY")
     return found
+
+
+def _is_loopback(address: str) -> bool:
+    return address.startswith("127.") or address == "::1"
+
+
+def _listen(addresses: list[str]) -> list[socket.socket]:
+    """Listening sockets on one port, one per address (a free port, chosen by
+    the kernel for the first; tried again if another is taken there)."""
+    for attempt in range(20):
+        socks: list[socket.socket] = []
+        a = addresses[0]
+        try:
+            for a in addresses:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((a, socks[0].getsockname()[1] if len(socks) > 1 else 0))
+                s.listen(1024)
+            return socks
+        except OSError as e:
+            for s in socks:
+                s.close()
+            if e.errno != errno.EADDRINUSE or len(socks) == 1 or attempt == 19:
+                raise RuntimeError(
+                    f"the launcher cannot listen on {a}, this machine's address for its hosts: "
+                    f"{e.strerror}; check that the hosts' names resolve to addresses this "
+                    f"machine routes to") from e
+    raise AssertionError("unreachable")
+
+
+def _env_lines(env: dict[str, str]) -> bytes:
+    """env as the agent's shell reads it from stdin (_WRAPPER): NAME=VALUE
+    lines, backslashes and newlines escaped, an empty line last."""
+    def escaped(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n")
+    return ("".join(f"{k}={escaped(v)}\n" for k, v in sorted(env.items())) + "\n").encode()
 
 
 def _outward_address(target: str) -> str:
@@ -425,12 +483,12 @@ class _Run:
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=min(32, n)) as pool:
             addrs = list(pool.map(self._address_of, hostnames))
-        all_loopback = all(a.startswith("127.") or a == "::1" for a in addrs)
-        if all_loopback:
-            my_addr = "127.0.0.1"
-        else:
-            my_addr = _outward_address(
-                next(a for a in addrs if not (a.startswith("127.") or a == "::1")))
+        all_loopback = all(_is_loopback(a) for a in addrs)
+        # Where each host reaches this process: loopback from this machine,
+        # else this machine's address on the route to the host.
+        reach = ["127.0.0.1" if local[i] or _is_loopback(a) else _outward_address(a)
+                 for i, a in enumerate(addrs)]
+        my_addr = next((r for r in reach if not _is_loopback(r)), "127.0.0.1")
         master_addr = addrs[0] if not local[0] or all_loopback else my_addr
         if master_addr.startswith("127.") and not all_loopback:
             master_addr = my_addr
@@ -445,11 +503,10 @@ class _Run:
 
         python = cfg.python or sys.executable
         trun = cfg.trun_path or trun_binary()   # hosts share paths, as they share `python`
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1" if all_loopback else "", 0))
-        server.listen(1024)
-        port = server.getsockname()[1]
+        # The launcher's port listens only where its hosts reach it, never on
+        # every interface.
+        servers = _listen(sorted(set(reach)))
+        port = servers[0].getsockname()[1]
         self.agents = [_Agent(i, h) for i, h in enumerate(hostnames)]
         self.handlers = []
         try:
@@ -457,9 +514,10 @@ class _Run:
                 cfg.log_dir if cfg.log_dir is not None
                 else os.environ.get("TRUN_LOG_DIR", "trun_logs"))))())
             started = time.monotonic()
-            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+            for server in servers:
+                threading.Thread(target=self._accept, args=(server,), daemon=True).start()
             for i, (h, a) in enumerate(zip(hostnames, self.agents)):
-                env = self._env_for(local[i], i, n, my_addr, port, python)
+                env = self._env_for(local[i], i, n, reach[i], port, python)
                 argv = self._agent_argv(trun, i, n, nprocs[i], (master_addr, master_port))
                 self._start(a, local[i], argv, env)
             return self._wait(started, hostnames)
@@ -469,10 +527,11 @@ class _Run:
         finally:
             self.stopping = True
             self._stop_all()
-            try:
-                server.close()
-            except OSError:
-                pass
+            for server in servers:
+                try:
+                    server.close()
+                except OSError:
+                    pass
             for s in list(self.socks):
                 try:
                     s.close()
@@ -487,37 +546,33 @@ class _Run:
 
     def _start(self, a: _Agent, local: bool, argv: list[str], env: dict[str, str]) -> None:
         cfg = self.cfg
+        env_file = os.fspath(cfg.env_file) if cfg.env_file is not None else ""
+        wrapper = ["/bin/sh", "-c", _WRAPPER, "trun-agent", env_file, *argv]
         if local:
-            cmd = ["/bin/sh", "-c", _WRAPPER, "trun-agent", *argv]
-            popen_env = env
+            # Its own environment as a child's; the secrets on stdin (_WRAPPER).
+            cmd = wrapper
+            popen_env = {k: v for k, v in env.items() if k not in _SECRETS}
+            piped = {k: env[k] for k in _SECRETS}
             cwd = os.getcwd()
         else:
-            # The secrets come first on the channel's stdin, one line each,
-            # never on the command line that `ps` shows on either host.
-            exports = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())
-                               if k not in _SECRETS)
-            remote = (f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; export {exports}; "
-                      + "".join(f"IFS= read -r {k} || exit 97; " for k in _SECRETS)
-                      + f"export {' '.join(_SECRETS)}; ")
-            if cfg.env_file is not None:
-                remote += f". {shlex.quote(os.fspath(cfg.env_file))} || exit 97; "
-            remote += f"exec /bin/sh -c {shlex.quote(_WRAPPER)} trun-agent " + \
-                " ".join(shlex.quote(x) for x in argv)
+            # Nothing but the directory, the wrapper and the agent's argv on
+            # the command line that `ps` shows on either host: every variable
+            # goes over the channel's stdin (a name no shell can export would
+            # stop the wrapper, so such a name is not copied).
+            remote = (f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; exec "
+                      + " ".join(shlex.quote(x) for x in wrapper))
             cmd = [*self._ssh_base(), a.hostname, "--", remote]
             popen_env = None
+            piped = {k: v for k, v in env.items() if _NAME_RE.fullmatch(k)}
             cwd = None
-        if local and cfg.env_file is not None:
-            cmd = ["/bin/sh", "-c", '. "$0" || exit 97; exec /bin/sh -c "$@"',
-                   os.fspath(cfg.env_file), _WRAPPER, "trun-agent", *argv]
         a.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=popen_env, cwd=cwd,
                                   start_new_session=True)
-        if not local:
-            try:
-                a.proc.stdin.write("".join(f"{env[k]}\n" for k in _SECRETS).encode())
-                a.proc.stdin.flush()
-            except OSError:
-                pass  # ssh has already ended (an unreachable host): _wait reports it
+        try:
+            a.proc.stdin.write(_env_lines(piped))
+            a.proc.stdin.flush()
+        except OSError:
+            pass  # ssh has already ended (an unreachable host): _wait reports it
         for stream, name in ((a.proc.stdout, "stdout"), (a.proc.stderr, "stderr")):
             t = threading.Thread(target=self._pump, args=(a, stream, name), daemon=True)
             t.start()
@@ -567,12 +622,15 @@ class _Run:
 
     def _serve(self, sock: socket.socket) -> None:
         try:
-            sock.settimeout(self.cfg.agent_timeout)
-            frame = _wire.recv_frame(sock)
+            # Authenticate before allocating: a bounded hello within a
+            # deadline, the token checked before anything else is read; any
+            # other first frame drops the connection.
+            frame = _wire.recv_frame(sock, _wire.HELLO_MAX, time.monotonic() + _HELLO_WITHIN)
             if frame is None or frame[0] != _wire.HELLO:
                 return
             hello = json.loads(frame[1])
-            if not secrets.compare_digest(str(hello.get("token", "")), self.token):
+            if not isinstance(hello, dict) or not secrets.compare_digest(
+                    str(hello.get("token", "")).encode(), self.token.encode()):
                 return
             sock.settimeout(None)
             key = (hello["attempt"], hello["rank"])
@@ -591,7 +649,7 @@ class _Run:
             with self.changed:
                 self.outcomes[key] = outcome
                 self.changed.notify_all()
-        except (OSError, ValueError, KeyError, IndexError):
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
             pass
         finally:
             try:

@@ -17,6 +17,8 @@
 #include "common/strings.h"
 #include "components/builtins.h"
 #include "launch/args.h"
+#include "proc/exposure.h"
+#include "schedulers/scheduler.h"
 
 namespace trun::cli {
 namespace {
@@ -32,6 +34,14 @@ int Launch(const Args& args) {
   }
   if (parsed->action == launch::LaunchAction::kPrintCompletion) {
     return PrintCompletion(parsed->completion_shell);
+  }
+  // The agent keeps the job token to itself: its workers run as the same
+  // user and must not find it in the environment they inherit, in
+  // /proc/PPID/environ or in the agent's memory (proc/exposure.h). Parsing
+  // has read it; no thread exists yet.
+  proc::ForgetEnvironmentVariable(schedulers::kJobTokenEnv);
+  if (!parsed->config.rdzv.job_token.empty()) {
+    if (Status s = proc::MakeUndumpable(); !s.ok()) log::Warning("{}", s.message());
   }
   agent::LocalAgent agent(std::move(parsed->config));
   return agent.Run();

@@ -17,6 +17,7 @@
 #include "launch/slurm_env.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
+#include "store/auth.h"
 
 namespace trun::launch {
 namespace {
@@ -594,6 +595,21 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
   for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
   c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
+  // trun's own store guards its keys (/trun/) with the job token. A
+  // standalone agent shares that store with no other agent, so a token of
+  // its own costs nothing and keeps every other local process out of its
+  // rounds; the workers' keys (torch's) never needed one. A job of several
+  // nodes needs the same token on every agent, which only its user can give.
+  const bool trun_store = c.rdzv_backend == "static" || c.rdzv_backend == "c10d";
+  if (c.standalone && c.rdzv.job_token.empty()) {
+    c.rdzv.job_token = store::NewJobToken();
+  } else if (trun_store && c.max_nodes > 1 && c.rdzv.job_token.empty()) {
+    log::Warning(
+        "this job of up to {} nodes has no job token: any process that reaches its rendezvous "
+        "store can join or end its rounds; give every agent the same TRUN_JOB_TOKEN "
+        "(docs/cli.md, \"The job token\")",
+        c.max_nodes);
+  }
 
   // torchrun: --shutdown-timeout (whole seconds) when given, else
   // TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30.

@@ -52,6 +52,26 @@ TEST(ArgsTest, OneStaticNodeKeepsAGivenRunId) {
   EXPECT_NE(s->config.rdzv_id, "job7");  // as torchrun's --standalone
 }
 
+TEST(ArgsTest, StandaloneMakesAJobTokenOfItsOwnUnlessGivenOne) {
+  unsetenv("TRUN_JOB_TOKEN");
+  auto a = Parse({"--standalone", "--no-python", "true"});
+  auto b = Parse({"--no-python", "true"});  // standalone, implied
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->config.rdzv.job_token.size(), 64u);
+  EXPECT_EQ(b->config.rdzv.job_token.size(), 64u);
+  EXPECT_NE(a->config.rdzv.job_token, b->config.rdzv.job_token);
+  setenv("TRUN_JOB_TOKEN", "given-token-0123456789", 1);
+  auto c = Parse({"--standalone", "--no-python", "true"});
+  unsetenv("TRUN_JOB_TOKEN");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->config.rdzv.job_token, "given-token-0123456789");
+  // Several nodes need the same token on every agent: none is made up.
+  auto d = Parse(
+      {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--no-python", "true"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->config.rdzv.job_token, "");
+}
+
 TEST(ArgsTest, OneStaticNodeWithAStoreAddressStaysStatic) {
   auto p = Parse({"--master-port", "29511", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();

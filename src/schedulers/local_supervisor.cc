@@ -25,6 +25,7 @@
 #include <asio.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -34,11 +35,13 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "failure/failure.h"
+#include "proc/exposure.h"
 #include "proc/group_supervisor.h"
 #include "proc/pipe_reader.h"
 #include "proc/pump.h"
 #include "proc/signals.h"
 #include "schedulers/local_state.h"
+#include "schedulers/scheduler.h"
 
 namespace trun::schedulers {
 namespace {
@@ -70,6 +73,15 @@ class Supervisor {
         drain_timer_(io_) {}
 
   int Run(int ready_fd) {
+    // The job token came in the environment (StartSupervisor); it goes on
+    // to each replica's, but no longer sits in this process's environment
+    // or memory where the replicas' workers, the same user, could read it
+    // (proc/exposure.h).
+    if (const char* token = std::getenv(kJobTokenEnv); token && *token) {
+      job_token_ = token;
+      proc::ForgetEnvironmentVariable(kJobTokenEnv);
+      if (Status s = proc::MakeUndumpable(); !s.ok()) log::Warning("supervisor: {}", s.message());
+    }
     auto table = proc::SystemProcessTable::Start(io_);
     if (!table.ok()) return ReportError(table.status());
     table_ = std::move(*table);
@@ -167,6 +179,7 @@ class Supervisor {
     proc::SpawnOptions o;
     o.argv = req.argv;
     o.env = proc::EnvironWith(req.env);
+    if (!job_token_.empty()) o.env.push_back(std::string(kJobTokenEnv) + "=" + job_token_);
     o.stdin_fd = devnull_;
     o.stdout_fd = out_pipe[1];
     o.stderr_fd = err_pipe[1];
@@ -432,6 +445,7 @@ class Supervisor {
   }
 
   std::string dir_;
+  std::string job_token_;  // "" when the job has none; never logged
   local::Request req_;
   local::State st_;
   asio::io_context io_{1};

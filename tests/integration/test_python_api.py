@@ -112,41 +112,50 @@ print("RESULT", sorted(r.results), [v["rank"] for v in r.by_ranks()],
 
 
 SECRETS_FUNC = """
-def secrets_seen():
-    # The agent is this worker's parent; its environment holds the job token.
-    agent = open(f"/proc/{os.getppid()}/environ", "rb").read().split(b"\\0")
-    job_token = next((kv[15:].decode() for kv in agent if kv.startswith(b"TRUN_JOB_TOKEN=")), "")
-    secrets = {"launcher": os.environ["TRUN_TOKEN"], "job": job_token}
+def secrets_seen(job_token, hf_token):
+    def environ(pid):
+        try:
+            return open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            return b""
+    secrets = {"launcher": os.environ["TRUN_TOKEN"], "job": job_token, "hf": hf_token}
     shown = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
         except OSError:
             continue
-        shown |= {name for name, s in secrets.items() if s and s in cmd}
-    return {"job_token": len(job_token), "shown": sorted(shown),
-            "worker_env": "TRUN_JOB_TOKEN" in os.environ, "secrets": secrets}
+        shown |= {name for name, s in secrets.items() if s in cmd}
+    # The agent is this worker's parent, the shell that runs it its grandparent.
+    agent = os.getppid()
+    shell = int(open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[1])
+    return {"shown": sorted(shown), "worker_env": "TRUN_JOB_TOKEN" in os.environ,
+            "agent_env": job_token.encode() in environ(agent),
+            "shell_env": job_token.encode() in environ(shell),
+            "hf": os.environ.get("HF_TOKEN") == hf_token}
 """
 
 
 def test_secrets_reach_the_agents_but_no_command_line(tmp, ssh_config):
-    """The launcher's token and the agents' job token travel on the SSH
-    channel's stdin: no process on the (shared) host shows them in `ps`; the
-    agents of one run share one job token; the workers never see it."""
+    """The launcher's token, the agents' job token and every copied variable
+    (HF_TOKEN here) travel on the SSH channel's stdin: no process on the
+    (shared) host shows them in `ps`; the remote workers get HF_TOKEN; the job
+    token reaches the agents (their static rendezvous needs it) but neither
+    the workers' environment nor the agent's or its shell's /proc environ."""
+    job_token, hf_token = uuid.uuid4().hex * 2, f"hf_{uuid.uuid4().hex}"
     p = run_script(tmp, SECRETS_FUNC + f"""
 import json
 r = trun.Launcher(hostnames=["trun-host-1", "trun-host-2"], workers_per_host=1,
-                  backend=None, {ssh_kwargs(ssh_config)}).run(secrets_seen)
+                  backend=None, {ssh_kwargs(ssh_config)}).run(secrets_seen, {job_token!r},
+                                                              {hf_token!r})
 print("RESULT", json.dumps(r.by_ranks()))
-""")
+""", TRUN_JOB_TOKEN=job_token, HF_TOKEN=hf_token)
     assert p.returncode == 0, p.all
     line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))
     ranks = json.loads(line[len("RESULT "):])
-    assert [r["job_token"] for r in ranks] == [64, 64], ranks
-    assert [r["shown"] for r in ranks] == [[], []], ranks
-    assert not any(r["worker_env"] for r in ranks), ranks
-    assert ranks[0]["secrets"] == ranks[1]["secrets"], ranks
-    for secret in ranks[0]["secrets"].values():
+    assert ranks == [{"shown": [], "worker_env": False, "agent_env": False, "shell_env": False,
+                      "hf": True}] * 2, ranks
+    for secret in (job_token, hf_token):
         assert secret not in p.stdout.replace(line, "") and secret not in p.stderr
         for log in (tmp / "logs").rglob("*"):
             assert not log.is_file() or secret not in log.read_text(errors="replace"), log

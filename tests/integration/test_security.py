@@ -129,22 +129,32 @@ def test_another_users_app_is_refused(jobs):
     assert mine in listed and handle not in listed, listed
 
 
-# A worker of a `trun run` job: what it can learn of the job token (from its
-# agent, its parent, as any process of the user can) and where the token shows.
+# A worker of a `trun run` job: what it can learn of the job token from its
+# agent (its parent) and the app's supervisor (the agent's parent), as any
+# process of the user could, and which command lines show the token it is
+# given (argv[2], reversed, so that no command line holds it; "" for none).
 TOKEN_PROBE = r"""
-import hashlib, os, pathlib, sys
-agent = open(f"/proc/{os.getppid()}/environ", "rb").read().split(b"\0")
-token = next((kv[15:].decode() for kv in agent if kv.startswith(b"TRUN_JOB_TOKEN=")), "")
+import os, pathlib, sys
+def tokens_in_environ(pid):
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return []
+    return [kv[15:] for kv in env if kv.startswith(b"TRUN_JOB_TOKEN=") and len(kv) > 15]
+agent = os.getppid()
+supervisor = int(open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[1])
+found = tokens_in_environ(agent) + tokens_in_environ(supervisor)
 shown = 0
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        shown += token.encode() in open(f"/proc/{pid}/cmdline", "rb").read()
+        token = sys.argv[2][::-1].encode()
+        shown += bool(token) and token in open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
         pass
 rank = os.environ["RANK"]
-pathlib.Path(sys.argv[1], rank).write_text(token)
-print(f"PROBE rank={rank} len={len(token)} shown={shown} "
-      f"worker_env={'TRUN_JOB_TOKEN' in os.environ}", flush=True)
+pathlib.Path(sys.argv[1], rank).write_bytes(b"".join(found))
+sys.stdout.write(f"PROBE rank={rank} found={len(found)} shown={shown} "
+                 f"worker_env={'TRUN_JOB_TOKEN' in os.environ}\n")
 """
 
 
@@ -152,31 +162,33 @@ print(f"PROBE rank={rank} len={len(token)} shown={shown} "
 def test_trun_run_gives_each_job_a_token_no_command_line_shows(jobs, given):
     """`trun run` makes a token per job (or passes on the submitter's) in the
     replicas' environment: both agents of a 2-node dist.ddp share it, so the
-    rendezvous is closed to strangers (no warning that anyone may join), and
-    neither `ps`, the workers, the logs nor trun's state files show it."""
+    rendezvous is closed to strangers (no warning that anyone may join, and a
+    wrong token would be refused), and neither `ps`, the workers, the
+    environ of their agent or the app's supervisor, the logs nor trun's state
+    files show it."""
     probe, seen = jobs.tmp / "probe.py", jobs.tmp / "seen"
     probe.write_text(TOKEN_PROBE)
     seen.mkdir()
     env = dict(jobs.env)
     env.pop("TRUN_JOB_TOKEN", None)
+    token = ""
     if given:
-        env["TRUN_JOB_TOKEN"] = "given-" + "5" * 26
+        token = env["TRUN_JOB_TOKEN"] = "given-" + "5" * 26
     handle = jobs.submit("dist.ddp", "-j", "2x1", "--rdzv_port", free_port(), "--script", probe,
-                         "--", seen, env=env)
+                         "--", seen, token[::-1], env=env)
     st = jobs.wait(handle)
     assert st["state"] == "SUCCEEDED", st
     log = jobs.trun("log", handle).out
-    tokens = {(seen / r).read_text() for r in ("0", "1")}
-    assert len(tokens) == 1, tokens
-    token = tokens.pop()
-    assert token == env["TRUN_JOB_TOKEN"] if given else re.fullmatch("[0-9a-f]{64}", token), token
-    assert sorted(re.findall(r"PROBE rank=\d len=(\d+) shown=(\d+) worker_env=(\w+)", log)) == \
-        [(str(len(token)), "0", "False")] * 2, log
+    assert [(seen / r).read_text() for r in ("0", "1")] == ["", ""]
+    assert sorted(re.findall(r"PROBE rank=\d found=(\d+) shown=(\d+) worker_env=(\w+)", log)) \
+        == [("0", "0", "False")] * 2, log
     assert "can join" not in jobs.trun("log", "--streams", "stderr", handle).out
+    # A generated token is 64 hex digits; the submitter's is known.
+    secret = re.compile(re.escape(token) if given else r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
     for path in (jobs.tmp / "state").rglob("*"):
-        assert not path.is_file() or token not in path.read_text(errors="replace"), path
+        assert not path.is_file() or not secret.search(path.read_text(errors="replace")), path
     for cmd in (["status", "--json", handle], ["describe", handle]):
-        assert token not in jobs.trun(*cmd).out, cmd
+        assert not secret.search(jobs.trun(*cmd).out), cmd
 
 
 def test_trun_store_serves_everyone_unless_told(hosts):
@@ -256,3 +268,18 @@ send(s, 2, "/trun/auth/proof", "00" * 32, "ab" * 32)
 answer = read_bytes(s)
 print("REFUSED" if answer.startswith("refused") else "ACCEPTED " + answer)
 """
+
+
+def test_a_job_of_several_nodes_without_a_token_warns_on_every_agent():
+    port = free_port()
+    env = base_env()
+    env.pop("TRUN_JOB_TOKEN", None)
+    args = [TRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "warn", "--no-python", "true"]
+    ps = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env) for _ in range(2)]
+    errs = [p.communicate(timeout=120)[1] for p in ps]
+    assert [p.returncode for p in ps] == [0, 0], errs
+    for err in errs:
+        warned = [line for line in err.splitlines() if "has no job token" in line]
+        assert len(warned) == 1 and "TRUN_JOB_TOKEN" in warned[0], err
