@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "common/strings.h"
 #include "components/builtins.h"
 #include "launch/args.h"
+#include "launch/config_json.h"
+#include "launch/numa_binding.h"
 
 namespace trun::cli {
 namespace {
@@ -32,6 +35,17 @@ int Launch(const Args& args) {
   }
   if (parsed->action == launch::LaunchAction::kPrintCompletion) {
     return PrintCompletion(parsed->completion_shell);
+  }
+  // TRUN_DRY_RUN=1: the decision for this command line, as JSON, and nothing
+  // started (docs/cli.md#dry-run).
+  if (const char* dry = std::getenv("TRUN_DRY_RUN"); dry && std::string_view(dry) == "1") {
+    std::puts(launch::LaunchConfigJson(parsed->config).c_str());
+    return 0;
+  }
+  // torchrun's agent binds as it starts the workers, and fails there (exit 1).
+  if (Status s = launch::BindWorkersToNuma(parsed->config); !s.ok()) {
+    log::Error("{}", s.message());
+    return kExitFailed;
   }
   agent::LocalAgent agent(std::move(parsed->config));
   return agent.Run();
