@@ -1,8 +1,9 @@
 // --numa-binding: the CPUs each worker is bound to, chosen as torch 2.x's
 // torch/numa/binding.py chooses them, from the machine's topology in sysfs.
 //
-// The worker of local rank R uses CUDA device R; its GPU's NUMA node is the
-// PCI device's numa_node (-1, a one-node machine's answer, counts as node 0).
+// The worker of local rank R uses accelerator device R (torch.accelerator's:
+// CUDA, XPU, ...); its NUMA node is the PCI device's numa_node (-1, a
+// one-node machine's answer, counts as node 0).
 //   node          every allowed CPU of that NUMA node
 //   socket        every allowed CPU of every NUMA node on the node's socket
 //                 (physical_package_id of the node's lowest allowed CPU)
@@ -16,9 +17,9 @@
 // "Allowed" is the affinity trun itself runs with (cgroups, taskset).
 //
 // Everything is read below a sysfs root ("/sys" on a real machine), so tests
-// run on fake trees. The PCI addresses of the CUDA devices come from the
-// worker interpreter (launch/interpreter.h), as torch reads them from
-// torch.cuda.get_device_properties.
+// run on fake trees. The devices' PCI addresses come from the worker
+// interpreter (torch_devices.h), as torch reads them from the accelerator's
+// get_device_properties.
 //
 // Thread-safety: pure functions over files; safe from any thread.
 #pragma once
@@ -41,13 +42,13 @@ std::optional<NumaMode> ParseNumaMode(std::string_view name);
 
 struct NumaTopologyInputs {
   std::string sysfs_root = "/sys";
-  // Each CUDA device's PCI address ("0000:dc:00.0"), by CUDA device index.
+  // Each accelerator device's PCI address ("0000:dc:00.0"), by device index.
   std::vector<std::string> gpu_pci_addresses;
   // The CPUs this process may run on.
   std::set<int> allowed_cpus;
 };
 
-// The CPUs the worker using CUDA device `gpu_index` is bound to. An error
+// The CPUs the worker using accelerator device `gpu_index` is bound to. An error
 // (a missing GPU or sysfs file, no allowed CPU on a node, fewer physical
 // cores than GPUs under exclusive, an empty set) is where torch raises.
 Result<std::set<int>> NumaCpusForGpu(NumaMode mode, int gpu_index, const NumaTopologyInputs& in);
@@ -61,7 +62,7 @@ std::string FormatCpuList(const std::set<int>& cpus);
 std::set<int> AllowedCpus();
 
 // Fills config.worker_cpus for config.numa_binding: asks the worker
-// interpreter for its CUDA devices, reads /sys, and picks each local rank's
+// interpreter for its accelerator devices, reads /sys, and picks each local rank's
 // CPUs. An error is where torchrun's agent fails to start its workers.
 Status BindWorkersToNuma(LaunchConfig& config);
 
