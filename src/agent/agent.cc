@@ -299,6 +299,10 @@ class LocalAgent::Impl {
                             .master_port = round.store_port,
                             .restart_count = static_cast<int>(round.number),
                             .error_file = w.output.error_file});
+      if (!config_.worker_cpus.empty()) {
+        const auto& cpus = config_.worker_cpus.at(static_cast<size_t>(lr));
+        opts.cpus.assign(cpus.begin(), cpus.end());
+      }
       opts.stdin_fd = stdin_fd_;
       opts.stdout_fd = w.output.child_out;
       opts.stderr_fd = w.output.child_err;

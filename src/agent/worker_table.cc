@@ -29,7 +29,9 @@ proc::WarmOptions WarmOptionsFor(const launch::LaunchConfig& config) {
 
 Result<std::unique_ptr<proc::ProcessTable>> MakeWorkerTable(asio::io_context& io,
                                                             const launch::LaunchConfig& config) {
-  if (config.start_method == "forkserver") {
+  // A bound worker needs its own exec under its CPUs: --numa-binding starts
+  // workers cold, as torchrun starts them under numactl.
+  if (config.start_method == "forkserver" && config.worker_cpus.empty()) {
     auto t = proc::WarmProcessTable::Start(io, WarmOptionsFor(config));
     if (!t.ok()) return t.status();
     return std::unique_ptr<proc::ProcessTable>(std::move(*t));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "common/strings.h"
 #include "components/builtins.h"
 #include "launch/args.h"
+#include "launch/config_json.h"
+#include "launch/numa_binding.h"
 #include "proc/exposure.h"
 #include "schedulers/scheduler.h"
 
@@ -35,6 +38,12 @@ int Launch(const Args& args) {
   if (parsed->action == launch::LaunchAction::kPrintCompletion) {
     return PrintCompletion(parsed->completion_shell);
   }
+  // TRUN_DRY_RUN=1: the decision for this command line, as JSON, and nothing
+  // started (docs/cli.md#dry-run).
+  if (const char* dry = std::getenv("TRUN_DRY_RUN"); dry && std::string_view(dry) == "1") {
+    std::puts(launch::LaunchConfigJson(parsed->config).c_str());
+    return 0;
+  }
   // The agent keeps the job token to itself: its workers run as the same
   // user and must not find it in the environment they inherit, in
   // /proc/PPID/environ or in the agent's memory (proc/exposure.h). Parsing
@@ -42,6 +51,11 @@ int Launch(const Args& args) {
   proc::ForgetEnvironmentVariable(schedulers::kJobTokenEnv);
   if (!parsed->config.rdzv.job_token.empty()) {
     if (Status s = proc::MakeUndumpable(); !s.ok()) log::Warning("{}", s.message());
+  }
+  // torchrun's agent binds as it starts the workers, and fails there (exit 1).
+  if (Status s = launch::BindWorkersToNuma(parsed->config); !s.ok()) {
+    log::Error("{}", s.message());
+    return kExitFailed;
   }
   agent::LocalAgent agent(std::move(parsed->config));
   return agent.Run();

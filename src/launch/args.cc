@@ -13,8 +13,11 @@
 #include "common/log.h"
 #include "common/problems.h"
 #include "common/strings.h"
+#include "launch/numa_binding.h"
 #include "launch/rdzv_conf.h"
+#include "launch/skypilot_env.h"
 #include "launch/slurm_env.h"
+#include "launch/torch_devices.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
 #include "store/auth.h"
@@ -30,8 +33,12 @@ struct OptionRow {
   const char* help;
   bool is_flag = false;
   // torchrun reads no PET_ variable for it (--print-completion is an action,
-  // not a setting: an exported PET_PRINT_COMPLETION must not stop every launch).
+  // not a setting: an exported PET_PRINT_COMPLETION must not stop every launch;
+  // --logs-specs and --numa-binding are plain argparse options in torch).
   bool no_env = false;
+  // trun's own option, which torchrun lacks: it never makes an abbreviation
+  // of a torchrun option ambiguous (see ExpandAbbreviations).
+  bool trun_only = false;
 };
 
 constexpr OptionRow kOptions[] = {
@@ -51,14 +58,17 @@ constexpr OptionRow kOptions[] = {
      "spawn (default), fork, or forkserver: warm starts, workers forked from one Python "
      "process that imported torch once."},
     {"--event-log-handler,--event_log_handler", "event_log_handler",
-     "null (default) or console: the agent's events as JSON lines on stderr."},
+     "null (default), console (the agent's events as JSON lines on stderr) or "
+     "dynamic_rendezvous (as null)."},
     {"--event-log-file,--event_log_file", "event_log_file",
-     "Append the agent's events to this file as JSON lines (also TRUN_EVENT_LOG)."},
+     "Append the agent's events to this file as JSON lines (also TRUN_EVENT_LOG).", false, false,
+     true},
     {"--health-check-port,--health_check_port", "health_check_port",
      "Serve /health and /metrics over HTTP on this port, 0 for a free one (also "
-     "TORCHELASTIC_HEALTH_CHECK_PORT)."},
+     "TORCHELASTIC_HEALTH_CHECK_PORT).",
+     false, false, true},
     {"--health-check-addr,--health_check_addr", "health_check_addr",
-     "The IP address the health server binds (default every address)."},
+     "The IP address the health server binds (default every address).", false, false, true},
     {"--role", "role", "User-defined role of the workers (default default)."},
     {"-m,--module", "module", "Run the script as a Python module (python -m).", true},
     {"--no-python,--no_python", "no_python", "Run the script as a program, without python.", true},
@@ -83,9 +93,12 @@ constexpr OptionRow kOptions[] = {
     {"--master-port,--master_port", "master_port",
      "Port on the master node (static; default: free port)."},
     {"--local-addr,--local_addr", "local_addr", "Address of this node."},
-    {"--logs-specs,--logs_specs", "logs_specs", "torchrun's log-layout plug-in (not supported)."},
+    {"--logs-specs,--logs_specs", "logs_specs",
+     "torchrun's log-layout entry point: only default (torch's DefaultLogsSpecs, the layout trun "
+     "writes).",
+     false, true},
     {"--numa-binding,--numa_binding", "numa_binding",
-     "NUMA binding: node, socket, exclusive, core-complex."},
+     "NUMA binding: node, socket, exclusive, core-complex.", false, true},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle",
      "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)."},
     {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout",
@@ -148,31 +161,43 @@ void ParseNnodes(const std::string& v, LaunchConfig& c, Problems& p) {
   c.max_nodes = static_cast<int>(*hi);
 }
 
+// As torchrun's determine_local_world_size, with torch's counts asked of the
+// worker interpreter (torch_devices.h) only when a device kind is named.
 void ParseNproc(const std::string& v, LaunchConfig& c, Problems& p) {
-  int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (v == "cpu") {
     c.nproc_per_node = cpus;
-  } else if (v == "gpu") {
-    int gpus = CountGpus();
-    if (gpus == 0) {
-      p.Add("--nproc-per-node gpu: no GPU is visible on this machine; use a number or 'cpu'");
-    }
-    c.nproc_per_node = gpus;
-  } else if (v == "xpu") {
-    p.Add("--nproc-per-node xpu: no XPU is visible on this machine; use a number or 'cpu'");
-  } else if (v == "auto") {
-    int gpus = CountGpus();
-    c.nproc_per_node = gpus > 0 ? gpus : cpus;
-  } else {
-    auto n = ParseInt(v);
-    if (!n || *n <= 0 || *n > 4096) {
-      p.Add(fmt::format(
-          "--nproc-per-node: expected a positive number (at most 4096), cpu, gpu or auto; got '{}'",
-          v));
+    return;
+  }
+  if (v == "gpu" || v == "xpu" || v == "auto") {
+    auto d = AskTorchDevices(WorkerPython(), false);
+    if (!d.ok()) {
+      p.Add(fmt::format("--nproc-per-node {}: {}", v, d.status().message()));
       return;
     }
-    c.nproc_per_node = static_cast<int>(*n);
+    if (v == "gpu" && !d->cuda_available) {
+      p.Add(
+          "--nproc-per-node gpu: CUDA is not available to torch in the worker interpreter "
+          "(torch.cuda.is_available() is False); use a number, cpu or auto");
+    } else if (v == "xpu" && !d->xpu_available) {
+      p.Add(
+          "--nproc-per-node xpu: XPU is not available to torch in the worker interpreter "
+          "(torch.xpu.is_available() is False); use a number, cpu or auto");
+    }
+    c.nproc_per_node = v == "gpu"   ? d->cuda_count
+                       : v == "xpu" ? d->xpu_count
+                                    : (d->accelerator_available ? d->accelerator_count : cpus);
+    return;
   }
+  auto n = ParseInt(v);
+  if (!n || *n <= 0 || *n > 4096) {
+    p.Add(fmt::format(
+        "--nproc-per-node: expected a positive number (at most 4096), cpu, gpu, xpu or auto; got "
+        "'{}'",
+        v));
+    return;
+  }
+  c.nproc_per_node = static_cast<int>(*n);
 }
 
 std::optional<int> ParseNonNegative(const std::string& flag, const std::string& v, Problems& p,
@@ -245,6 +270,59 @@ void BuildEntrypoint(LaunchConfig& c, Problems& p) {
   }
   c.worker_argv.insert(c.worker_argv.end(), c.training_script_args.begin(),
                        c.training_script_args.end());
+}
+
+// torchrun's argparse takes any unambiguous prefix of a long option for the
+// option (allow_abbrev): `--nnode 2`, `--max_restart=3`, `--nproc-per 4`.
+// Each spelling counts on its own, as in argparse, so `--nproc` (a prefix of
+// both --nproc-per-node and --nproc_per_node) is ambiguous. Rewrites each
+// abbreviation among the options (up to the training script or `--`) to the
+// option's full spelling; an ambiguous one is an error naming the options it
+// could be, in argparse's words. A prefix that matches a torchrun option never
+// reaches trun's own options (--event-log-file, --health-check-*), so every
+// command line torchrun reads is read alike.
+Status ExpandAbbreviations(std::vector<std::string>& args) {
+  struct Spelling {
+    std::string name;
+    bool takes_value;
+    bool trun_only;
+  };
+  std::vector<Spelling> spellings = {{"-h", false, false}, {"--help", false, false}};
+  for (const auto& row : kOptions) {
+    for (auto& n : Split(row.names, ',')) spellings.push_back({n, !row.is_flag, row.trun_only});
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the training script
+    const size_t eq = a[1] == '-' ? a.find('=') : std::string::npos;
+    const std::string name = a[1] == '-' ? a.substr(0, eq) : a.substr(0, 2);
+    const Spelling* found = nullptr;
+    for (const auto& s : spellings) {
+      if (s.name == name) found = &s;
+    }
+    if (!found && a[1] == '-') {
+      std::vector<const Spelling*> matches;
+      for (bool trun_only : {false, true}) {
+        for (const auto& s : spellings) {
+          if (s.trun_only == trun_only && s.name.starts_with(name)) matches.push_back(&s);
+        }
+        if (!matches.empty()) break;
+      }
+      if (matches.size() > 1) {
+        std::string names;
+        for (const auto* m : matches) names += (names.empty() ? "" : ", ") + m->name;
+        return Status::InvalidArgument(
+            fmt::format("ambiguous option: {} could match {}; spell the option out", name, names));
+      }
+      if (matches.empty()) break;  // unknown: reported with a suggestion later
+      found = matches.front();
+      args[i] = found->name + (eq == std::string::npos ? "" : a.substr(eq));
+    }
+    // A short option's value may be attached (-t3); a long one's after '='.
+    const bool value_attached = eq != std::string::npos || (a[1] != '-' && a.size() > 2);
+    if (found && found->takes_value && !value_attached) ++i;
+  }
+  return Status::OK();
 }
 
 std::string HelpText(const CLI::App& app) {
@@ -326,6 +404,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   std::map<std::string, std::string> values;
   std::map<std::string, bool> flags;
   std::map<std::string, CLI::Option*> opts;
+  std::set<std::string> env_dests;  // options with a PET_ variable
   for (const auto& row : kOptions) {
     std::string env = "PET_" + Upper(row.dest);
     CLI::Option* o;
@@ -336,11 +415,17 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       values[row.dest];
       o = app.add_option(row.names, values[row.dest], row.help);
     }
-    if (!row.no_env) o->envname(env);
+    // As argparse: an option given twice keeps its last value.
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (!row.no_env) o->envname(env), env_dests.insert(row.dest);
     opts[row.dest] = o;
   }
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::vector<std::string> expanded = args;
+  if (Status s = ExpandAbbreviations(expanded); !s.ok()) {
+    return Status::InvalidArgument(fmt::format("{}; run 'trun --help' for the flags", s.message()));
+  }
+  std::vector<std::string> reversed(expanded.rbegin(), expanded.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -379,21 +464,28 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
 
   auto user_given = [&](const char* dest) {
-    return opts[dest]->count() > 0 || !Env(("PET_" + Upper(dest)).c_str()).empty();
+    return opts[dest]->count() > 0 ||
+           (env_dests.count(dest) > 0 && !Env(("PET_" + Upper(dest)).c_str()).empty());
   };
   auto value = [&](const char* dest) -> const std::string& { return values[dest]; };
-  // Under srun, SLURM's environment says what the user did not (slurm_env.h).
-  std::set<std::string> from_slurm;
+  // Under srun or in a SkyPilot task, the cluster's environment says what the
+  // user did not (slurm_env.h, skypilot_env.h); the first that applies.
+  // Kubeflow Trainer sets torchrun's own PET_ variables, read above.
+  std::set<std::string> from_cluster;
   if (!flags["standalone"]) {
-    auto slurm = SlurmLaunchDefaults([](const char* name) { return Env(name); },
-                                     user_given("rdzv_backend") ? value("rdzv_backend") : "",
-                                     user_given("nnodes"));
-    if (!slurm.ok()) p.Add(slurm.status().message());
-    for (const auto& [dest, v] : slurm.ok() ? *slurm : std::map<std::string, std::string>{}) {
-      if (!user_given(dest.c_str())) values[dest] = v, from_slurm.insert(dest);
+    const GetEnv env = [](const char* name) { return Env(name); };
+    const std::string backend = user_given("rdzv_backend") ? value("rdzv_backend") : "";
+    for (auto cluster : {SlurmLaunchDefaults(env, backend, user_given("nnodes")),
+                         SkyPilotLaunchDefaults(env, backend)}) {
+      if (!cluster.ok()) p.Add(cluster.status().message());
+      if (!cluster.ok() || cluster->empty()) continue;
+      for (const auto& [dest, v] : *cluster) {
+        if (!user_given(dest.c_str())) values[dest] = v, from_cluster.insert(dest);
+      }
+      break;
     }
   }
-  auto given = [&](const char* dest) { return user_given(dest) || from_slurm.count(dest) > 0; };
+  auto given = [&](const char* dest) { return user_given(dest) || from_cluster.count(dest) > 0; };
 
   if (given("nnodes")) ParseNnodes(value("nnodes"), c, p);
   if (given("nproc_per_node")) ParseNproc(value("nproc_per_node"), c, p);
@@ -427,10 +519,15 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
   }
   if (given("event_log_handler")) {
+    // torch's registered handlers (torch/distributed/elastic/events/handlers.py):
+    // dynamic_rendezvous is a null handler there too.
     c.event_log_handler = value("event_log_handler");
+    if (c.event_log_handler == "dynamic_rendezvous") c.event_log_handler = "null";
     if (c.event_log_handler != "null" && c.event_log_handler != "console") {
-      p.Add(fmt::format("--event-log-handler: expected null or console, got '{}'",
-                        c.event_log_handler));
+      p.Add(fmt::format(
+          "--event-log-handler: expected null, console or dynamic_rendezvous (torch's registered "
+          "handlers), got '{}'",
+          c.event_log_handler));
     }
   }
   c.event_log_file = given("event_log_file") ? value("event_log_file") : Env("TRUN_EVENT_LOG");
@@ -530,14 +627,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
   }
   if (given("local_addr")) c.local_addr = value("local_addr");
-  if (given("logs_specs")) {
-    p.Add(
-        "--logs-specs: torchrun's Python log-layout plug-ins cannot load into trun; drop the "
-        "flag (trun writes torchrun's default layout)");
+  // torchrun loads --logs-specs from the torchrun.logs_specs entry points;
+  // torch registers one, `default` (DefaultLogsSpecs), the layout trun writes.
+  if (given("logs_specs") && value("logs_specs") != "default") {
+    p.Add(fmt::format(
+        "--logs-specs '{}': trun supports only torch's entry point 'default' (DefaultLogsSpecs, "
+        "the log layout trun writes); torchrun's Python plug-ins cannot load into trun, so drop "
+        "the flag or give --logs-specs default",
+        value("logs_specs")));
   }
   if (given("numa_binding")) {
     c.numa_binding = value("numa_binding");
-    p.Add("--numa-binding is not supported yet; drop the flag or bind with numactl in the script");
+    if (!ParseNumaMode(*c.numa_binding)) {
+      p.Add(
+          fmt::format("--numa-binding: expected node, socket, exclusive or core-complex, got '{}'",
+                      *c.numa_binding));
+    }
   }
   std::string signals =
       given("signals_to_handle") ? value("signals_to_handle") : "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
@@ -564,11 +669,14 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
                                   c.rdzv_endpoint.empty() && !c.master_port_given;
   if (implied_standalone) c.standalone = true;
   if (c.standalone) {
-    if (c.max_nodes > 1) {
+    // torchrun keeps --nnodes: with MIN 1 its lone node starts (after the
+    // last call), with MIN above 1 it waits forever on a port no other node
+    // knows. trun starts the one node at once, and refuses the wait.
+    if (c.min_nodes > 1) {
       p.Add(
-          fmt::format("--standalone runs one node, but --nnodes asks for up to {}; drop one of "
+          fmt::format("--standalone runs one node, but --nnodes asks for at least {}; drop one of "
                       "the two (several nodes rendezvous with --rdzv-backend c10d)",
-                      c.max_nodes));
+                      c.min_nodes));
     }
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
@@ -577,17 +685,30 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (!implied_standalone || c.rdzv_id == "none") c.rdzv_id = RandomUuid4();
     c.min_nodes = c.max_nodes = 1;
   }
+  // torch's static rendezvous takes MAX as its world size and waits for
+  // that many nodes, whatever MIN says; so does trun.
   if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
-    p.Add(
-        fmt::format("--nnodes {}:{}: the static backend needs a fixed node count; use "
-                    "--rdzv-backend c10d for an elastic job",
-                    c.min_nodes, c.max_nodes));
+    log::Warning(
+        "--nnodes {}:{}: the static backend waits for all {} nodes (an elastic job needs "
+        "--rdzv-backend c10d)",
+        c.min_nodes, c.max_nodes, c.max_nodes);
+    c.min_nodes = c.max_nodes;
   }
   if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes && c.max_nodes > 1) {
     p.Add(fmt::format("--node-rank {}: expected 0 to {} for --nnodes {}", c.node_rank,
                       c.max_nodes - 1, c.max_nodes));
   }
-  if (c.node_rank != 0 && c.max_nodes == 1) {
+  // torchrun passes --node-rank to the static backend alone; the others
+  // order nodes themselves and never read it.
+  if (c.rdzv_backend != "static" && c.node_rank != 0) {
+    if (user_given("node_rank")) {
+      log::Warning(
+          "--node-rank {} is ignored: only the static backend reads it, and this job's is {}",
+          c.node_rank, c.rdzv_backend);
+    }
+    c.node_rank = 0;
+  }
+  if (c.rdzv_backend == "static" && c.node_rank != 0 && c.max_nodes == 1) {
     p.Add(fmt::format("--node-rank {}: a one-node job has only node rank 0", c.node_rank));
   }
   if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {

@@ -36,7 +36,9 @@ TEST_F(ArgsUnderSrun, NoFlagsNeeded) {
   const auto& c = p->config;
   EXPECT_EQ(c.min_nodes, 2);
   EXPECT_EQ(c.max_nodes, 2);
-  EXPECT_EQ(c.node_rank, 1);
+  // c10d orders the nodes itself and reads no node rank, as in torch;
+  // SLURM_NODEID is static's (below).
+  EXPECT_EQ(c.node_rank, 0);
   EXPECT_EQ(c.rdzv_backend, "c10d");
   EXPECT_EQ(c.rdzv_endpoint, "node3:15077");
   EXPECT_EQ(c.rdzv_id, "77");

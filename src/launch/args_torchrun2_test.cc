@@ -1,6 +1,7 @@
 // The flags torchrun 2.x added: --log-line-prefix-template,
 // --duplicate-std{out,err}-filters, --shutdown-timeout, --virtual-local-rank,
-// --print-completion.
+// --print-completion; and what torch 2.14's argparse and run() decide:
+// abbreviations, --node-rank off static, --logs-specs, the event handlers.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -41,7 +42,7 @@ Result<ParsedLaunch> ParseTorchrun2Args(std::vector<std::string> args) {
   for (const char* v :
        {"PET_NPROC_PER_NODE", "PET_LOG_LINE_PREFIX_TEMPLATE", "PET_DUPLICATE_STDOUT_FILTERS",
         "PET_DUPLICATE_STDERR_FILTERS", "PET_SHUTDOWN_TIMEOUT", "PET_VIRTUAL_LOCAL_RANK",
-        "PET_PRINT_COMPLETION", "OMP_NUM_THREADS"}) {
+        "PET_PRINT_COMPLETION", "PET_NUMA_BINDING", "PET_LOGS_SPECS", "OMP_NUM_THREADS"}) {
     unsetenv(v);
   }
   return ParseLaunchArgs(args);
@@ -205,6 +206,122 @@ TEST(ArgsTorchrun2Test, LaunchFlagsListEverySpelling) {
     ASSERT_NE(find(name), nullptr) << name;
     EXPECT_FALSE(find(name)->takes_value) << name;
   }
+}
+
+// argparse's allow_abbrev: any unambiguous prefix, in either spelling, with
+// its value after a space or '='.
+TEST(ArgsTorchrun2Test, UnambiguousPrefixesAreTheirOptions) {
+  auto p = Parse({"--nnode", "2", "--max_restart", "2", "--nproc-per", "4", "--rdzv-b", "c10d",
+                  "--rdzv_endp=h:1", "--no-python", "true", "--nnode", "7"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.min_nodes, 2);
+  EXPECT_EQ(p->config.max_nodes, 2);
+  EXPECT_EQ(p->config.max_restarts, 2);
+  EXPECT_EQ(p->config.nproc_per_node, 4);
+  EXPECT_EQ(p->config.rdzv_backend, "c10d");
+  EXPECT_EQ(p->config.rdzv_endpoint, "h:1");
+  // After the script everything is the script's.
+  EXPECT_EQ(p->config.training_script_args, (std::vector<std::string>{"--nnode", "7"}));
+}
+
+TEST(ArgsTorchrun2Test, AmbiguousPrefixesNameEveryMatch) {
+  auto n = Parse({"--n", "2", "--no-python", "true"});
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find(
+                "ambiguous option: --n could match --nnodes, --nproc-per-node, --nproc_per_node, "
+                "--no-python, --no_python, --node-rank, --node_rank, --numa-binding, "
+                "--numa_binding"),
+            std::string::npos)
+      << n.status().message();
+  // Each spelling counts, as in argparse: --nproc is a prefix of both.
+  auto nproc = Parse({"--nproc=2", "--no-python", "true"});
+  ASSERT_FALSE(nproc.ok());
+  EXPECT_NE(nproc.status().message().find("--nproc could match --nproc-per-node, --nproc_per_node"),
+            std::string::npos)
+      << nproc.status().message();
+}
+
+// trun's own options never make a torchrun abbreviation ambiguous, and are
+// abbreviated themselves where no torchrun option matches.
+TEST(ArgsTorchrun2Test, TrunOnlyOptionsYieldToTorchrunsInPrefixes) {
+  auto p = Parse({"--event-log", "console", "--event-log-f", "/dev/null", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.event_log_handler, "console");
+  EXPECT_EQ(p->config.event_log_file, "/dev/null");
+  auto health = Parse({"--health", "0", "--no-python", "true"});
+  ASSERT_FALSE(health.ok());
+  EXPECT_NE(health.status().message().find("ambiguous option: --health"), std::string::npos);
+}
+
+TEST(ArgsTorchrun2Test, AnOptionGivenTwiceKeepsTheLast) {
+  auto p = Parse({"--nnodes", "2", "--nnodes", "1", "--max-restarts=1", "--max_restarts", "3",
+                  "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.max_nodes, 1);
+  EXPECT_EQ(p->config.max_restarts, 3);
+}
+
+// torchrun gives --node-rank to the static backend alone.
+TEST(ArgsTorchrun2Test, NodeRankOffStaticIsIgnored) {
+  auto c10d = Parse({"--rdzv-backend", "c10d", "--node-rank", "3", "--no-python", "true"});
+  ASSERT_TRUE(c10d.ok()) << c10d.status().ToString();
+  EXPECT_EQ(c10d->config.node_rank, 0);
+  // One static node with no store address runs as --standalone (c10d).
+  auto implied = Parse({"--node-rank", "1", "--no-python", "true"});
+  ASSERT_TRUE(implied.ok()) << implied.status().ToString();
+  EXPECT_EQ(implied->config.rdzv_backend, "c10d");
+  auto elastic = Parse(
+      {"--nnodes", "1:3", "--rdzv-backend", "c10d", "--node-rank", "5", "--no-python", "true"});
+  EXPECT_TRUE(elastic.ok()) << elastic.status().ToString();
+  // A static store on a given port: node rank 1 of 1 would wait for a node 0.
+  auto fixed = Parse({"--node-rank", "1", "--master-port", "29511", "--no-python", "true"});
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_NE(fixed.status().message().find("--node-rank 1"), std::string::npos);
+}
+
+TEST(ArgsTorchrun2Test, StandaloneWithAnElasticRangeFromOneRunsOneNode) {
+  auto p = Parse({"--nnodes", "1:2", "--standalone", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.min_nodes, 1);
+  EXPECT_EQ(p->config.max_nodes, 1);
+  EXPECT_EQ(p->config.rdzv_backend, "c10d");
+}
+
+TEST(ArgsTorchrun2Test, LogsSpecsTakesTorchsDefaultEntryPoint) {
+  EXPECT_TRUE(Parse({"--logs-specs", "default", "--no-python", "true"}).ok());
+  EXPECT_TRUE(Parse({"--logs_specs=default", "--no-python", "true"}).ok());
+  auto other = Parse({"--logs-specs", "mine", "--no-python", "true"});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("--logs-specs 'mine': trun supports only torch's entry "
+                                          "point 'default'"),
+            std::string::npos)
+      << other.status().message();
+}
+
+// torchrun reads no PET_ variable for --logs-specs and --numa-binding.
+TEST(ArgsTorchrun2Test, NoPetVariableForLogsSpecsOrNumaBinding) {
+  ScopedEnv logs("PET_LOGS_SPECS", "mine");
+  ScopedEnv numa("PET_NUMA_BINDING", "bogus");
+  auto p = ParseLaunchArgs({"--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE(p->config.logs_specs.has_value());
+  EXPECT_FALSE(p->config.numa_binding.has_value());
+}
+
+TEST(ArgsTorchrun2Test, EveryEventHandlerTorchRegisters) {
+  for (const char* name : {"null", "console", "dynamic_rendezvous"}) {
+    EXPECT_TRUE(Parse({"--event-log-handler", name, "--no-python", "true"}).ok()) << name;
+  }
+  auto bad = Parse({"--event-log-handler", "kafka", "--no-python", "true"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("null, console or dynamic_rendezvous"), std::string::npos);
+}
+
+TEST(ArgsTorchrun2Test, NumaBindingModesAreTorchs) {
+  auto bad = Parse({"--numa-binding", "cache", "--no-python", "true"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected node, socket, exclusive or core-complex"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -125,7 +125,10 @@ struct LaunchConfig {
   bool master_port_given = false;  // by flag or PET_MASTER_PORT
   std::optional<std::string> local_addr;
   std::optional<std::string> logs_specs;
+  // --numa-binding's mode, and each local rank's CPUs once BindWorkersToNuma
+  // (numa_binding.h) has chosen them; empty: workers run where trun may.
   std::optional<std::string> numa_binding;
+  std::vector<std::set<int>> worker_cpus;
 
   // Forwarded to the workers, then trun exits 128+signal.
   std::vector<int> signals_to_handle;

@@ -1,6 +1,10 @@
+// The clusters' environments trun reads: SLURM's (slurm_env.h) and
+// SkyPilot's (skypilot_env.h).
 #include "launch/slurm_env.h"
 
 #include <gtest/gtest.h>
+
+#include "launch/skypilot_env.h"
 
 namespace trun::launch {
 namespace {
@@ -89,6 +93,70 @@ TEST(SlurmLaunchDefaults, ABrokenEnvironmentNamesWhatIsMissing) {
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("node[1-"), std::string::npos);
   EXPECT_NE(d.status().message().find("--rdzv-endpoint"), std::string::npos);
+}
+
+// What SkyPilot exports on the second node of a 2-node cluster with 4 GPUs
+// per node.
+Env SkyPilotSecondNode() {
+  return {{"SKYPILOT_NODE_IPS", "10.0.0.5\n10.0.0.6\n"},
+          {"SKYPILOT_NODE_RANK", "1"},
+          {"SKYPILOT_NUM_NODES", "2"},
+          {"SKYPILOT_NUM_GPUS_PER_NODE", "4"},
+          {"SKYPILOT_TASK_ID", "sky-2026-11-26-02-00-00-000001_mycluster_1"}};
+}
+
+TEST(SkyPilotLaunchDefaults, OutsideSkyPilotThereAreNone) {
+  auto d = SkyPilotLaunchDefaults(From({}), "");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->empty());
+}
+
+TEST(SkyPilotLaunchDefaults, AC10dJobOnTheHeadNode) {
+  auto d = SkyPilotLaunchDefaults(From(SkyPilotSecondNode()), "");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->at("nnodes"), "2");
+  EXPECT_EQ(d->at("node_rank"), "1");
+  EXPECT_EQ(d->at("nproc_per_node"), "4");
+  EXPECT_EQ(d->at("rdzv_backend"), "c10d");
+  EXPECT_EQ(d->at("rdzv_id"), "sky-2026-11-26-02-00-00-000001_mycluster_1");
+  const std::string& ep = d->at("rdzv_endpoint");
+  ASSERT_TRUE(ep.starts_with("10.0.0.5:")) << ep;
+  const int port = std::stoi(ep.substr(9));
+  EXPECT_GE(port, 20000);
+  EXPECT_LT(port, 30000);
+  // Every node of the task computes the same endpoint; another task another.
+  Env head = SkyPilotSecondNode();
+  head["SKYPILOT_NODE_RANK"] = "0";
+  EXPECT_EQ(SkyPilotLaunchDefaults(From(head), "")->at("rdzv_endpoint"), ep);
+  Env other = SkyPilotSecondNode();
+  other["SKYPILOT_TASK_ID"] = "sky-2026-11-26-02-00-00-000002_mycluster_2";
+  EXPECT_NE(SkyPilotLaunchDefaults(From(other), "")->at("rdzv_endpoint"), ep);
+}
+
+TEST(SkyPilotLaunchDefaults, CpuClustersKeepTheWorkerCount) {
+  Env env = SkyPilotSecondNode();
+  env["SKYPILOT_NUM_GPUS_PER_NODE"] = "0";
+  env.erase("SKYPILOT_NUM_NODES");
+  auto d = SkyPilotLaunchDefaults(From(env), "");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->count("nproc_per_node"), 0u);
+  EXPECT_EQ(d->at("nnodes"), "2");  // the lines of SKYPILOT_NODE_IPS
+}
+
+TEST(SkyPilotLaunchDefaults, StaticGetsMasterAddrAndPort) {
+  auto d = SkyPilotLaunchDefaults(From(SkyPilotSecondNode()), "static");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->at("master_addr"), "10.0.0.5");
+  EXPECT_EQ(d->count("rdzv_backend"), 0u);
+  EXPECT_EQ(d->count("rdzv_endpoint"), 0u);
+}
+
+TEST(SkyPilotLaunchDefaults, ARankBeyondTheNodesIsAnError) {
+  Env env = SkyPilotSecondNode();
+  env["SKYPILOT_NODE_RANK"] = "2";
+  auto d = SkyPilotLaunchDefaults(From(env), "");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("SKYPILOT_NODE_RANK='2'"), std::string::npos);
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ struct ChildArgs {
   const int* default_signals;
   size_t default_signal_count;
   rlimit nofile;
+  bool set_cpus;
+  cpu_set_t cpus;
   int error;  // errno of the failed step, written by the child
   int step;   // which step failed, for the message
 };
@@ -51,7 +53,8 @@ const rlimit kStartNofile = [] {
 // CLOSE_RANGE_CLOEXEC from <linux/close_range.h>, which Debian 12's glibc
 // headers do not pull in.
 constexpr unsigned kCloseRangeCloexec = 1U << 2;
-constexpr const char* kSteps[] = {"", "setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2", "execve"};
+constexpr const char* kSteps[] = {"",     "setpgid", "prctl(PR_SET_PDEATHSIG)",
+                                  "dup2", "execve",  "sched_setaffinity"};
 
 // The kernel's struct sigaction. The child changes its signal dispositions
 // through the kernel directly, not libc's sigaction(): it shares the
@@ -117,6 +120,11 @@ int ChildMain(void* raw) {
   // descriptor past stdio is marked here (Linux 5.11; older kernels skip it).
   syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec);
   // The kernel's mask is the first 64 bits of glibc's sigset_t.
+  if (a->set_cpus && sched_setaffinity(0, sizeof a->cpus, &a->cpus) != 0) {
+    a->error = errno;
+    a->step = 5;
+    _exit(127);
+  }
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &a->child_mask, nullptr, sizeof(uint64_t));
   execve(a->path, a->argv, a->envp);
   a->error = errno;
@@ -186,6 +194,14 @@ Result<pid_t> Spawn(const SpawnOptions& options) {
   args.default_signals = options.default_signals.data();
   args.default_signal_count = options.default_signals.size();
   args.nofile = kStartNofile;
+  CPU_ZERO(&args.cpus);
+  for (int cpu : options.cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      return Status::InvalidArgument("spawn: no CPU " + std::to_string(cpu) + " to bind to");
+    }
+    CPU_SET(cpu, &args.cpus);
+  }
+  args.set_cpus = !options.cpus.empty();
   sigemptyset(&args.child_mask);
 
   // The child runs on its own small stack; CLONE_VFORK keeps us suspended

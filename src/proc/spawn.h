@@ -43,6 +43,9 @@ struct SpawnOptions {
   // Set to their default action in the child, even where this process
   // ignores them (a signal this process handles is always reset).
   std::vector<int> default_signals;
+  // The CPUs the child (and every thread it starts) may run on, set before
+  // it execs, as `numactl --physcpubind` does; empty: this process's.
+  std::vector<int> cpus;
 };
 
 // Resolves a program name the way execvp does, against `path` (PATH's value).

@@ -8,16 +8,19 @@ pytestmark = pytest.mark.once(
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--nproc-per-nod", 2, "x.py"], "did you mean '--nproc-per-node'"),
+    (["--nproc-per-nodes", 2, "x.py"], "did you mean '--nproc-per-node'"),
+    (["--n", 2, "x.py"], "ambiguous option: --n could match --nnodes, --nproc-per-node"),
     (["no_such_script.py"], "no_such_script.py' not found"),
     (["--nproc-per-node", 0, *worker()], "--nproc-per-node"),
     (["--nproc-per-node", "lots", *worker()], "--nproc-per-node"),
-    (["--nproc-per-node", "gpu", *worker()], "no GPU"),
+    (["--nproc-per-node", "xpu", *worker()], "XPU is not available"),
+    (["--logs-specs", "mine", *worker()], "trun supports only torch's entry point 'default'"),
+    (["--numa-binding", "everything", *worker()], "node, socket, exclusive or core-complex"),
+    (["--event-log-handler", "kafka", *worker()], "null, console or dynamic_rendezvous"),
     (["-r", "0:9", *worker()], "--redirects"),
     (["-t", "x", *worker()], "--tee"),
     (["--nnodes", 0, *worker()], "--nnodes"),
     (["--nnodes", "3:2", *worker()], "--nnodes"),
-    (["--nnodes", "1:2", *worker()], "fixed node count"),
     (["--standalone", "--nnodes", 2, *worker()], "--standalone"),
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-endpoint", "[::1", *worker()], "']'"),
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-conf", "join_timeout=soon", *worker()],

@@ -1,0 +1,272 @@
+"""A corpus of torchrun command lines, each decided by torch's own torchrun
+and by trun: the same accept/refuse decision and, where both accept, the same
+job (node counts, workers, rendezvous, restarts, node rank, the worker's
+command line).
+
+torchrun decides in one interpreter (tests/fixtures/torchrun_decide.py: its
+parse_args and run(), nothing launched); trun decides under TRUN_DRY_RUN=1
+(docs/cli.md#dry-run). The comparison needs torch 2.x's torchrun, which has
+every flag of the corpus; under torch 1.13 it is skipped. A few lines run end
+to end under both generations, comparing the workers' environments.
+
+Lines come from torchrun's documentation, torchtitan's run_train.sh, the
+command lines TorchX's dist.ddp generates, the flags of issue 28, and bad
+input. Where trun decides differently on purpose (docs/cli.md, "Where trun
+differs from torchrun"), the line says so and what trun does is asserted.
+"""
+import json
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES, PYTHON, TORCH2, base_env, trun
+from test_launch import compare_envs
+
+SCRIPT = str(FIXTURES / "dump_env.py")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+# (id, command line after `torchrun`, extra environment). {s} is a script.
+CORPUS = [
+    # torchrun's documentation (torch/distributed/run.py's docstring)
+    ("doc-standalone", "--standalone --nnodes=1 --nproc-per-node=2 {s} --arg1 x", {}),
+    ("doc-stacked", "--rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nnodes=1 "
+     "--nproc-per-node=2 {s}", {}),
+    ("doc-fault-tolerant", "--nnodes=2 --nproc-per-node=2 --max-restarts=3 --rdzv-id=job7 "
+     "--rdzv-backend=c10d --rdzv-endpoint=node1.example.com:29400 {s}", {}),
+    ("doc-elastic", "--nnodes=1:4 --nproc-per-node=2 --max-restarts=3 --rdzv-id=job7 "
+     "--rdzv-backend=c10d --rdzv-endpoint=node1.example.com {s}", {}),
+    ("doc-underscores", "--nproc_per_node=2 {s}", {}),
+    ("doc-launch-node0", "--nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 "
+     "--nproc_per_node=2 {s}", {}),
+    ("doc-launch-node1", "--nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=29500 "
+     "--nproc_per_node=2 {s}", {}),
+    ("doc-etcd-v2", "--nnodes=2 --nproc-per-node=2 --rdzv-backend=etcd-v2 "
+     "--rdzv-endpoint=localhost:2379 --rdzv-id=job7 {s}", {}),
+    ("doc-bare", "{s}", {}),
+    # torchtitan's run_train.sh and its multi-node variant
+    ("titan-run-train", "--nproc_per_node=2 --rdzv_backend c10d --rdzv_endpoint=localhost:0 "
+     "--local-ranks-filter 0 --role rank --tee 3 -m torchtitan.train "
+     "--job.config_file ./train_configs/llama3_8b.toml", {}),
+    ("titan-virtual-local-rank", "--nproc_per_node=2 --rdzv_backend c10d "
+     "--rdzv_endpoint=localhost:0 --virtual-local-rank --local-ranks-filter 0 --role rank "
+     "--tee 3 -m torchtitan.train --compile.mode jit", {}),
+    ("titan-multinode", "--nnodes 2 --nproc_per_node 2 --rdzv_id 101 --rdzv_backend c10d "
+     "--rdzv_endpoint 10.0.0.1:29500 -m torchtitan.train", {}),
+    # TorchX dist.ddp's generated command lines
+    ("torchx-ddp-1x2", "--rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id app-x1 "
+     "--nnodes 1 --nproc_per_node 2 --tee 3 --role '' {s}", {}),
+    ("torchx-ddp-2x4", "--rdzv_backend c10d --rdzv_endpoint node0:29500 --rdzv_id app-x2 "
+     "--nnodes 2 --nproc_per_node 4 --tee 3 --role '' {s} --lr 0.1", {}),
+    ("torchx-ddp-elastic-module", "--rdzv_backend c10d --rdzv_conf join_timeout=600,"
+     "close_timeout=60 --rdzv_endpoint node0:29500 --rdzv_id app-x3 --nnodes 1:3 "
+     "--nproc_per_node 2 --tee 3 --role '' -m my.module --epochs 2", {}),
+    ("torchx-ddp-static", "--rdzv_backend static --rdzv_endpoint node0:29500 --rdzv_id app-x4 "
+     "--nnodes 2 --nproc_per_node 1 --tee 3 --role '' --node_rank 1 --master_addr node0 "
+     "--master_port 29500 {s}", {}),
+    # argparse's abbreviations (issue 28)
+    ("abbrev-issue", "--nnode 2 --max_restart 2 --nproc-per 4 --rdzv-backend c10d "
+     "--rdzv-endpoint h:1 {s}", {}),
+    ("abbrev-static", "--nnode 2 --max_restart 2 --nproc-per 4 {s}", {}),
+    ("abbrev-equals", "--nproc_per=3 --max-r=1 {s}", {}),
+    ("abbrev-standal", "--standal --nproc-per-n 2 {s}", {}),
+    ("abbrev-event-log", "--event-log console {s}", {}),
+    ("ambiguous-n", "--n 2 {s}", {}),
+    ("ambiguous-nproc", "--nproc 2 {s}", {}),
+    ("ambiguous-rdzv", "--rdzv c10d {s}", {}),
+    ("ambiguous-max", "--max 1 {s}", {}),
+    ("ambiguous-master", "--master 10.0.0.1 {s}", {}),
+    ("unknown-option", "--nprocs-per-node 2 {s}", {}),
+    ("given-twice", "--nnodes 2 --nnodes 1 --max-restarts 1 --max_restarts 3 {s}", {}),
+    # --node-rank off static, --standalone with a range
+    ("node-rank-c10d", "--node-rank 1 --rdzv-backend c10d {s}", {}),
+    ("node-rank-implied-standalone", "--node-rank 1 {s}", {}),
+    ("node-rank-elastic", "--nnodes 1:3 --node-rank 5 --rdzv-backend c10d "
+     "--rdzv-endpoint h:29400 {s}", {}),
+    ("static-range", "--nnodes 1:2 --master-addr 10.0.0.1 --master-port 29511 {s}", {}),
+    ("standalone-range", "--nnodes 1:2 --standalone {s}", {}),
+    ("standalone-overrides", "--standalone --rdzv-backend etcd --rdzv-id x {s}", {}),
+    # --logs-specs, --numa-binding, the event handlers, PET_ variables
+    ("logs-specs-default", "--logs-specs default {s}", {}),
+    ("logs-specs-underscore", "--logs_specs=default {s}", {}),
+    ("logs-specs-other", "--logs-specs mine {s}", {}),
+    ("numa-node", "--numa-binding node {s}", {}),
+    ("numa-socket", "--numa-binding=socket {s}", {}),
+    ("numa-exclusive", "--numa_binding exclusive {s}", {}),
+    ("numa-core-complex", "--numa-binding core-complex {s}", {}),
+    ("numa-bad", "--numa-binding cache {s}", {}),
+    ("event-dynamic-rendezvous", "--event-log-handler dynamic_rendezvous {s}", {}),
+    ("event-console", "--event_log_handler console {s}", {}),
+    ("event-unknown", "--event-log-handler kafka {s}", {}),
+    ("pet-numa-ignored", "{s}", {"PET_NUMA_BINDING": "bogus"}),
+    ("pet-logs-specs-ignored", "{s}", {"PET_LOGS_SPECS": "mine"}),
+    ("pet-nproc", "{s}", {"PET_NPROC_PER_NODE": "3", "PET_NNODES": "1"}),
+    ("pet-standalone", "{s}", {"PET_STANDALONE": "1", "PET_NPROC_PER_NODE": "2"}),
+    ("kubeflow-trainer-v2", "{s}", {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2",
+                                    "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "job-node-0-0.job",
+                                    "PET_MASTER_PORT": "29400"}),
+    # --nproc-per-node's device kinds (torch's counts in the worker interpreter)
+    ("nproc-cpu", "--nproc-per-node cpu {s}", {}),
+    ("nproc-gpu", "--nproc-per-node gpu {s}", {}),
+    ("nproc-xpu", "--nproc-per-node xpu {s}", {}),
+    ("nproc-auto", "--nproc-per-node auto {s}", {}),
+    ("nproc-word", "--nproc-per-node lots {s}", {}),
+    # other values, good and bad
+    ("nnodes-zero", "--nnodes 0 {s}", {}),
+    ("nnodes-reversed", "--nnodes 3:2 {s}", {}),
+    ("nnodes-word", "--nnodes x {s}", {}),
+    ("nnodes-three-parts", "--nnodes 1:2:3 {s}", {}),
+    ("max-restarts-negative", "--max-restarts -1 {s}", {}),
+    ("max-restarts-word", "--max-restarts x {s}", {}),
+    ("monitor-interval", "--monitor-interval 0.5 --start-method fork {s}", {}),
+    ("start-method-bad", "--start-method thread {s}", {}),
+    ("backend-unknown", "--nnodes 2 --rdzv-backend zookeeper --rdzv-endpoint h:1 {s}", {}),
+    ("local-ranks-filter-bad", "--local-ranks-filter a {s}", {}),
+    ("local-ranks-filter", "--local-ranks-filter 0,1 --nproc-per-node 2 {s}", {}),
+    ("redirects-tee", "-r 3 -t 1 {s}", {}),
+    ("redirects-map", "-r 0:3,1:2 --nproc-per-node 2 {s}", {}),
+    ("tee-bad", "-t x {s}", {}),
+    ("no-python-and-module", "--no-python -m x", {}),
+    ("no-python", "--no-python true a b", {}),
+    ("module", "-m json.tool --help", {}),
+    ("run-path", "--run-path {s} x", {}),
+    ("role-and-id", "--role trainer --max-restarts 2 --rdzv-id myjob {s}", {}),
+    ("static-one-node-port", "--master-port 29511 --nproc-per-node 2 {s}", {}),
+    ("static-node1", "--master-addr 10.1.1.1 --master-port 29511 --nnodes 2 --node-rank 1 {s}",
+     {}),
+    ("static-node-rank-one-of-one", "--node-rank 1 --master-port 29511 {s}", {}),
+    ("standalone-two-nodes", "--standalone --nnodes 2 {s}", {}),
+    ("signals", "--signals-to-handle SIGTERM,SIGUSR1 {s}", {}),
+    ("shutdown-timeout", "--shutdown-timeout 5 {s}", {}),
+    ("duplicate-filters", "--duplicate-stdout-filters a,b --tee 3 {s}", {}),
+    ("prefix-template", "--log-line-prefix-template [${rank}] --tee 3 {s}", {}),
+    ("rdzv-conf", "--nnodes=2:4 --rdzv-backend=c10d --rdzv-endpoint=h:29400 "
+     "--rdzv-conf=join_timeout=900,last_call_timeout=60 {s}", {}),
+    ("no-script", "--nproc-per-node 2", {}),
+]
+
+# Lines where trun decides otherwise on purpose, with the reason; what trun
+# does is asserted instead of torchrun's decision. Keys: "refuse" (trun
+# refuses what torchrun accepts and then hangs or times out), or a dict of
+# config values that differ.
+DIFFERENCES = {
+    # torchrun keeps --nnodes 2 with --standalone and waits forever on a port
+    # no other node knows; trun says so.
+    "standalone-two-nodes": "refuse",
+    # torchrun's static agent of node rank 1 of 1 waits for a node 0 that
+    # never comes, until its timeout; trun says so.
+    "static-node-rank-one-of-one": "refuse",
+    # trun's config states what torch's static rendezvous waits for: MAX
+    # nodes (torch's LaunchConfig keeps MIN, which its static backend ignores).
+    "static-range": {"min_nodes": 2},
+    # The lone node of --standalone starts at once; torchrun waits
+    # last_call_timeout for a second node that cannot come.
+    "standalone-range": {"max_nodes": 1},
+    # trun keeps a given --rdzv-id where --standalone is only implied (its
+    # log folder and events name it); torchrun replaces it with a uuid.
+    "role-and-id": {"run_id": "myjob"},
+}
+
+COMPARED = ("min_nodes", "max_nodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint",
+            "max_restarts", "monitor_interval", "start_method", "role", "numa_binding")
+
+
+def argv_of(line):
+    return shlex.split(line.replace("{s}", shlex.quote(SCRIPT)))
+
+
+def test_the_corpus_is_large_and_unique():
+    assert len(CORPUS) >= 60
+    assert len({case[0] for case in CORPUS}) == len(CORPUS)
+    assert set(DIFFERENCES) <= {case[0] for case in CORPUS}
+
+
+def corpus_env(extra):
+    env = base_env(**extra)
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def torchrun_decisions():
+    if not TORCH2:
+        pytest.skip("the corpus is checked against torch 2.x's torchrun (torch 1.13's lacks most "
+                    "of its flags); this pass runs torch 1.13")
+    cases = [{"argv": argv_of(line), "env": {k: str(v) for k, v in env.items()}}
+             for _, line, env in CORPUS]
+    env = base_env()
+    for k in ("TRUN_DRY_RUN",):
+        env.pop(k, None)
+    r = subprocess.run([PYTHON, str(FIXTURES / "torchrun_decide.py")], input=json.dumps(cases),
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    decisions = json.loads(r.stdout)
+    assert len(decisions) == len(CORPUS)
+    return {case[0]: d for case, d in zip(CORPUS, decisions)}
+
+
+def trun_decision(line, extra):
+    env = corpus_env(extra)
+    env["TRUN_DRY_RUN"] = "1"
+    r = trun(*argv_of(line), env=env, timeout=180)
+    if r.returncode != 0:
+        return {"ok": False, "why": f"exit {r.returncode}: {r.err.strip()}"}
+    d = json.loads(r.out)
+    d["ok"] = True
+    return d
+
+
+@pytest.mark.parametrize("name,line,extra", CORPUS, ids=[c[0] for c in CORPUS])
+def test_trun_decides_as_torchrun(torchrun_decisions, name, line, extra):
+    theirs = torchrun_decisions[name]
+    ours = trun_decision(line, extra)
+    difference = DIFFERENCES.get(name)
+    if difference == "refuse":
+        assert theirs["ok"], theirs
+        assert not ours["ok"], ours
+        return
+    assert ours["ok"] == theirs["ok"], f"trun: {ours}\ntorchrun: {theirs}"
+    if not ours["ok"]:
+        return
+    expected = {k: theirs[k] for k in COMPARED}
+    expected.update(difference or {})
+    assert {k: ours[k] for k in expected} == expected
+    if UUID.match(theirs["run_id"]) and "run_id" not in (difference or {}):
+        assert UUID.match(ours["run_id"]), ours["run_id"]
+    else:
+        assert ours["run_id"] == (difference or {}).get("run_id", theirs["run_id"])
+    # torch gives --node-rank to the static backend alone.
+    if theirs["rdzv_backend"] == "static":
+        assert ours["node_rank"] == theirs["node_rank"]
+    # dynamic_rendezvous is a null handler in torch; trun's config says null.
+    assert ours["event_log_handler"] == {"dynamic_rendezvous": "null"}.get(
+        theirs["event_log_handler"], theirs["event_log_handler"])
+    if theirs["worker_argv"] is not None:
+        # The interpreter's path aside (torchrun's is sys.executable).
+        assert ours["worker_argv"][1:] == theirs["worker_argv"][1:]
+
+
+# ---- end to end: the workers' environments -------------------------------------
+
+# Lines both generations' torchrun read (torch 1.13 has only the underscore
+# spellings), with the worker count; 2.x-only lines are skipped under 1.13.
+END_TO_END = [
+    ("standalone", "--standalone --nnodes=1 --nproc_per_node=2", 2, False),
+    ("abbreviations", "--nproc_per=2 --max_r=1 --standal", 2, False),
+    ("node-rank-off-static", "--standalone --node_rank 1 --nproc_per_node 2", 2, False),
+    ("event-dynamic-rendezvous",
+     "--standalone --nproc_per_node 2 --event_log_handler dynamic_rendezvous", 2, True),
+    ("logs-specs-default", "--standalone --nproc_per_node 2 --logs_specs default", 2, True),
+]
+
+
+@pytest.mark.parametrize("name,flags,n,torch2_only", END_TO_END, ids=[e[0] for e in END_TO_END])
+def test_end_to_end_workers_see_what_torchrun_gives(tmp_path, name, flags, n, torch2_only):
+    if torch2_only and not TORCH2:
+        pytest.skip("torch 1.13's torchrun lacks this flag or value")
+    diffs = [d for d in compare_envs(tmp_path, flags.split(), flags.split(), n) if d[2] != d[3]]
+    # As test_launch.py's standalone comparison: torch 1.13's c10d agent lets
+    # worker rank 0 host the store, trun's agent hosts it.
+    expected = set() if TORCH2 else {("TORCHELASTIC_USE_AGENT_STORE", "True", "False")}
+    assert {(d[1], d[2], d[3]) for d in diffs} == expected, diffs
