@@ -33,6 +33,9 @@ class SingleNode final : public Rendezvous {
                           : ""));
     }
     server_ = std::move(*server);
+    // trun's keys are the agent's alone here too (--standalone makes a
+    // token of its own): no local process can reach them without it.
+    if (!config_.rdzv.job_token.empty()) server_->RequireJobToken(config_.rdzv.job_token);
     Participant self{FqdnHostname(),
                      config_.rdzv_backend == "static" ? config_.master_addr
                                                       : config_.local_addr.value_or(FqdnHostname()),

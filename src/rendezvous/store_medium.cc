@@ -154,18 +154,8 @@ class StoreMedium final : public Medium {
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     o_.endpoint_port = server_->port();
-    if (!o_.job_token.empty()) {
-      server_->RequireJobToken(o_.job_token);
-    } else {
-      static bool warned = false;
-      if (!std::exchange(warned, true)) {
-        log::Warning(
-            "rendezvous: the store on port {} listens on every address and this job has no "
-            "token: anyone who reaches the port can join or end its rounds; give every agent "
-            "the same TRUN_JOB_TOKEN (docs/cli.md, \"The job token\")",
-            o_.endpoint_port);
-      }
-    }
+    // Without a token every agent has warned already (launch/args.cc).
+    if (!o_.job_token.empty()) server_->RequireJobToken(o_.job_token);
     // Until a round closes nobody is a member: agents that join reach
     // only the rendezvous's keys (docs/rendezvous.md, "Who may use the
     // store").
