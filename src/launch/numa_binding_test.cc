@@ -13,6 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/source_dir_for_tests.h"
+
 namespace trun::launch {
 namespace {
 
@@ -71,7 +73,7 @@ class FakeSysfs {
 };
 
 json Topologies() {
-  std::ifstream f(std::string(TRUN_SOURCE_DIR) + "/src/launch/testdata/numa_topologies.json");
+  std::ifstream f(SourceDirForTests() / "src/launch/testdata/numa_topologies.json");
   return json::parse(f);
 }
 

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/source_dir_for_tests.h"
+
 namespace trun::rendezvous {
 namespace {
 
@@ -52,17 +54,7 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// tools/etcd-server of this source tree: TRUN_SOURCE_DIR names the tree
-// (ctest sets it), else the test binary is taken to be in a build folder of
-// the tree (build/trun_tests). Not a compile-time definition: an absolute
-// path on the command line would make every clone miss the compiler cache.
-std::string EtcdServerTool() {
-  const char* dir = std::getenv("TRUN_SOURCE_DIR");
-  std::filesystem::path root =
-      dir ? std::filesystem::path(dir)
-          : std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path();
-  return (root / "tools" / "etcd-server").string();
-}
+std::string EtcdServerTool() { return (SourceDirForTests() / "tools" / "etcd-server").string(); }
 
 // A real etcd (tools/etcd-server), once for the suite.
 class EtcdClientTest : public testing::Test {

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "common/files.h"
+#include "common/source_dir_for_tests.h"
 
 namespace trun::schedulers::slurm {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 using specs::AppState;
 
 std::string Fixture(const std::string& name) {
-  auto dir = std::filesystem::path(__FILE__).parent_path() / "testdata" / "slurm";
+  auto dir = SourceDirForTests() / "src" / "schedulers" / "testdata" / "slurm";
   auto text = ReadFile((dir / name).string());
   EXPECT_TRUE(text.ok()) << name;
   return text.ok() ? *text : "";
