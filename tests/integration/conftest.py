@@ -48,16 +48,21 @@ def pytest_configure(config):
         "deselects it with -m 'not once'); the reason says why torch 2.x would test nothing "
         "more")
     config.addinivalue_line(
+        "markers", "timing(reason): asserts how fast trun does something; runs after the "
+        "parallel tests, alone (Makefile), so that it measures trun, not the other tests")
+    config.addinivalue_line(
         "markers", "attack: an attack on the job token or a port (test_attacks.py); the run's "
         "summary says how many were tried")
 
 
 def pytest_collection_modifyitems(items):
-    """Every `once` names its reason: a test left out of a pass says why."""
+    """Every `once` and `timing` names its reason: a test left out of a pass,
+    or of the parallel run, says why."""
     for item in items:
-        for m in item.iter_markers("once"):
-            if not (m.args or m.kwargs.get("reason")):
-                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.once needs a reason")
+        for name in ("once", "timing"):
+            for m in item.iter_markers(name):
+                if not (m.args or m.kwargs.get("reason")):
+                    raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs a reason")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -88,6 +93,10 @@ def base_env(**extra):
     env.pop("USE_LIBUV", None)
     if TORCH2 and not TORCH_HAS_LIBUV:
         env["USE_LIBUV"] = "0"
+    # Tests run side by side (pytest-xdist): torch 1.13's torchrun takes its
+    # fixed ports in turn (tools/torchrun113). The ports are the host's, so
+    # the lock is too.
+    env["TORCHRUN113_PORT_LOCK"] = "/tmp/trun-tests-torchrun113-ports.lock"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -76,6 +76,8 @@ def test_etcd_v2_name_and_restart_budget(agents, etcd, tmp_path):
     assert "ValueError: boom" in out
 
 
+@pytest.mark.timing(
+    "asserts recovery within the lease's expiry plus the workers' start-up")
 @pytest.mark.parametrize("victim", ["ordinary", "coordinator"])
 def test_kill_9_of_an_agent_and_the_survivor_carries_on(agents, etcd, tmp_path, victim):
     args = elastic(etcd, f"kill-{victim}", tmp_path / "ckpt.pt")

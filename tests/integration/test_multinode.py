@@ -111,6 +111,8 @@ def elastic(port, nnodes, ckpt, *extra):
             *extra, ELASTIC, "--steps", 40, "--step-time", 0.1, "--ckpt", ckpt]
 
 
+@pytest.mark.timing(
+    "asserts recovery within the heartbeat timeout plus the workers' start-up")
 @pytest.mark.parametrize("victim", ["ordinary", "store_host"])
 def test_kill_9_of_an_agent_and_the_survivor_finishes_alone(agents, tmp_path, victim):
     args = elastic(free_port(), "1:2", tmp_path / "ckpt.pt")

@@ -332,6 +332,8 @@ def f():
 """
 
 
+@pytest.mark.timing(
+    "asserts how soon nothing is left running")
 @pytest.mark.parametrize("how", ["kill9", "ctrl-c"])
 def test_launcher_gone_leaves_nothing_running(tmp, ssh_config, how):
     token = f"TORCH_TRUN_TEST_{uuid.uuid4().hex}"

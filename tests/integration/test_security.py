@@ -49,6 +49,8 @@ def test_a_host_outside_the_round_is_refused_while_the_workers_train(agents, hos
     assert "RESULT world=2" in h1.text() + h2.text()
 
 
+@pytest.mark.timing(
+    "the stranger's torch client gives up connecting after 5 s")
 def test_store_allow_any_lets_a_stranger_in(agents, hosts, tmp_path):
     args = ["--nnodes", 1, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
             "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "sec",
