@@ -61,6 +61,8 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Until it has shown the launcher's token, a connection gets at most
 # _wire.HELLO_MAX bytes and this many seconds; a worker sends its hello at once.
 _HELLO_WITHIN = 10.0
+# accept()'s errors that mean "no descriptor now", not "the port is closed".
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
 # The shell each agent runs under. It first reads variables from stdin, one
@@ -368,8 +370,10 @@ class _Run:
         # (attempt, rank) -> ("ok", value) | ("err", info) ; hellos by (attempt, rank)
         self.outcomes: dict[tuple[int, int], tuple[str, Any]] = {}
         self.hellos: dict[tuple[int, int], dict] = {}
-        self.conns: list[threading.Thread] = []
-        self.socks: list[socket.socket] = []
+        # The workers' connections still open and their threads: each leaves
+        # both when it ends, so that a flood of bad hellos costs nothing after.
+        self.conns: set[threading.Thread] = set()
+        self.socks: set[socket.socket] = set()
         self.stopping = False
         self.logger = logging.getLogger("trun.run")
         self.logger.propagate = False
@@ -612,12 +616,18 @@ class _Run:
         while True:
             try:
                 sock, _ = server.accept()
-            except OSError:
+            except OSError as e:
+                # Out of descriptors (a flood of idle connections, each held
+                # until its hello's deadline): the port must outlive it, so
+                # wait for some to close. Anything else is the port closing.
+                if e.errno in _OUT_OF_DESCRIPTORS and not self.stopping:
+                    time.sleep(0.1)
+                    continue
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.socks.append(sock)
+            self.socks.add(sock)
             t = threading.Thread(target=self._serve, args=(sock,), daemon=True)
-            self.conns.append(t)
+            self.conns.add(t)
             t.start()
 
     def _serve(self, sock: socket.socket) -> None:
@@ -649,13 +659,17 @@ class _Run:
             with self.changed:
                 self.outcomes[key] = outcome
                 self.changed.notify_all()
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+        except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+            # A hello nested past the parser's depth raises RecursionError:
+            # like any other bad frame, it only drops its connection.
             pass
         finally:
             try:
                 sock.close()
             except OSError:
                 pass
+            self.socks.discard(sock)
+            self.conns.discard(threading.current_thread())
 
     # ---- waiting and deciding -------------------------------------------------
 

@@ -717,12 +717,13 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
   c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
   // trun's own store guards its keys (/trun/) with the job token. A
-  // standalone agent shares that store with no other agent, so a token of
-  // its own costs nothing and keeps every other local process out of its
-  // rounds; the workers' keys (torch's) never needed one. A job of several
-  // nodes needs the same token on every agent, which only its user can give.
+  // standalone agent, or the one agent a job of one node admits, shares that
+  // store with no other agent, so a token of its own costs nothing and keeps
+  // every other local process out of its rounds; the workers' keys (torch's)
+  // never needed one. A job of several nodes needs the same token on every
+  // agent, which only its user can give.
   const bool trun_store = c.rdzv_backend == "static" || c.rdzv_backend == "c10d";
-  if (c.standalone && c.rdzv.job_token.empty()) {
+  if ((c.standalone || (trun_store && c.max_nodes == 1)) && c.rdzv.job_token.empty()) {
     c.rdzv.job_token = store::NewJobToken();
   } else if (trun_store && c.max_nodes > 1 && c.rdzv.job_token.empty()) {
     log::Warning(

@@ -65,6 +65,11 @@ TEST(ArgsTest, StandaloneMakesAJobTokenOfItsOwnUnlessGivenOne) {
   unsetenv("TRUN_JOB_TOKEN");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->config.rdzv.job_token, "given-token-0123456789");
+  // One c10d node at an endpoint of its own: nobody to share a token with.
+  auto one = Parse(
+      {"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--no-python", "true"});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->config.rdzv.job_token.size(), 64u);
   // Several nodes need the same token on every agent: none is made up.
   auto d = Parse(
       {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--no-python", "true"});

@@ -571,9 +571,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       g_dropped.fetch_add(1, std::memory_order_relaxed);
       std::error_code ec;
       auto ep = c->socket.remote_endpoint(ec);
-      log::Warning(
-          "store: dropped client {}: {}",
-          ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port()), why);
+      // Limited as refusals are: a client that breaks the protocol in a
+      // loop costs a line a minute.
+      LogRefusal(ec ? asio::ip::address() : Unmapped(ep.address()), why,
+                 fmt::format("store: dropped client {}: {}",
+                             ec ? std::string("?")
+                                : fmt::format("{}:{}", ep.address().to_string(), ep.port()),
+                             why));
     }
     RetireWaits(*c);
     for (auto& key : c->watched) {
