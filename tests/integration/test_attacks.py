@@ -708,6 +708,7 @@ LAUNCHER_ATTACKS = {
         struct.pack("!BQ", 1, 7) + b"[1,2,3]",          # not an object
         struct.pack("!BQ", 1, 4) + b"\xff\xfe{{",       # not JSON
         _hello(token="\u00e9" * 32),                    # not ASCII
+        struct.pack("!BQ", 1, 4000) + b"[" * 2000 + b"]" * 2000,  # nested past the parser
     ]) == [],
     # A hello has 10 s in all.
     "slow": lambda a: (_slow(a, _hello()) or 99) < 16,
@@ -737,6 +738,7 @@ def _start_launcher(tmp_path, hosts=("localhost",), extra="", **env):
 def _launcher_result(p):
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, out + err
+    assert "RecursionError" not in err, err  # a nested hello is a bad frame, no more
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     ranks = json.loads(line[len("RESULT "):])
     assert len(ranks) == 2 and len({r["digest"] for r in ranks}) == 1, ranks
