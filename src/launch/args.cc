@@ -106,6 +106,10 @@ constexpr OptionRow kOptions[] = {
      "else 30)."},
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank",
      "Every worker sees LOCAL_RANK=0 and only its own GPU, through CUDA_VISIBLE_DEVICES.", true},
+    {"--failure-lines,--failure_lines", "failure_lines",
+     "Lines of the failed worker's output, per stream, printed before the failure table "
+     "(default 20; 0 for none).",
+     false, true, true},
     {"--print-completion,--print_completion", "print_completion",
      "Print a completion script for bash, zsh or tcsh and exit.", false, true},
 };
@@ -497,6 +501,11 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   c.standalone = flags["standalone"];
   if (given("max_restarts")) {
     if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p)) c.max_restarts = *n;
+  }
+  if (given("failure_lines")) {
+    if (auto n = ParseNonNegative("--failure-lines", value("failure_lines"), p)) {
+      c.failure_lines = *n;
+    }
   }
   if (given("monitor_interval")) {
     auto d = ParseDouble(value("monitor_interval"));
