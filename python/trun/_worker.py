@@ -66,6 +66,10 @@ def _watch_launcher(sock: socket.socket) -> None:
         os._exit(75)
 
 
+# Longest record line sent whole (the agent's pump holds at most 64 KiB of a line).
+_RECORD_MAX = 60000
+
+
 class _RecordLines(logging.Handler):
     """Writes each record as one line of stderr that the launcher reads back
     as a record of the same level and logger (logs.RECORD_MARK)."""
@@ -80,7 +84,12 @@ class _RecordLines(logging.Handler):
             if record.stack_info:
                 msg += "\n" + record.stack_info
             line = json.dumps({"level": record.levelno, "name": record.name, "msg": msg})
-            sys.stderr.write(RECORD_MARK + line + "\n")
+            if len(line) > _RECORD_MAX:
+                # The agent cuts lines past 64 KiB: such a record goes as
+                # plain lines (ERROR, as any stderr line) rather than cut JSON.
+                sys.stderr.write(f"{record.levelname}:{record.name}:{msg}\n")
+            else:
+                sys.stderr.write(RECORD_MARK + line + "\n")
             sys.stderr.flush()
         except Exception:  # noqa: BLE001
             self.handleError(record)

@@ -166,6 +166,9 @@ def test_a_worker_record_travels_as_one_line(capsys):
     for text in ("plain", logs.RECORD_MARK + "{not json", logs.RECORD_MARK + '{"level": 1}'):
         assert launcher._logged_record(text) is None
     assert json.loads(line[len(logs.RECORD_MARK):])["level"] == 30
+    # Past what the agent passes whole: plain text, every character kept.
+    h.emit(logging.getLogger("big").makeRecord("big", logging.INFO, "", 0, "x" * 70000, (), None))
+    assert capsys.readouterr().err == "INFO:big:" + "x" * 70000 + "\n"
 
 
 def test_integrations_cli():
