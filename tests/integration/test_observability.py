@@ -390,7 +390,11 @@ def test_stacks_of_a_hung_rank_name_its_own_line_and_the_others_collective(tmp, 
     try:
         def hung():
             r = stacks_of(a.port, token)
-            assert r.returncode == 0, r.err
+            if r.returncode != 0:
+                # While it starts its workers an agent may not answer within
+                # trun stack's 2 s (seen with warm starts on a loaded host).
+                assert "no whole reply in time" in r.err, r.err
+                return None
             (node,) = json.loads(r.out)
             workers = {w["rank"]: w for w in node["workers"]}
 
