@@ -17,6 +17,7 @@
 #include "store/admission.h"
 #include "store/auth.h"
 #include "store/encode.h"
+#include "store/pressure.h"
 
 namespace trun::store {
 
@@ -91,7 +92,11 @@ Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spe
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
  public:
   Impl(asio::io_context& io, ServerOptions options)
-      : options_(std::move(options)), acceptor_(io), accept_retry_(io) {}
+      : options_(std::move(options)),
+        acceptor_(io),
+        accept_retry_(io),
+        partial_sweep_(io),
+        partial_(options_.max_partial_bytes) {}
 
   Status Listen() {
     // As torch's libuv server: "" or "::" is every address over IPv6 and
@@ -106,6 +111,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::error_code ec;
     acceptor_.close(ec);
     accept_retry_.cancel();
+    partial_sweep_.cancel();
     for (auto& [id, c] : connections_) c->Close();
     connections_.clear();
     observer_ = nullptr;
@@ -242,14 +248,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       Request req;
       while (true) {
         auto r = parser.Next(&req);
-        if (r == RequestParser::Result::kNeedMore) return true;
+        if (r == RequestParser::Result::kNeedMore) break;
         if (r == RequestParser::Result::kError) {
           server.Drop(shared_from_this(), parser.error());
           return false;
         }
+        judged_args = 0;
         server.Handle(shared_from_this(), req);
         if (closed || closing) return false;
       }
+      return server.JudgePending(shared_from_this()) && server.HoldPartial(shared_from_this(), n);
     }
 
     // Whether `n` more reply bytes fit under the limit on what a connection
@@ -327,6 +335,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     bool proven = false;                         // showed the job token (auth.h)
     std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
     std::vector<std::string> watched;            // v1 WATCH_KEY registrations
+    size_t judged_args = 0;                      // args of the unfinished request already judged
   };
 
   void Accept() {
@@ -445,12 +454,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // the request was answered here (the job token's exchange) or refused;
   // `untrun` says to leave trun's keys out of the answer.
   bool Admitted(const std::shared_ptr<Connection>& c, const Request& r, bool& untrun) {
-    Standing s;
-    s.token_asked = !job_token_.empty();
-    s.proven = c->proven;
-    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
-    s.stranger = c->stranger;
-    Admission a = Admit(r, s);
+    Admission a = Admit(r, StandingOf(*c));
     switch (a.verdict) {
       case Verdict::kServe:
       case Verdict::kServeUntrun:
@@ -470,20 +474,95 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         CheckProof(c, r);
         return false;
       case Verdict::kRefuseTrunKeys:
-        Refuse(c, "trun's keys",
-               fmt::format("store: refused {} from {}: trun's keys need the job token, which "
-                           "this client has not shown; every agent of the job needs the same "
-                           "TRUN_JOB_TOKEN",
-                           OpName(r.op), c->peer.to_string()));
-        return false;
       case Verdict::kRefuseStranger:
-        Refuse(c, "stranger",
-               fmt::format("store: refused {} from {}: not a host of the job's current round, "
-                           "which may use only the rendezvous's keys; {}",
-                           OpName(r.op), c->peer.to_string(), allow_->widen_hint));
+        RefuseRequest(c, a.verdict, r.op);
         return false;
     }
     return false;
+  }
+
+  Standing StandingOf(const Connection& c) const {
+    Standing s;
+    s.token_asked = !job_token_.empty();
+    s.proven = c.proven;
+    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
+    s.stranger = c.stranger;
+    return s;
+  }
+
+  void RefuseRequest(const std::shared_ptr<Connection>& c, Verdict verdict, Op op) {
+    if (verdict == Verdict::kRefuseTrunKeys) {
+      Refuse(c, "trun's keys",
+             fmt::format("store: refused {} from {}: trun's keys need the job token, which "
+                         "this client has not shown; every agent of the job needs the same "
+                         "TRUN_JOB_TOKEN",
+                         OpName(op), c->peer.to_string()));
+    } else {
+      Refuse(c, "stranger",
+             fmt::format("store: refused {} from {}: not a host of the job's current round, "
+                         "which may use only the rendezvous's keys; {}",
+                         OpName(op), c->peer.to_string(), allow_->widen_hint));
+    }
+  }
+
+  // The unfinished request's keys, as soon as each is parsed: a request
+  // the admission rule refuses is closed before its value is read, so a
+  // client without the token cannot make the store buffer a value under
+  // trun's keys. Only refusals are final here; the token's exchange and
+  // everything served are decided when the request is whole. Returns
+  // false when `c` was closed.
+  bool JudgePending(const std::shared_ptr<Connection>& c) {
+    const Request* p = c->parser.pending();
+    if (p == nullptr || p->args.size() == c->judged_args) return true;
+    c->judged_args = p->args.size();
+    Admission a = Admit(*p, StandingOf(*c));
+    if (a.verdict != Verdict::kRefuseTrunKeys && a.verdict != Verdict::kRefuseStranger) {
+      return true;
+    }
+    RefuseRequest(c, a.verdict, p->op);
+    return false;
+  }
+
+  // Books what `c`'s unfinished request holds after `arrived` bytes, and
+  // closes connections while unfinished requests hold more than the
+  // budget (pressure.h). Returns false when `c` was closed.
+  bool HoldPartial(const std::shared_ptr<Connection>& c, size_t arrived) {
+    partial_.Update(c->id, arrived, c->parser.held(), Clock::now());
+    while (auto victim = partial_.OverBudget()) {
+      auto it = connections_.find(*victim);
+      if (it == connections_.end()) {
+        partial_.Remove(*victim);
+        continue;
+      }
+      Drop(it->second,
+           fmt::format("unfinished requests held more than the store's budget of {} bytes, and "
+                       "this client's waited longest for its next byte",
+                       options_.max_partial_bytes));
+    }
+    if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
+    return !c->closed;
+  }
+
+  // About once a second while any request is unfinished: close those
+  // under the rate floor (pressure.h).
+  void SweepPartial() {
+    partial_sweep_armed_ = true;
+    partial_sweep_.expires_after(std::chrono::seconds(1));
+    partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
+      self->partial_sweep_armed_ = false;
+      if (ec || !self->acceptor_.is_open()) return;
+      for (uint64_t id : self->partial_.Stalled(Clock::now())) {
+        auto it = self->connections_.find(id);
+        if (it == self->connections_.end()) {
+          self->partial_.Remove(id);
+          continue;
+        }
+        self->Drop(it->second, fmt::format("its unfinished request got under {} bytes in {} s, the "
+                                           "floor for a request that is not whole",
+                                           kPartialFloorBytes, kPartialWindow.count()));
+      }
+      if (self->partial_.size() > 0) self->SweepPartial();
+    });
   }
 
   // The job token's exchange, step 2 (auth.h): the agent's proof for this
@@ -539,30 +618,24 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   // Refusals are logged at most once a minute per source address and
   // reason, with how many were not logged since: a client that guesses the
-  // token or probes in a loop costs a line a minute, not one per try. No
+  // token or probes in a loop costs a line a minute, not one per try, and
+  // one with thousands of addresses a line a minute more (pressure.h). No
   // source is ever banned for them: a prober on a member host must not
   // lock out its real agent.
   void LogRefusal(const asio::ip::address& source, const std::string& reason,
                   const std::string& line) {
-    auto now = std::chrono::steady_clock::now();
-    if (refusals_.size() >= kMaxRefusalSources) {
-      std::erase_if(refusals_, [&](const auto& kv) { return now - kv.second.logged > kLogEvery; });
-    }
-    // Still full: each new source costs one line, as before any limit.
-    if (refusals_.size() >= kMaxRefusalSources) refusals_.clear();
-    auto [it, fresh] = refusals_.try_emplace(source.to_string() + " " + reason);
-    RefusalLog& r = it->second;
-    if (!fresh && now - r.logged < kLogEvery) {
-      ++r.unlogged;
-      return;
-    }
-    if (r.unlogged > 0) {
-      log::Warning("{} (and {} more from it since the last such line)", line, r.unlogged);
+    auto d = refusals_.Note(source.to_string(), reason, Clock::now());
+    if (!d.log) return;
+    if (d.pooled) {
+      log::Warning(
+          "{} (refused sources are too many to log each: {} more from them since the "
+          "last such line)",
+          line, d.unlogged);
+    } else if (d.unlogged > 0) {
+      log::Warning("{} (and {} more from it since the last such line)", line, d.unlogged);
     } else {
       log::Warning("{}", line);
     }
-    r.logged = now;
-    r.unlogged = 0;
   }
 
   void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
@@ -579,6 +652,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                                 : fmt::format("{}:{}", ep.address().to_string(), ep.port()),
                              why));
     }
+    partial_.Remove(c->id);
     RetireWaits(*c);
     for (auto& key : c->watched) {
       auto it = watchers_.find(key);
@@ -943,13 +1017,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string job_token_;                              // "" when none is asked for
   std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
   uint64_t refused_ = 0;
-  struct RefusalLog {
-    std::chrono::steady_clock::time_point logged;
-    uint64_t unlogged = 0;
-  };
-  static constexpr auto kLogEvery = std::chrono::minutes(1);
-  static constexpr size_t kMaxRefusalSources = 4096;
-  std::unordered_map<std::string, RefusalLog> refusals_;  // by "source reason"
+  RefusalLimiter refusals_;
+  asio::steady_timer partial_sweep_;
+  bool partial_sweep_armed_ = false;
+  PartialRequests partial_;
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
