@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -27,6 +28,16 @@ namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
+
+// ServerOptions::max_connections' default: the open-file limit less a
+// reserve for the process's own descriptors.
+size_t DefaultMaxConnections() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  size_t limit = rl.rlim_cur;
+  size_t reserve = std::max<size_t>(256, limit / 8);
+  return limit > reserve ? limit - reserve : 1;
+}
 
 // An IPv4 peer of a dual-stack socket arrives as ::ffff:a.b.c.d.
 asio::ip::address Unmapped(const asio::ip::address& a) {
@@ -241,6 +252,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     // Parses and handles what arrived; false when the connection is gone.
     bool Consume(const char* data, size_t n) {
       if (closed || closing) return false;
+      if (!spoke) {
+        spoke = true;
+        server.silent_.erase(id);
+      }
       if (!parser.Append(data, n)) {
         server.Drop(shared_from_this(), parser.error());
         return false;
@@ -336,6 +351,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
     std::vector<std::string> watched;            // v1 WATCH_KEY registrations
     size_t judged_args = 0;                      // args of the unfinished request already judged
+    bool spoke = false;                          // sent a byte since accept
   };
 
   void Accept() {
@@ -346,8 +362,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         std::error_code ignored;
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
-        if (!self->AdmitPeer(*c)) return self->Accept();
+        if (!self->AdmitPeer(*c) || !self->MakeRoom(*c)) return self->Accept();
         self->connections_.emplace(c->id, c);
+        self->silent_.insert(c->id);
         g_accepted.fetch_add(1, std::memory_order_relaxed);
         c->Start();
         return self->Accept();
@@ -394,6 +411,35 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                            c.peer.to_string(), allow_->widen_hint));
     // Never counted as accepted, so not as closed either.
     c.closed = true;
+    c.socket.close(ec);
+    return false;
+  }
+
+  // At the connection cap: the oldest connection that has sent nothing
+  // yet gives way to `c`; where every connection has spoken, `c` is closed.
+  // Torch's own clients speak at once (2.x) or at their first request
+  // (1.13, whose second, watching connection stays silent: only a flood
+  // that fills the cap can close it, where it would otherwise meet EMFILE
+  // with everyone else).
+  bool MakeRoom(Connection& c) {
+    if (connections_.size() < options_.max_connections) return true;
+    if (!silent_.empty()) {
+      auto oldest = connections_.find(*silent_.begin());
+      if (oldest != connections_.end()) {
+        Drop(oldest->second,
+             fmt::format("{} connections, the store's cap (the open-file limit less a reserve "
+                         "for the process's own work): the oldest that sent nothing gives way",
+                         options_.max_connections));
+        return true;
+      }
+    }
+    CountRefusal();
+    LogRefusal(c.peer, "cap",
+               fmt::format("store: refused a client from {}: {} connections, the store's cap, "
+                           "all in use; raise the open-file limit (ulimit -n)",
+                           c.peer.to_string(), options_.max_connections));
+    c.closed = true;
+    std::error_code ec;
     c.socket.close(ec);
     return false;
   }
@@ -653,6 +699,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                              why));
     }
     partial_.Remove(c->id);
+    silent_.erase(c->id);
     RetireWaits(*c);
     for (auto& key : c->watched) {
       auto it = watchers_.find(key);
@@ -1021,6 +1068,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   asio::steady_timer partial_sweep_;
   bool partial_sweep_armed_ = false;
   PartialRequests partial_;
+  std::set<uint64_t> silent_;  // connections that sent nothing yet, oldest first
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
@@ -1030,6 +1078,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
                                                         ServerOptions options) {
   if (options.raise_open_file_limit) RaiseOpenFileLimit();
+  if (options.max_connections == 0) options.max_connections = DefaultMaxConnections();
   auto impl = std::make_shared<Impl>(io, std::move(options));
   TRUN_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));

@@ -80,6 +80,13 @@ struct ServerOptions {
   // may buffer always fits; thousands of clients that each start a large
   // SET and never finish it hold this much at most.
   size_t max_partial_bytes = kDefaultMaxBufferedBytes;
+  // Connections served at once. 0: the open-file limit at start less a
+  // reserve (an eighth of it, at least 256) that the process keeps for its
+  // own work, the agent's workers, files and connections. At the cap, a new
+  // connection closes the oldest one that has sent nothing yet (a flood of
+  // idle connections gives way to newcomers, the agents' own included), or
+  // is closed itself where every connection has spoken.
+  size_t max_connections = 0;
   // Raise the process's soft open-file limit to the hard one at start, so
   // that thousands of clients can connect (torch's server does not, and
   // meets EMFILE at about 1000 ranks under the common default of 1024).

@@ -763,6 +763,30 @@ TEST_F(ServerTest, UnfinishedRequestsOverTheBudgetCloseTheOneThatStalled) {
   EXPECT_FALSE(*stalled_set);
 }
 
+TEST_F(ServerTest, AtTheConnectionCapTheOldestSilentOneGivesWay) {
+  server_.reset();
+  ServerOptions options = Options("127.0.0.1", 0);
+  options.max_connections = 6;
+  auto s = StoreServerThread::Start(options);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  server_ = std::move(*s);
+  StoreClient speaking = Connect();
+  ASSERT_TRUE(speaking.Set("k", "v").ok());
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 5; ++i) idle.push_back(std::make_unique<Raw>(port()));
+  ASSERT_TRUE(Eventually([&] { return Connections() == 6; }));
+  // Full: each newcomer closes the oldest connection that sent nothing.
+  StoreClient newcomer = Connect();
+  EXPECT_EQ(*newcomer.Get("k"), "v");
+  EXPECT_TRUE(idle[0]->Closed());
+  StoreClient another = Connect();
+  EXPECT_EQ(*another.Get("k"), "v");
+  EXPECT_TRUE(idle[1]->Closed());
+  EXPECT_FALSE(idle[2]->Closed(100));
+  // The one that spoke first is never the one to go.
+  EXPECT_EQ(*speaking.Get("k"), "v");
+}
+
 TEST_F(ServerTest, AClientThatNeverReadsIsDropped) {
   Start({}, /*max_pending_reply_bytes=*/64 * 1024);
   Raw r(port());
