@@ -46,6 +46,7 @@ RUN = "atk"
 STEPS = 400
 MAGIC = 0x3C85F7CE
 RSS_BUDGET = 16 << 20
+FILES = 4096
 
 
 def b(s):
@@ -148,9 +149,12 @@ class Job:
         args = ["--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN,
                 ELASTIC, "--steps", STEPS, "--step-time", 0.1]
-        self.host = TokenAgent(tmp, "host", *args, "--ckpt", tmp / "c0.pt")
+        # An open-file limit of 4,096, as many hosts have: the store's cap on
+        # connections (that less an eighth) is within a flood's reach.
+        limit = ("prlimit", f"--nofile={FILES}:{FILES}")
+        self.host = TokenAgent(tmp, "host", *args, "--ckpt", tmp / "c0.pt", prefix=limit)
         self.host.wait_for("hosting the store")
-        self.other = TokenAgent(tmp, "other", *args, "--ckpt", tmp / "c1.pt")
+        self.other = TokenAgent(tmp, "other", *args, "--ckpt", tmp / "c1.pt", prefix=limit)
         self.agents = (self.host, self.other)
         self.host.wait_for(r"attempt 0 world 2 step 3", timeout=180)
         self.rss0 = [reset_peak(a.proc.pid) for a in self.agents]
@@ -278,6 +282,24 @@ def test_a_host_outside_the_job_gets_nothing_and_named_addresses_grant_nothing(h
     assert codes == [0, 0], out
     assert "RESULT world=2 steps=40" in out and "restarting the worker group" not in out, out
     assert re.search(r"store: refused \w+ from 10\.200\.0\.3", h1.text()), h1.text()
+
+
+# Opens argv[3] connections to argv[1]:argv[2] (as many as it can), prints
+# how many, and holds them, silent, until its stdin closes.
+FLOOD = r"""
+import resource, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held, error = [], ""
+for _ in range(int(sys.argv[3])):
+    try:
+        held.append(socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10))
+    except OSError as e:
+        error = repr(e)
+        break
+print(len(held), error, flush=True)
+sys.stdin.read()
+"""
 
 
 # From a host outside the job: BARRIER on the round's end, a join, WAIT and
@@ -577,6 +599,33 @@ class TestOneTokenJobUnderAttack:
         assert log.count("store: dropped client") - dropped <= 2, log
         job.still_training(rss_budget=(64 << 20) + RSS_BUDGET)
 
+    def test_a_flood_of_idle_connections_starves_no_agent(self, job):
+        # 5,000 idle connections: more than the store's cap (the agent's
+        # open-file limit, 4,096, less a reserve for its own work). The
+        # oldest silent ones give way, so a new agent connection still
+        # proves the token and is served, the workers train on, and memory
+        # grows by about a connection's worth each, no more.
+        flood = subprocess.Popen([PYTHON, "-c", FLOOD, "127.0.0.1", str(job.port), "5000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=base_env())
+        try:
+            opened = flood.stdout.readline()
+            assert opened.split()[:1] == ["5000"], opened
+            agent = Raw(job.port)
+            nonce = agent.compare_set("/trun/auth/nonce", "", "")
+            answer = agent.compare_set("/trun/auth/proof", nonce,
+                                       proof(nonce) + " " + secrets.token_hex(32))
+            assert answer.startswith("ok "), answer
+            agent.send(bytes([13]) + struct.pack("<I", 9))
+            assert struct.unpack("<I", agent.read(4))[0] == 9
+            agent.close()
+            assert job.refusals("the oldest that sent nothing gives way") >= 1, job.host.text()
+            job.still_training(rss_budget=RSS_BUDGET + 2048 * 5000)
+        finally:
+            flood.kill()
+            flood.wait()
+        job.still_training()
+
 
 # ---------------------------------------------------------------------------
 # The launcher's port, the health port, and what a worker can see.
@@ -848,6 +897,36 @@ def test_launcher_port_attack_leaves_the_job_unchanged(tmp_path, trained, attack
         return (status_bytes(p.pid, "VmHWM") >> 10) - before
 
     grown, ranks = _beside(p, ctl, strike, _launcher_result)
+    assert [(r["digest"], r["restarts"]) for r in ranks] == [(trained, 0)] * 2
+    assert grown <= 16 * 1024, f"the launcher grew {grown} KiB"
+
+
+def test_a_flood_of_idle_connections_on_the_launchers_port(tmp_path, trained):
+    """3,000 idle connections on the Python launcher's port while the job
+    runs: the launcher keeps at most 256 awaiting their hello (a thread
+    each), closing the oldest; the job trains the same parameters without
+    a restart and the launcher's peak RSS grows 16 MiB or less."""
+    p, ctl = _start_launcher(tmp_path)
+    flood = None
+
+    def strike():
+        nonlocal flood
+        host, port = (ctl / "up.0").read_text().rsplit(":", 1)
+        before = reset_peak(p.pid) >> 10
+        flood = subprocess.Popen([PYTHON, "-c", FLOOD, host, port, "3000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=base_env())
+        opened = flood.stdout.readline()
+        assert opened.split()[:1] == ["3000"], opened
+        time.sleep(1)  # the last connections' threads start
+        return (status_bytes(p.pid, "VmHWM") >> 10) - before
+
+    try:
+        grown, ranks = _beside(p, ctl, strike, _launcher_result)
+    finally:
+        if flood is not None:
+            flood.kill()
+            flood.wait()
     assert [(r["digest"], r["restarts"]) for r in ranks] == [(trained, 0)] * 2
     assert grown <= 16 * 1024, f"the launcher grew {grown} KiB"
 
