@@ -61,6 +61,12 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Until it has shown the launcher's token, a connection gets at most
 # _wire.HELLO_MAX bytes and this many seconds; a worker sends its hello at once.
 _HELLO_WITHIN = 10.0
+# Connections awaiting their hello at once. Each has a thread; a flood of
+# idle connections would otherwise cost a thread (and its memory) each for
+# _HELLO_WITHIN, or stop the accept loop where no thread can start. Over
+# it, the oldest awaiting its hello is closed: a worker's arrives at once,
+# so it is the newest, not the oldest.
+_MAX_AWAITING_HELLO = 256
 # accept()'s errors that mean "no descriptor now", not "the port is closed".
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PREFIX = "[trun:${rank}:${local_rank}] "
@@ -405,6 +411,8 @@ class _Run:
         # both when it ends, so that a flood of bad hellos costs nothing after.
         self.conns: set[threading.Thread] = set()
         self.socks: set[socket.socket] = set()
+        # Those of socks that have not shown the token yet, oldest first.
+        self.awaiting: dict[socket.socket, None] = {}
         self.stopping = False
         # Records go to self.handlers once they exist, in order, one at a
         # time; until then (the defaults need each host's worker count, which
@@ -713,10 +721,23 @@ class _Run:
                     continue
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                if len(self.awaiting) >= _MAX_AWAITING_HELLO:
+                    oldest = next(iter(self.awaiting))
+                    del self.awaiting[oldest]
+                    try:
+                        oldest.shutdown(socket.SHUT_RDWR)  # its thread's read ends
+                    except OSError:
+                        pass
+                self.awaiting[sock] = None
             self.socks.add(sock)
             t = threading.Thread(target=self._serve, args=(sock,), daemon=True)
             self.conns.add(t)
-            t.start()
+            try:
+                t.start()
+            except RuntimeError:  # no thread now: this connection goes, the port stays
+                self._forget(sock, t)
+                sock.close()
 
     def _serve(self, sock: socket.socket) -> None:
         try:
@@ -730,6 +751,8 @@ class _Run:
             if not isinstance(hello, dict) or not secrets.compare_digest(
                     str(hello.get("token", "")).encode(), self.token.encode()):
                 return
+            with self.lock:
+                self.awaiting.pop(sock, None)
             sock.settimeout(None)
             key = (hello["attempt"], hello["rank"])
             with self.changed:
@@ -761,8 +784,13 @@ class _Run:
                 sock.close()
             except OSError:
                 pass
-            self.socks.discard(sock)
-            self.conns.discard(threading.current_thread())
+            self._forget(sock, threading.current_thread())
+
+    def _forget(self, sock: socket.socket, thread: threading.Thread) -> None:
+        with self.lock:
+            self.awaiting.pop(sock, None)
+        self.socks.discard(sock)
+        self.conns.discard(thread)
 
     # ---- waiting and deciding -------------------------------------------------
 

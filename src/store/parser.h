@@ -84,6 +84,11 @@ class RequestParser {
   bool Append(const char* data, size_t n);
   // The next complete request, if there is one.
   Result Next(Request* out);
+  // After Next said kNeedMore: the request being parsed, with the keys and
+  // values parsed so far (nullptr between requests). Its keys are whole
+  // before its value is read, so the server judges them (admission.h)
+  // before it buffers a value it would refuse.
+  const Request* pending() const { return in_message_ ? &cur_ : nullptr; }
 
   Generation generation() const { return generation_; }
   const std::string& error() const { return error_; }

@@ -321,6 +321,43 @@ TEST(ParserTest, BufferedBytesAreBounded) {
   EXPECT_NE(p.error().find("buffered"), std::string::npos);
 }
 
+TEST(ParserTest, AnUnfinishedRequestShowsItsKeysBeforeItsValue) {
+  // Both generations: the head of a SET (its key, its value's length) and
+  // a MULTI_SET's first pair; the server judges these keys while the value
+  // has not come.
+  for (const std::string& prefix : {std::string(), kValidate}) {
+    uint8_t set = prefix.empty() ? v1::kSet : v2::kSet;
+    uint8_t multi_set = prefix.empty() ? v1::kMultiSet : v2::kMultiSet;
+    RequestParser p;
+    Request r;
+    std::string head = prefix + Op1(set) + Str("/trun/x") + U64(1 << 20) + "abc";
+    ASSERT_TRUE(p.Append(head.data(), head.size()));
+    if (!prefix.empty()) {
+      ASSERT_EQ(p.Next(&r), RequestParser::Result::kRequest);  // VALIDATE
+    }
+    EXPECT_EQ(p.pending(), nullptr);
+    ASSERT_EQ(p.Next(&r), RequestParser::Result::kNeedMore);
+    ASSERT_NE(p.pending(), nullptr);
+    EXPECT_EQ(p.pending()->op, Op::kSet);
+    EXPECT_EQ(p.pending()->args, std::vector<std::string>{"/trun/x"});
+    EXPECT_EQ(p.held(), 7u + 3u + 8u);  // the key, the value so far and its length
+
+    RequestParser m;
+    std::string pairs = prefix + Op1(multi_set) + U64(2) + Str("/w") + Str("v") + Str("/trun/y");
+    ASSERT_TRUE(m.Append(pairs.data(), pairs.size()));
+    if (!prefix.empty()) {
+      ASSERT_EQ(m.Next(&r), RequestParser::Result::kRequest);
+    }
+    ASSERT_EQ(m.Next(&r), RequestParser::Result::kNeedMore);
+    ASSERT_NE(m.pending(), nullptr);
+    EXPECT_EQ(m.pending()->args, (std::vector<std::string>{"/w", "v", "/trun/y"}));
+    std::string rest = Str("w");
+    ASSERT_TRUE(m.Append(rest.data(), rest.size()));
+    ASSERT_EQ(m.Next(&r), RequestParser::Result::kRequest);
+    EXPECT_EQ(m.pending(), nullptr);
+  }
+}
+
 TEST(ParserTest, ALargeValueInSmallPiecesIsParsedOnce) {
   RequestParser p;
   std::string value(1 << 20, 'v');

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,6 +18,7 @@
 #include "store/admission.h"
 #include "store/auth.h"
 #include "store/encode.h"
+#include "store/pressure.h"
 
 namespace trun::store {
 
@@ -26,6 +28,16 @@ namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
+
+// ServerOptions::max_connections' default: the open-file limit less a
+// reserve for the process's own descriptors.
+size_t DefaultMaxConnections() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  size_t limit = rl.rlim_cur;
+  size_t reserve = std::max<size_t>(256, limit / 8);
+  return limit > reserve ? limit - reserve : 1;
+}
 
 // An IPv4 peer of a dual-stack socket arrives as ::ffff:a.b.c.d.
 asio::ip::address Unmapped(const asio::ip::address& a) {
@@ -91,7 +103,11 @@ Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spe
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
  public:
   Impl(asio::io_context& io, ServerOptions options)
-      : options_(std::move(options)), acceptor_(io), accept_retry_(io) {}
+      : options_(std::move(options)),
+        acceptor_(io),
+        accept_retry_(io),
+        partial_sweep_(io),
+        partial_(options_.max_partial_bytes) {}
 
   Status Listen() {
     // As torch's libuv server: "" or "::" is every address over IPv6 and
@@ -106,6 +122,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::error_code ec;
     acceptor_.close(ec);
     accept_retry_.cancel();
+    partial_sweep_.cancel();
     for (auto& [id, c] : connections_) c->Close();
     connections_.clear();
     observer_ = nullptr;
@@ -235,6 +252,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     // Parses and handles what arrived; false when the connection is gone.
     bool Consume(const char* data, size_t n) {
       if (closed || closing) return false;
+      if (!spoke) {
+        spoke = true;
+        server.silent_.erase(id);
+      }
       if (!parser.Append(data, n)) {
         server.Drop(shared_from_this(), parser.error());
         return false;
@@ -242,14 +263,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       Request req;
       while (true) {
         auto r = parser.Next(&req);
-        if (r == RequestParser::Result::kNeedMore) return true;
+        if (r == RequestParser::Result::kNeedMore) break;
         if (r == RequestParser::Result::kError) {
           server.Drop(shared_from_this(), parser.error());
           return false;
         }
+        judged_args = 0;
         server.Handle(shared_from_this(), req);
         if (closed || closing) return false;
       }
+      return server.JudgePending(shared_from_this()) && server.HoldPartial(shared_from_this(), n);
     }
 
     // Whether `n` more reply bytes fit under the limit on what a connection
@@ -327,6 +350,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     bool proven = false;                         // showed the job token (auth.h)
     std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
     std::vector<std::string> watched;            // v1 WATCH_KEY registrations
+    size_t judged_args = 0;                      // args of the unfinished request already judged
+    bool spoke = false;                          // sent a byte since accept
   };
 
   void Accept() {
@@ -337,8 +362,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         std::error_code ignored;
         s.set_option(tcp::no_delay(true), ignored);
         auto c = std::make_shared<Connection>(*self, std::move(s));
-        if (!self->AdmitPeer(*c)) return self->Accept();
+        if (!self->AdmitPeer(*c) || !self->MakeRoom(*c)) return self->Accept();
         self->connections_.emplace(c->id, c);
+        self->silent_.insert(c->id);
         g_accepted.fetch_add(1, std::memory_order_relaxed);
         c->Start();
         return self->Accept();
@@ -385,6 +411,35 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                            c.peer.to_string(), allow_->widen_hint));
     // Never counted as accepted, so not as closed either.
     c.closed = true;
+    c.socket.close(ec);
+    return false;
+  }
+
+  // At the connection cap: the oldest connection that has sent nothing
+  // yet gives way to `c`; where every connection has spoken, `c` is closed.
+  // Torch's own clients speak at once (2.x) or at their first request
+  // (1.13, whose second, watching connection stays silent: only a flood
+  // that fills the cap can close it, where it would otherwise meet EMFILE
+  // with everyone else).
+  bool MakeRoom(Connection& c) {
+    if (connections_.size() < options_.max_connections) return true;
+    if (!silent_.empty()) {
+      auto oldest = connections_.find(*silent_.begin());
+      if (oldest != connections_.end()) {
+        Drop(oldest->second,
+             fmt::format("{} connections, the store's cap (the open-file limit less a reserve "
+                         "for the process's own work): the oldest that sent nothing gives way",
+                         options_.max_connections));
+        return true;
+      }
+    }
+    CountRefusal();
+    LogRefusal(c.peer, "cap",
+               fmt::format("store: refused a client from {}: {} connections, the store's cap, "
+                           "all in use; raise the open-file limit (ulimit -n)",
+                           c.peer.to_string(), options_.max_connections));
+    c.closed = true;
+    std::error_code ec;
     c.socket.close(ec);
     return false;
   }
@@ -445,12 +500,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // the request was answered here (the job token's exchange) or refused;
   // `untrun` says to leave trun's keys out of the answer.
   bool Admitted(const std::shared_ptr<Connection>& c, const Request& r, bool& untrun) {
-    Standing s;
-    s.token_asked = !job_token_.empty();
-    s.proven = c->proven;
-    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
-    s.stranger = c->stranger;
-    Admission a = Admit(r, s);
+    Admission a = Admit(r, StandingOf(*c));
     switch (a.verdict) {
       case Verdict::kServe:
       case Verdict::kServeUntrun:
@@ -470,20 +520,95 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         CheckProof(c, r);
         return false;
       case Verdict::kRefuseTrunKeys:
-        Refuse(c, "trun's keys",
-               fmt::format("store: refused {} from {}: trun's keys need the job token, which "
-                           "this client has not shown; every agent of the job needs the same "
-                           "TRUN_JOB_TOKEN",
-                           OpName(r.op), c->peer.to_string()));
-        return false;
       case Verdict::kRefuseStranger:
-        Refuse(c, "stranger",
-               fmt::format("store: refused {} from {}: not a host of the job's current round, "
-                           "which may use only the rendezvous's keys; {}",
-                           OpName(r.op), c->peer.to_string(), allow_->widen_hint));
+        RefuseRequest(c, a.verdict, r.op);
         return false;
     }
     return false;
+  }
+
+  Standing StandingOf(const Connection& c) const {
+    Standing s;
+    s.token_asked = !job_token_.empty();
+    s.proven = c.proven;
+    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
+    s.stranger = c.stranger;
+    return s;
+  }
+
+  void RefuseRequest(const std::shared_ptr<Connection>& c, Verdict verdict, Op op) {
+    if (verdict == Verdict::kRefuseTrunKeys) {
+      Refuse(c, "trun's keys",
+             fmt::format("store: refused {} from {}: trun's keys need the job token, which "
+                         "this client has not shown; every agent of the job needs the same "
+                         "TRUN_JOB_TOKEN",
+                         OpName(op), c->peer.to_string()));
+    } else {
+      Refuse(c, "stranger",
+             fmt::format("store: refused {} from {}: not a host of the job's current round, "
+                         "which may use only the rendezvous's keys; {}",
+                         OpName(op), c->peer.to_string(), allow_->widen_hint));
+    }
+  }
+
+  // The unfinished request's keys, as soon as each is parsed: a request
+  // the admission rule refuses is closed before its value is read, so a
+  // client without the token cannot make the store buffer a value under
+  // trun's keys. Only refusals are final here; the token's exchange and
+  // everything served are decided when the request is whole. Returns
+  // false when `c` was closed.
+  bool JudgePending(const std::shared_ptr<Connection>& c) {
+    const Request* p = c->parser.pending();
+    if (p == nullptr || p->args.size() == c->judged_args) return true;
+    c->judged_args = p->args.size();
+    Admission a = Admit(*p, StandingOf(*c));
+    if (a.verdict != Verdict::kRefuseTrunKeys && a.verdict != Verdict::kRefuseStranger) {
+      return true;
+    }
+    RefuseRequest(c, a.verdict, p->op);
+    return false;
+  }
+
+  // Books what `c`'s unfinished request holds after `arrived` bytes, and
+  // closes connections while unfinished requests hold more than the
+  // budget (pressure.h). Returns false when `c` was closed.
+  bool HoldPartial(const std::shared_ptr<Connection>& c, size_t arrived) {
+    partial_.Update(c->id, arrived, c->parser.held(), Clock::now());
+    while (auto victim = partial_.OverBudget()) {
+      auto it = connections_.find(*victim);
+      if (it == connections_.end()) {
+        partial_.Remove(*victim);
+        continue;
+      }
+      Drop(it->second,
+           fmt::format("unfinished requests held more than the store's budget of {} bytes, and "
+                       "this client's waited longest for its next byte",
+                       options_.max_partial_bytes));
+    }
+    if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
+    return !c->closed;
+  }
+
+  // About once a second while any request is unfinished: close those
+  // under the rate floor (pressure.h).
+  void SweepPartial() {
+    partial_sweep_armed_ = true;
+    partial_sweep_.expires_after(std::chrono::seconds(1));
+    partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
+      self->partial_sweep_armed_ = false;
+      if (ec || !self->acceptor_.is_open()) return;
+      for (uint64_t id : self->partial_.Stalled(Clock::now())) {
+        auto it = self->connections_.find(id);
+        if (it == self->connections_.end()) {
+          self->partial_.Remove(id);
+          continue;
+        }
+        self->Drop(it->second, fmt::format("its unfinished request got under {} bytes in {} s, the "
+                                           "floor for a request that is not whole",
+                                           kPartialFloorBytes, kPartialWindow.count()));
+      }
+      if (self->partial_.size() > 0) self->SweepPartial();
+    });
   }
 
   // The job token's exchange, step 2 (auth.h): the agent's proof for this
@@ -539,30 +664,24 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   // Refusals are logged at most once a minute per source address and
   // reason, with how many were not logged since: a client that guesses the
-  // token or probes in a loop costs a line a minute, not one per try. No
+  // token or probes in a loop costs a line a minute, not one per try, and
+  // one with thousands of addresses a line a minute more (pressure.h). No
   // source is ever banned for them: a prober on a member host must not
   // lock out its real agent.
   void LogRefusal(const asio::ip::address& source, const std::string& reason,
                   const std::string& line) {
-    auto now = std::chrono::steady_clock::now();
-    if (refusals_.size() >= kMaxRefusalSources) {
-      std::erase_if(refusals_, [&](const auto& kv) { return now - kv.second.logged > kLogEvery; });
-    }
-    // Still full: each new source costs one line, as before any limit.
-    if (refusals_.size() >= kMaxRefusalSources) refusals_.clear();
-    auto [it, fresh] = refusals_.try_emplace(source.to_string() + " " + reason);
-    RefusalLog& r = it->second;
-    if (!fresh && now - r.logged < kLogEvery) {
-      ++r.unlogged;
-      return;
-    }
-    if (r.unlogged > 0) {
-      log::Warning("{} (and {} more from it since the last such line)", line, r.unlogged);
+    auto d = refusals_.Note(source.to_string(), reason, Clock::now());
+    if (!d.log) return;
+    if (d.pooled) {
+      log::Warning(
+          "{} (refused sources are too many to log each: {} more from them since the "
+          "last such line)",
+          line, d.unlogged);
+    } else if (d.unlogged > 0) {
+      log::Warning("{} (and {} more from it since the last such line)", line, d.unlogged);
     } else {
       log::Warning("{}", line);
     }
-    r.logged = now;
-    r.unlogged = 0;
   }
 
   void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
@@ -579,6 +698,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                                 : fmt::format("{}:{}", ep.address().to_string(), ep.port()),
                              why));
     }
+    partial_.Remove(c->id);
+    silent_.erase(c->id);
     RetireWaits(*c);
     for (auto& key : c->watched) {
       auto it = watchers_.find(key);
@@ -943,13 +1064,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string job_token_;                              // "" when none is asked for
   std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
   uint64_t refused_ = 0;
-  struct RefusalLog {
-    std::chrono::steady_clock::time_point logged;
-    uint64_t unlogged = 0;
-  };
-  static constexpr auto kLogEvery = std::chrono::minutes(1);
-  static constexpr size_t kMaxRefusalSources = 4096;
-  std::unordered_map<std::string, RefusalLog> refusals_;  // by "source reason"
+  RefusalLimiter refusals_;
+  asio::steady_timer partial_sweep_;
+  bool partial_sweep_armed_ = false;
+  PartialRequests partial_;
+  std::set<uint64_t> silent_;  // connections that sent nothing yet, oldest first
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
@@ -959,6 +1078,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
                                                         ServerOptions options) {
   if (options.raise_open_file_limit) RaiseOpenFileLimit();
+  if (options.max_connections == 0) options.max_connections = DefaultMaxConnections();
   auto impl = std::make_shared<Impl>(io, std::move(options));
   TRUN_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));

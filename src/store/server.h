@@ -10,6 +10,13 @@
 // may make the server hold; a client that breaks the protocol or a limit is
 // dropped with one log line and nobody else notices.
 //
+// A request is judged by the admission rule (admission.h) as soon as its
+// keys are parsed, before its value is read. Requests not yet whole are
+// bounded in total and held to a rate floor (pressure.h): a request must
+// receive 64 KiB in every 10 s it stays unfinished, so a client that starts
+// a request and trickles it is closed within about 10 s, while a worker's
+// large SET over a slow link still goes through.
+//
 // Thread-safety: every method, and every handler, runs on the io_context's
 // one thread (StoreServerThread below gives it a thread of its own).
 #pragma once
@@ -67,6 +74,19 @@ struct ServerOptions {
   // Bytes of replies one connection may have queued before it is dropped
   // (a client that never reads).
   size_t max_pending_reply_bytes = kDefaultMaxBufferedBytes;
+  // Bytes that requests not yet whole may hold over all connections
+  // (pressure.h): over it, the connection whose request waited longest for
+  // its next byte is closed. One request of the largest size a connection
+  // may buffer always fits; thousands of clients that each start a large
+  // SET and never finish it hold this much at most.
+  size_t max_partial_bytes = kDefaultMaxBufferedBytes;
+  // Connections served at once. 0: the open-file limit at start less a
+  // reserve (an eighth of it, at least 256) that the process keeps for its
+  // own work, the agent's workers, files and connections. At the cap, a new
+  // connection closes the oldest one that has sent nothing yet (a flood of
+  // idle connections gives way to newcomers, the agents' own included), or
+  // is closed itself where every connection has spoken.
+  size_t max_connections = 0;
   // Raise the process's soft open-file limit to the hard one at start, so
   // that thousands of clients can connect (torch's server does not, and
   // meets EMFILE at about 1000 ranks under the common default of 1024).

@@ -92,12 +92,14 @@ ServerOptions Options(std::string host, int port) {
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
-  void Start(Limits limits, size_t max_pending_reply_bytes = 1 << 20, std::string host = "") {
+  void Start(Limits limits, size_t max_pending_reply_bytes = 1 << 20, std::string host = "",
+             size_t max_partial_bytes = kDefaultMaxBufferedBytes) {
     server_.reset();
     ServerOptions options;
     options.host = host.empty() ? "127.0.0.1" : host;
     options.limits = limits;
     options.max_pending_reply_bytes = max_pending_reply_bytes;
+    options.max_partial_bytes = max_partial_bytes;
     auto s = StoreServerThread::Start(options);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
@@ -709,6 +711,80 @@ TEST_F(ServerTest, AClientOverTheBufferCapIsDropped) {
   EXPECT_TRUE(r.Closed());
   StoreClient c = Connect();
   EXPECT_TRUE(c.Ping().ok());
+}
+
+TEST_F(ServerTest, TrunKeysWithoutTheTokenAreRefusedBeforeTheirValueIsRead) {
+  server_->RunOnLoop([](StoreServer& s) { s.RequireJobToken("job-token"); });
+  const std::string v2 = Op1(v2::kValidate) + U32(kValidationMagic);
+  // Each announces an 8 MiB value and sends none of it: judged by its key
+  // alone, it is closed without the store waiting for (or holding) the value.
+  for (const std::string& head : {
+           Op1(v1::kSet) + Str("/trun/rdzv/r/end/0") + U64(8 << 20),
+           Op1(v1::kMultiSet) + U64(1) + Str("/trun/rdzv/r/seq") + U64(8 << 20),
+           v2 + Op1(v2::kSet) + Str("/trun/rdzv/r/end/0") + U64(8 << 20),
+           v2 + Op1(v2::kAppend) + Str("/trun/rdzv/r/node/1") + U64(8 << 20),
+           v2 + Op1(v2::kQueuePush) + Str("/trun/q") + U64(8 << 20),
+           v2 + Op1(v2::kCompareSet) + Str("/trun/rdzv/r/end/0") + U64(8 << 20),
+       }) {
+    Raw r(port());
+    ASSERT_TRUE(r.Send(head));
+    EXPECT_TRUE(r.Closed()) << head.substr(0, 24);
+  }
+  // A worker's key with the same head waits for its value, as any TCPStore.
+  Raw worker(port());
+  ASSERT_TRUE(worker.Send(Op1(v1::kSet) + Str("/worker/k") + U64(4) + "ab"));
+  EXPECT_FALSE(worker.Closed(300));
+  ASSERT_TRUE(worker.Send("cd"));
+  StoreClient c = Connect();
+  EXPECT_EQ(*c.Get("/worker/k"), "abcd");
+}
+
+TEST_F(ServerTest, UnfinishedRequestsOverTheBudgetCloseTheOneThatStalled) {
+  Start({}, /*max_pending_reply_bytes=*/4 << 20, "", /*max_partial_bytes=*/2 << 20);
+  auto head = [](const std::string& key) { return Op1(v1::kSet) + Str(key) + U64(1536 * 1024); };
+  const std::string part(1200 * 1024, 'v');
+  auto held = [&] {
+    size_t n = 0;
+    server_->RunOnLoop([&](StoreServer& s) { n = s.connection_buffer_bytes(); });
+    return n;
+  };
+  Raw stalled(port()), streaming(port());
+  ASSERT_TRUE(stalled.Send(head("/w/stalled") + part));
+  ASSERT_TRUE(Eventually([&] { return held() >= part.size(); }));
+  // 2.4 MiB unfinished: over the budget. The one that waited longest for a
+  // byte goes; the one still streaming finishes its SET.
+  ASSERT_TRUE(streaming.Send(head("/w/streaming") + part));
+  EXPECT_TRUE(stalled.Closed());
+  ASSERT_TRUE(streaming.Send(std::string(1536 * 1024 - part.size(), 'v')));
+  StoreClient c = Connect();
+  EXPECT_EQ(c.Get("/w/streaming")->size(), 1536u * 1024);
+  auto stalled_set = c.Check({"/w/stalled"});
+  ASSERT_TRUE(stalled_set.ok());
+  EXPECT_FALSE(*stalled_set);
+}
+
+TEST_F(ServerTest, AtTheConnectionCapTheOldestSilentOneGivesWay) {
+  server_.reset();
+  ServerOptions options = Options("127.0.0.1", 0);
+  options.max_connections = 6;
+  auto s = StoreServerThread::Start(options);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  server_ = std::move(*s);
+  StoreClient speaking = Connect();
+  ASSERT_TRUE(speaking.Set("k", "v").ok());
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 5; ++i) idle.push_back(std::make_unique<Raw>(port()));
+  ASSERT_TRUE(Eventually([&] { return Connections() == 6; }));
+  // Full: each newcomer closes the oldest connection that sent nothing.
+  StoreClient newcomer = Connect();
+  EXPECT_EQ(*newcomer.Get("k"), "v");
+  EXPECT_TRUE(idle[0]->Closed());
+  StoreClient another = Connect();
+  EXPECT_EQ(*another.Get("k"), "v");
+  EXPECT_TRUE(idle[1]->Closed());
+  EXPECT_FALSE(idle[2]->Closed(100));
+  // The one that spoke first is never the one to go.
+  EXPECT_EQ(*speaking.Get("k"), "v");
 }
 
 TEST_F(ServerTest, AClientThatNeverReadsIsDropped) {

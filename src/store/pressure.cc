@@ -1,0 +1,90 @@
+#include "store/pressure.h"
+
+#include <algorithm>
+
+namespace trun::store {
+
+void PartialRequests::Update(uint64_t conn, size_t arrived, size_t held, Clock::time_point now) {
+  auto it = by_conn_.find(conn);
+  if (held == 0) {
+    if (it != by_conn_.end()) Remove(conn);
+    return;
+  }
+  if (it == by_conn_.end()) {
+    // A request begins: its first window starts now, with what came.
+    it = by_conn_.emplace(conn, Entry{0, now, now, 0}).first;
+  } else {
+    total_ -= it->second.held;
+    by_last_byte_.erase({it->second.last_byte, conn});
+  }
+  Entry& e = it->second;
+  e.held = held;
+  total_ += held;
+  if (arrived > 0) {
+    e.last_byte = now;
+    e.window_bytes += arrived;
+  }
+  by_last_byte_.insert({e.last_byte, conn});
+}
+
+void PartialRequests::Remove(uint64_t conn) {
+  auto it = by_conn_.find(conn);
+  if (it == by_conn_.end()) return;
+  total_ -= it->second.held;
+  by_last_byte_.erase({it->second.last_byte, conn});
+  by_conn_.erase(it);
+}
+
+std::optional<uint64_t> PartialRequests::OverBudget() const {
+  if (total_ <= budget_ || by_last_byte_.empty()) return std::nullopt;
+  return by_last_byte_.begin()->second;
+}
+
+std::vector<uint64_t> PartialRequests::Stalled(Clock::time_point now) {
+  std::vector<uint64_t> out;
+  for (auto& [conn, e] : by_conn_) {
+    if (now - e.last_byte >= kPartialWindow) {
+      out.push_back(conn);
+      continue;
+    }
+    if (now - e.window_start < kPartialWindow) continue;
+    if (e.window_bytes < kPartialFloorBytes) {
+      out.push_back(conn);
+    } else {
+      e.window_start = now;
+      e.window_bytes = 0;
+    }
+  }
+  return out;
+}
+
+RefusalLimiter::Decision RefusalLimiter::Count(Entry& e, bool fresh, Clock::time_point now) {
+  if (!fresh && now - e.logged < period_) {
+    ++e.unlogged;
+    return {};
+  }
+  Decision d{true, e.unlogged, false};
+  e.logged = now;
+  e.unlogged = 0;
+  return d;
+}
+
+RefusalLimiter::Decision RefusalLimiter::Note(std::string_view source, std::string_view reason,
+                                              Clock::time_point now) {
+  std::string key = std::string(source) + " " + std::string(reason);
+  if (auto it = entries_.find(key); it != entries_.end()) return Count(it->second, false, now);
+  if (entries_.size() >= max_sources_ && now >= next_sweep_) {
+    // An entry whose period ran out would log its next refusal anyway:
+    // forgetting it loses no limit (only its count of unlogged ones).
+    std::erase_if(entries_, [&](const auto& kv) { return now - kv.second.logged >= period_; });
+    next_sweep_ = now + std::chrono::seconds(1);
+  }
+  if (entries_.size() < max_sources_) {
+    return Count(entries_.emplace(std::move(key), Entry{}).first->second, true, now);
+  }
+  Decision d = Count(pool_, !std::exchange(pool_used_, true), now);
+  d.pooled = true;
+  return d;
+}
+
+}  // namespace trun::store
