@@ -37,6 +37,18 @@ std::optional<long long> ParseInt(std::string_view s) {
   return v;
 }
 
+std::optional<long long> ParsePythonInt(std::string_view s) {
+  s = Trim(s);
+  std::string digits;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto digit = [&](size_t j) { return std::isdigit(static_cast<unsigned char>(s[j])) != 0; };
+    const bool between_digits = i > 0 && i + 1 < s.size() && digit(i - 1) && digit(i + 1);
+    if (s[i] == '_' && between_digits) continue;
+    digits += s[i];
+  }
+  return ParseInt(digits);
+}
+
 std::optional<bool> ParseBool(std::string_view s) {
   std::string l(Trim(s));
   for (auto& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

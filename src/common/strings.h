@@ -13,6 +13,9 @@ std::vector<std::string> Split(std::string_view s, char sep);
 std::string_view Trim(std::string_view s);
 // Parses a whole decimal integer (optional sign); nullopt on any junk.
 std::optional<long long> ParseInt(std::string_view s);
+// Python's int(s): ParseInt's syntax, and single underscores between digits
+// ("1_000"), as torchrun's argparse reads its numbers.
+std::optional<long long> ParsePythonInt(std::string_view s);
 // The INI words for a bool, in any case: true/1/yes/on, false/0/no/off.
 std::optional<bool> ParseBool(std::string_view s);
 // Parses a whole decimal number, e.g. "0.1", "30".

@@ -2,12 +2,15 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "common/log.h"
@@ -152,10 +155,10 @@ void ParseNnodes(const std::string& v, LaunchConfig& c, Problems& p) {
   auto parts = Split(v, ':');
   std::optional<long long> lo, hi;
   if (parts.size() == 1) {
-    lo = hi = ParseInt(parts[0]);
+    lo = hi = ParsePythonInt(parts[0]);
   } else if (parts.size() == 2) {
-    lo = ParseInt(parts[0]);
-    hi = ParseInt(parts[1]);
+    lo = ParsePythonInt(parts[0]);
+    hi = ParsePythonInt(parts[1]);
   }
   if (!lo || !hi || *lo <= 0 || *hi < *lo || *hi > 1'000'000) {
     p.Add(fmt::format("--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '{}'", v));
@@ -165,48 +168,82 @@ void ParseNnodes(const std::string& v, LaunchConfig& c, Problems& p) {
   c.max_nodes = static_cast<int>(*hi);
 }
 
+// torch._utils.cpu_count: the CPUs this process may run on
+// (sched_getaffinity), which taskset and cgroups' cpusets narrow.
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  }
+  return CPU_COUNT(&set);
+}
+
 // As torchrun's determine_local_world_size, with torch's counts asked of the
-// worker interpreter (torch_devices.h) only when a device kind is named.
+// worker interpreter (torch_devices.h) only when a device kind is named;
+// any other word may be torch's privateuse1 backend (e.g. npu), so that too
+// is asked.
 void ParseNproc(const std::string& v, LaunchConfig& c, Problems& p) {
-  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (v == "cpu") {
-    c.nproc_per_node = cpus;
+    c.nproc_per_node = AffinityCpus();
     return;
   }
-  if (v == "gpu" || v == "xpu" || v == "auto") {
-    auto d = AskTorchDevices(WorkerPython(), false);
-    if (!d.ok()) {
-      p.Add(fmt::format("--nproc-per-node {}: {}", v, d.status().message()));
-      return;
+  auto n = ParsePythonInt(v);
+  if (n) {
+    if (*n <= 0 || *n > 4096) {
+      p.Add(
+          fmt::format("--nproc-per-node: expected a positive number (at most 4096), got '{}'", v));
+    } else {
+      c.nproc_per_node = static_cast<int>(*n);
     }
-    if (v == "gpu" && !d->cuda_available) {
+    return;
+  }
+  auto d = AskTorchDevices(WorkerPython(), false);
+  const bool kind = v == "gpu" || v == "xpu" || v == "auto";
+  if (!d.ok()) {
+    p.Add(kind ? fmt::format("--nproc-per-node {}: {}", v, d.status().message())
+               : fmt::format("--nproc-per-node: expected a number, cpu, gpu, xpu, auto or torch's "
+                             "privateuse1 backend; got '{}', and {}",
+                             v, d.status().message()));
+    return;
+  }
+  if (v == "gpu") {
+    if (!d->cuda_available) {
       p.Add(
           "--nproc-per-node gpu: CUDA is not available to torch in the worker interpreter "
           "(torch.cuda.is_available() is False); use a number, cpu or auto");
-    } else if (v == "xpu" && !d->xpu_available) {
+    }
+    c.nproc_per_node = d->cuda_count;
+  } else if (v == "xpu") {
+    if (!d->xpu_available) {
       p.Add(
           "--nproc-per-node xpu: XPU is not available to torch in the worker interpreter "
           "(torch.xpu.is_available() is False); use a number, cpu or auto");
     }
-    c.nproc_per_node = v == "gpu"   ? d->cuda_count
-                       : v == "xpu" ? d->xpu_count
-                                    : (d->accelerator_available ? d->accelerator_count : cpus);
-    return;
+    c.nproc_per_node = d->xpu_count;
+  } else if (!d->privateuse1_name.empty() && v == d->privateuse1_name) {
+    if (!d->privateuse1_available) {
+      p.Add(fmt::format(
+          "--nproc-per-node {0}: {0} is not available to torch in the worker interpreter (its "
+          "device module is missing or says no); use a number, cpu or auto",
+          v));
+    }
+    c.nproc_per_node = d->privateuse1_count;
+  } else if (v == "auto") {
+    c.nproc_per_node = d->accelerator_available ? d->accelerator_count : AffinityCpus();
+  } else {
+    p.Add(
+        fmt::format("--nproc-per-node: expected a positive number, cpu, gpu, xpu, auto{}; got '{}'",
+                    d->privateuse1_name.empty()
+                        ? ""
+                        : fmt::format(" or {} (torch's privateuse1 backend)", d->privateuse1_name),
+                    v));
   }
-  auto n = ParseInt(v);
-  if (!n || *n <= 0 || *n > 4096) {
-    p.Add(fmt::format(
-        "--nproc-per-node: expected a positive number (at most 4096), cpu, gpu, xpu or auto; got "
-        "'{}'",
-        v));
-    return;
-  }
-  c.nproc_per_node = static_cast<int>(*n);
 }
 
 std::optional<int> ParseNonNegative(const std::string& flag, const std::string& v, Problems& p,
                                     long long max = 1'000'000) {
-  auto n = ParseInt(v);
+  auto n = ParsePythonInt(v);
   if (!n || *n < 0 || *n > max) {
     p.Add(fmt::format("{}: expected a whole number from 0 to {}, got '{}'", flag, max, v));
     return std::nullopt;
@@ -276,15 +313,36 @@ void BuildEntrypoint(LaunchConfig& c, Problems& p) {
                        c.training_script_args.end());
 }
 
-// torchrun's argparse takes any unambiguous prefix of a long option for the
-// option (allow_abbrev): `--nnode 2`, `--max_restart=3`, `--nproc-per 4`.
-// Each spelling counts on its own, as in argparse, so `--nproc` (a prefix of
-// both --nproc-per-node and --nproc_per_node) is ambiguous. Rewrites each
-// abbreviation among the options (up to the training script or `--`) to the
-// option's full spelling; an ambiguous one is an error naming the options it
-// could be, in argparse's words. A prefix that matches a torchrun option never
-// reaches trun's own options (--event-log-file, --health-check-*), so every
-// command line torchrun reads is read alike.
+// argparse's test of whether a word after an option that needs a value is
+// that value or another option: a word of two characters or more that starts
+// with '-' is an option unless it is a negative number or holds a space.
+bool LooksLikeAnOption(const std::string& a) {
+  if (a.size() < 2 || a[0] != '-' || a.find(' ') != std::string::npos) return false;
+  std::string_view num = std::string_view(a).substr(1);
+  const size_t dot = num.find('.');
+  auto digits = [](std::string_view d) {
+    return std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  };
+  const bool negative_number =
+      dot == std::string_view::npos
+          ? digits(num)
+          : digits(num.substr(0, dot)) && dot + 1 < num.size() && digits(num.substr(dot + 1));
+  return !negative_number;
+}
+
+// Reads the options (up to the training script or `--`) as torchrun's
+// argparse does and rewrites them into the spelling CLI11 reads alike:
+//  - any unambiguous prefix of a long option is the option (allow_abbrev):
+//    `--nnode 2`, `--max_restart=3`, `--nproc-per 4`. Each spelling counts on
+//    its own, as in argparse, so `--nproc` (a prefix of both --nproc-per-node
+//    and --nproc_per_node) is ambiguous, an error naming the options it could
+//    be. A prefix that matches a torchrun option never reaches trun's own
+//    options (--event-log-file, --health-check-*), so every command line
+//    torchrun reads is read alike;
+//  - `--opt=` is the value '' (CLI11 would take the next word), and `-t=3`
+//    is -t's value 3;
+//  - a flag given a value (`--standalone=1`), and an option whose value is
+//    missing or looks like an option (`--role -x`), are errors, as argparse's.
 Status ExpandAbbreviations(std::vector<std::string>& args) {
   struct Spelling {
     std::string name;
@@ -296,15 +354,16 @@ Status ExpandAbbreviations(std::vector<std::string>& args) {
     for (auto& n : Split(row.names, ',')) spellings.push_back({n, !row.is_flag, row.trun_only});
   }
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    const std::string a = args[i];
     if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the training script
-    const size_t eq = a[1] == '-' ? a.find('=') : std::string::npos;
-    const std::string name = a[1] == '-' ? a.substr(0, eq) : a.substr(0, 2);
+    const bool long_option = a[1] == '-';
+    const size_t eq = long_option ? a.find('=') : std::string::npos;
+    const std::string name = long_option ? a.substr(0, eq) : a.substr(0, 2);
     const Spelling* found = nullptr;
     for (const auto& s : spellings) {
       if (s.name == name) found = &s;
     }
-    if (!found && a[1] == '-') {
+    if (!found && long_option) {
       std::vector<const Spelling*> matches;
       for (bool trun_only : {false, true}) {
         for (const auto& s : spellings) {
@@ -322,9 +381,42 @@ Status ExpandAbbreviations(std::vector<std::string>& args) {
       found = matches.front();
       args[i] = found->name + (eq == std::string::npos ? "" : a.substr(eq));
     }
-    // A short option's value may be attached (-t3); a long one's after '='.
-    const bool value_attached = eq != std::string::npos || (a[1] != '-' && a.size() > 2);
-    if (found && found->takes_value && !value_attached) ++i;
+    if (!found) continue;
+    if (!found->takes_value) {
+      if (eq != std::string::npos) {
+        return Status::InvalidArgument(fmt::format(
+            "argument {}: ignored explicit argument '{}'; {} is a flag and takes no value, so "
+            "give it alone (or leave it out)",
+            found->name, a.substr(eq + 1), found->name));
+      }
+      continue;
+    }
+    if (eq != std::string::npos) {
+      // `--opt=`: argparse's value is ''; CLI11 would take the next word.
+      if (eq + 1 == a.size()) {
+        args[i] = found->name;
+        args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), "");
+      }
+      continue;
+    }
+    if (!long_option && a.size() > 2) {
+      // `-t3`, and `-t=3`, whose value argparse reads as 3.
+      if (a[2] == '=') {
+        args[i] = name;
+        args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), a.substr(3));
+      }
+      continue;
+    }
+    if (i + 1 == args.size() || LooksLikeAnOption(args[i + 1])) {
+      return Status::InvalidArgument(fmt::format(
+          "argument {}: expected one argument{}", found->name,
+          i + 1 == args.size()
+              ? ""
+              : fmt::format("; '{}' reads as an option, so attach a value that starts with '-' "
+                            "as {}={}",
+                            args[i + 1], found->name, args[i + 1])));
+    }
+    ++i;
   }
   return Status::OK();
 }
@@ -352,33 +444,36 @@ std::vector<LaunchFlag> LaunchFlags() {
 }
 
 Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value) {
-  std::string_view v = Trim(value);
-  StdSpec spec;
-  auto level = [](std::string_view s) -> std::optional<Std> {
-    auto n = ParseInt(s);
-    if (!n || *n < 0 || *n > 3 || Trim(s).size() != 1) return std::nullopt;
-    return static_cast<Std>(*n);
+  // torch's Std.from_str: ^[0123]$ or ^(\d:[0123],)*(\d:[0123])$, nothing
+  // trimmed; trun also takes local ranks of several digits.
+  auto digits = [](std::string_view d) {
+    return !d.empty() &&
+           std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   };
-  if (auto l = level(v)) {
+  auto level = [](std::string_view l) -> std::optional<Std> {
+    if (l.size() != 1 || l[0] < '0' || l[0] > '3') return std::nullopt;
+    return static_cast<Std>(l[0] - '0');
+  };
+  StdSpec spec;
+  if (auto l = level(value)) {
     spec.all = *l;
     return spec;
   }
   spec.is_map = true;
-  for (auto& item : Split(v, ',')) {
-    size_t colon = item.find(':');
-    std::optional<long long> rank;
+  for (auto& item : Split(value, ',')) {
+    const size_t colon = item.find(':');
+    const std::string_view rank = std::string_view(item).substr(0, colon);
     std::optional<Std> l;
-    if (colon != std::string::npos) {
-      rank = ParseInt(std::string_view(item).substr(0, colon));
+    if (colon != std::string::npos && digits(rank))
       l = level(std::string_view(item).substr(colon + 1));
-    }
-    if (!rank || *rank < 0 || !l) {
+    auto r = l ? ParseInt(rank) : std::nullopt;
+    if (!r || *r > 1'000'000) {
       return Status::InvalidArgument(fmt::format(
           "{}: '{}' is neither a level 0-3 (0 none, 1 stdout, 2 stderr, 3 both) nor a map of "
-          "local_rank:level like 0:3,1:2",
+          "local_rank:level like 0:3,1:2 (no spaces)",
           flag, value));
     }
-    spec.per_rank[static_cast<int>(*rank)] = *l;
+    spec.per_rank[static_cast<int>(*r)] = *l;
   }
   return spec;
 }
@@ -408,9 +503,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   std::map<std::string, std::string> values;
   std::map<std::string, bool> flags;
   std::map<std::string, CLI::Option*> opts;
-  std::set<std::string> env_dests;  // options with a PET_ variable
   for (const auto& row : kOptions) {
-    std::string env = "PET_" + Upper(row.dest);
     CLI::Option* o;
     if (row.is_flag) {
       flags[row.dest] = false;
@@ -421,7 +514,6 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
     // As argparse: an option given twice keeps its last value.
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    if (!row.no_env) o->envname(env), env_dests.insert(row.dest);
     opts[row.dest] = o;
   }
 
@@ -453,6 +545,29 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
 
   Problems p;
   LaunchConfig c;
+  // torchrun's argparse actions read PET_<DEST> as the default: `env` takes
+  // a set variable's text, '' included, as the option's value; `check_env`
+  // reads a flag's as a Python int, true when not 0. trun's own options read
+  // none (their variables are TRUN_* and TORCHELASTIC_*), so a PET_ variable
+  // never stops a launch that torchrun would run.
+  std::set<std::string> from_env;
+  for (const auto& row : kOptions) {
+    if (row.no_env || row.trun_only) continue;
+    const std::string name = "PET_" + Upper(row.dest);
+    const char* env = std::getenv(name.c_str());
+    if (env == nullptr || opts[row.dest]->count() > 0) continue;
+    if (!row.is_flag) {
+      values[row.dest] = env;
+      from_env.insert(row.dest);
+    } else if (auto n = ParsePythonInt(env)) {
+      flags[row.dest] = *n != 0;
+    } else {
+      p.Add(
+          fmt::format("{}='{}': expected 1 (on) or 0 (off), as torchrun reads it; set it to 1 "
+                      "or 0, or unset it",
+                      name, env));
+    }
+  }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
   if (rest.empty()) {
@@ -468,19 +583,25 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
 
   auto user_given = [&](const char* dest) {
-    return opts[dest]->count() > 0 ||
-           (env_dests.count(dest) > 0 && !Env(("PET_" + Upper(dest)).c_str()).empty());
+    return opts[dest]->count() > 0 || from_env.count(dest) > 0;
   };
   auto value = [&](const char* dest) -> const std::string& { return values[dest]; };
   // Under srun or in a SkyPilot task, the cluster's environment says what the
-  // user did not (slurm_env.h, skypilot_env.h); the first that applies.
-  // Kubeflow Trainer sets torchrun's own PET_ variables, read above.
+  // user left entirely unsaid (slurm_env.h, skypilot_env.h); the first that
+  // applies. Any rendezvous choice of the user's means the user drives, as
+  // under torchrun: `--nnodes 1` runs one standalone job per node, and
+  // --master-addr/--master-port/--node-rank are a static job. Kubeflow
+  // Trainer sets torchrun's own PET_ variables, read above.
   std::set<std::string> from_cluster;
-  if (!flags["standalone"]) {
+  const bool user_drives =
+      flags["standalone"] ||
+      std::ranges::any_of(
+          std::initializer_list<const char*>{"rdzv_backend", "rdzv_endpoint", "master_addr",
+                                             "master_port", "node_rank", "nnodes"},
+          user_given);
+  if (!user_drives) {
     const GetEnv env = [](const char* name) { return Env(name); };
-    const std::string backend = user_given("rdzv_backend") ? value("rdzv_backend") : "";
-    for (auto cluster : {SlurmLaunchDefaults(env, backend, user_given("nnodes")),
-                         SkyPilotLaunchDefaults(env, backend)}) {
+    for (auto cluster : {SlurmLaunchDefaults(env), SkyPilotLaunchDefaults(env)}) {
       if (!cluster.ok()) p.Add(cluster.status().message());
       if (!cluster.ok() || cluster->empty()) continue;
       for (const auto& [dest, v] : *cluster) {
@@ -500,7 +621,10 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("rdzv_conf")) rdzv_conf = SplitRdzvConf(value("rdzv_conf"), p);
   c.standalone = flags["standalone"];
   if (given("max_restarts")) {
-    if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p)) c.max_restarts = *n;
+    if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p,
+                                  std::numeric_limits<int>::max())) {
+      c.max_restarts = *n;
+    }
   }
   if (given("failure_lines")) {
     if (auto n = ParseNonNegative("--failure-lines", value("failure_lines"), p)) {
@@ -604,11 +728,12 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
         "--duplicate-stdout-filters/--duplicate-stderr-filters write filtered_*.log into the log "
         "dir, but --log-dir /dev/null keeps no files; give a real --log-dir or drop the filters");
   }
-  if (given("local_ranks_filter")) {
+  // torchrun: an empty filter is none.
+  if (given("local_ranks_filter") && !value("local_ranks_filter").empty()) {
     std::set<int> ranks;
     bool bad = false;
     for (auto& r : Split(value("local_ranks_filter"), ',')) {
-      auto n = ParseInt(r);
+      auto n = ParsePythonInt(r);
       if (!n || *n < 0)
         bad = true;
       else
@@ -627,7 +752,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
   if (given("master_addr")) c.master_addr = value("master_addr");
   if (given("master_port")) {
-    auto n = ParseInt(value("master_port"));
+    auto n = ParsePythonInt(value("master_port"));
     if (!n || *n <= 0 || *n > 65535) {
       p.Add(fmt::format("--master-port: expected a port 1-65535, got '{}'", value("master_port")));
     } else {
@@ -657,7 +782,10 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       given("signals_to_handle") ? value("signals_to_handle") : "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   for (auto& name : Split(signals, ',')) {
     auto sig = proc::ParseSignal(name);
-    if (!sig || *sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
+    if (!sig) {
+      // torch's start_processes warns and handles the others.
+      log::Warning("--signals-to-handle: '{}' is no signal; trun skips it, as torchrun does", name);
+    } else if (*sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
       p.Add(fmt::format("--signals-to-handle: '{}' is not a signal trun can handle (e.g. SIGTERM)",
                         name));
     } else {

@@ -2,9 +2,9 @@
 //
 // Every torchrun flag is accepted in its dash and underscore spellings
 // (--nproc-per-node, --nproc_per_node), with PET_<DEST> as the fallback, as
-// torch does. Options end at the training script; everything after it is the
-// script's. Errors are collected, --rdzv-conf's and --rdzv-endpoint's too
-// (rdzv_conf.h): one message that names each problem and its fix, and the
+// torch's argparse reads them (trun's own flags read no PET_ variable). Options end at the training
+// script; everything after it is the script's. Errors are collected, --rdzv-conf's and
+// --rdzv-endpoint's too (rdzv_conf.h): one message that names each problem and its fix, and the
 // caller exits 2. A --rdzv-conf key that looks misspelt is a warning on
 // stderr.
 //
@@ -45,7 +45,8 @@ inline constexpr const char* kCompletionShells[] = {"bash", "zsh", "tcsh"};
 // `args` excludes argv[0].
 Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args);
 
-// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v".
+// Parses "-r"/"-t" values as torch's pattern: "0".."3" or "i:v,i:v", nothing
+// trimmed (trun also takes local ranks of several digits).
 Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value);
 
 // Number of GPUs this process may use (NVIDIA driver's view, narrowed by

@@ -1,7 +1,10 @@
-// ParseLaunchArgs under srun: SLURM's environment fills what the flags
-// leave out (slurm_env.h), and flags win.
+// ParseLaunchArgs under srun: SLURM's environment fills what the user left
+// entirely unsaid (slurm_env.h); a rendezvous choice of the user's wins.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+
+#include <string>
+#include <vector>
 
 #include "launch/args.h"
 
@@ -44,23 +47,38 @@ TEST_F(ArgsUnderSrun, NoFlagsNeeded) {
   EXPECT_EQ(c.rdzv_id, "77");
 }
 
-TEST_F(ArgsUnderSrun, FlagsWin) {
-  auto p = ParseLaunchArgs(
-      {"--rdzv-endpoint", "head:29400", "--rdzv-id", "mine", "--no-python", "true"});
+TEST_F(ArgsUnderSrun, AGivenRunIdWins) {
+  auto p = ParseLaunchArgs({"--rdzv-id", "mine", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->config.rdzv_endpoint, "head:29400");
   EXPECT_EQ(p->config.rdzv_id, "mine");
+  EXPECT_EQ(p->config.rdzv_endpoint, "node3:15077");
   EXPECT_EQ(p->config.max_nodes, 2);
 }
 
-TEST_F(ArgsUnderSrun, StaticFindsNodeZeroOnTheFirstHost) {
-  auto p = ParseLaunchArgs({"--rdzv-backend", "static", "--no-python", "true"});
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->config.master_addr, "node3");
-  EXPECT_EQ(p->config.master_port, 15077);
-  EXPECT_EQ(p->config.node_rank, 1);
-  EXPECT_EQ(p->config.rdzv.endpoint_host, "node3");
-  EXPECT_EQ(p->config.rdzv.endpoint_port, 15077);
+// Any rendezvous choice of the user's means the user drives, as under
+// torchrun: SLURM fills nothing.
+TEST_F(ArgsUnderSrun, ARendezvousChoiceMeansTheUserDrives) {
+  auto endpoint = ParseLaunchArgs(
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400", "--no-python", "true"});
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
+  EXPECT_EQ(endpoint->config.rdzv_endpoint, "head:29400");
+  EXPECT_EQ(endpoint->config.max_nodes, 1);
+  EXPECT_EQ(endpoint->config.rdzv_id, "none");
+  auto fixed = ParseLaunchArgs({"--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port",
+                                "12375", "--node-rank", "1", "--no-python", "true"});
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  EXPECT_EQ(fixed->config.rdzv_backend, "static");
+  EXPECT_EQ(fixed->config.rdzv_endpoint, "10.0.0.1:12375");
+  EXPECT_EQ(fixed->config.node_rank, 1);
+  // --nnodes 1: one standalone job on each node.
+  for (const char* backend : {"", "static"}) {
+    std::vector<std::string> args = {"--nnodes", "1", "--no-python", "true"};
+    if (*backend) args.insert(args.begin(), {"--rdzv-backend", backend});
+    auto one = ParseLaunchArgs(args);
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    EXPECT_TRUE(one->config.standalone) << backend;
+    EXPECT_EQ(one->config.node_rank, 0) << backend;
+  }
 }
 
 TEST_F(ArgsUnderSrun, StandaloneIgnoresSlurm) {

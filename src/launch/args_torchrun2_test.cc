@@ -3,6 +3,7 @@
 // --print-completion; and what torch 2.14's argparse and run() decide:
 // abbreviations, --node-rank off static, --logs-specs, the event handlers.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include <optional>
@@ -273,15 +274,16 @@ TEST(ArgsTorchrun2Test, NodeRankOffStaticIsIgnored) {
   auto elastic = Parse(
       {"--nnodes", "1:3", "--rdzv-backend", "c10d", "--node-rank", "5", "--no-python", "true"});
   EXPECT_TRUE(elastic.ok()) << elastic.status().ToString();
-  // A static store on a given port: node rank 1 of 1 waits for a node 0,
-  // as torchrun's does (with a warning).
+  // A static store on a given port: node rank 1 of 1 waits for a node 0, as
+  // torchrun's does (with a warning).
   auto fixed = Parse({"--node-rank", "1", "--master-port", "29511", "--no-python", "true"});
   ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
   EXPECT_EQ(fixed->config.node_rank, 1);
 }
 
-// torchrun keeps the range: its lone node starts after the last call.
-TEST(ArgsTorchrun2Test, StandaloneWithAnElasticRangeKeepsIt) {
+// torchrun keeps --nnodes under --standalone (its lone node starts after the
+// last call).
+TEST(ArgsTorchrun2Test, StandaloneWithAnElasticRangeFromOneKeepsIt) {
   auto p = Parse({"--nnodes", "1:2", "--standalone", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->config.min_nodes, 1);
@@ -324,6 +326,111 @@ TEST(ArgsTorchrun2Test, NumaBindingModesAreTorchs) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("expected node, socket, exclusive or core-complex"),
             std::string::npos);
+}
+
+// argparse's reading of a command line (issue 28's review): `--opt=` is the
+// value '', `-t=3` is 3, a flag takes no value, and a value that looks like
+// an option is no value.
+TEST(ArgsTorchrun2Test, ValuesAreReadAsArgparseReadsThem) {
+  auto empty = Parse({"--log-dir=", "--role=", "--no-python", "true", "a"});
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+  EXPECT_EQ(empty->config.log_dir, "");
+  EXPECT_EQ(empty->config.role, "");
+  EXPECT_EQ(empty->config.worker_argv, (std::vector<std::string>{"true", "a"}));
+  auto short_eq = Parse({"-t=3", "-r=1", "--no-python", "true"});
+  ASSERT_TRUE(short_eq.ok()) << short_eq.status().message();
+  EXPECT_EQ(short_eq->config.tee.ForRank(0), Std::kAll);
+  EXPECT_EQ(short_eq->config.redirects.ForRank(0), Std::kOut);
+  for (const char* flag : {"--standalone=1", "--no-python=1", "--virtual-local-rank=0"}) {
+    auto r = Parse({flag, "--no-python", "true"});
+    ASSERT_FALSE(r.ok()) << flag;
+    EXPECT_NE(r.status().message().find("ignored explicit argument"), std::string::npos)
+        << r.status().message();
+  }
+  for (const char* opt : {"--role", "--rdzv-id", "-t"}) {
+    auto r = Parse({opt, "-x", "--no-python", "true"});
+    ASSERT_FALSE(r.ok()) << opt;
+    EXPECT_NE(r.status().message().find("expected one argument"), std::string::npos)
+        << r.status().message();
+  }
+  // A negative number is a value, as in argparse.
+  EXPECT_TRUE(
+      Parse({"--local-ranks-filter", "0", "--node-rank", "-0", "--no-python", "true"}).ok());
+  // torch's regexes: nothing trimmed.
+  for (auto spec : {std::vector<std::string>{"-r", " 3"}, {"-t", "0:3, 1:2"}}) {
+    EXPECT_FALSE(Parse({spec[0], spec[1], "--no-python", "true"}).ok()) << spec[1];
+  }
+}
+
+// torchrun's `env` action takes a set PET_ variable's text, '' included;
+// `check_env` reads a flag's as a Python int. trun's own options read none.
+TEST(ArgsTorchrun2Test, PetVariablesAreReadAsTorchrunReadsThem) {
+  {
+    ScopedEnv id("PET_RDZV_ID", "");
+    auto r = ParseLaunchArgs(
+        {"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--no-python", "true"});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->config.rdzv_id, "");
+  }
+  for (const char* name : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_PORT"}) {
+    ScopedEnv e(name, "");
+    EXPECT_FALSE(ParseLaunchArgs({"--no-python", "true"}).ok()) << name;
+  }
+  {
+    ScopedEnv e("PET_STANDALONE", "true");
+    auto r = ParseLaunchArgs({"--no-python", "true"});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("PET_STANDALONE='true'"), std::string::npos)
+        << r.status().message();
+  }
+  {
+    ScopedEnv e("PET_STANDALONE", "0");
+    ScopedEnv m("PET_MASTER_PORT", "29511");
+    auto r = ParseLaunchArgs({"--no-python", "true"});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_FALSE(r->config.standalone);
+  }
+  {
+    ScopedEnv e("PET_HEALTH_CHECK_PORT", "abc");
+    auto r = ParseLaunchArgs({"--no-python", "true"});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_FALSE(r->config.health_check_port.has_value());
+  }
+}
+
+TEST(ArgsTorchrun2Test, ValuesTorchrunAccepts) {
+  auto r = Parse({"--local-ranks-filter", "", "--max-restarts", "2147483647", "--nnodes", "1_0:2_0",
+                  "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--signals-to-handle",
+                  "SIGFOO,SIGUSR1", "--no-python", "true"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->config.local_ranks_filter.has_value());
+  EXPECT_EQ(r->config.max_restarts, 2147483647);
+  EXPECT_EQ(r->config.max_nodes, 20);
+  EXPECT_EQ(r->config.signals_to_handle, (std::vector<int>{SIGUSR1}));
+}
+
+// The cluster's environment fills only what the user left entirely unsaid
+// (issue 28's review): explicit static flags are a static job, --nnodes 1 a
+// standalone one, as under torchrun.
+TEST(ArgsTorchrun2Test, ARendezvousChoiceOfTheUsersWinsOverTheCluster) {
+  ScopedEnv ips("SKYPILOT_NODE_IPS", "10.0.0.5\n10.0.0.6\n");
+  ScopedEnv rank("SKYPILOT_NODE_RANK", "1");
+  ScopedEnv nodes("SKYPILOT_NUM_NODES", "2");
+  ScopedEnv task("SKYPILOT_TASK_ID", "sky-1");
+  auto plain = Parse({"--no-python", "true"});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->config.rdzv_backend, "c10d");
+  EXPECT_EQ(plain->config.rdzv_id, "sky-1");
+  auto static_job = Parse({"--nnodes=2", "--master_port=12375", "--master_addr=10.0.0.1",
+                           "--node_rank=1", "--no-python", "true"});
+  ASSERT_TRUE(static_job.ok()) << static_job.status().message();
+  EXPECT_EQ(static_job->config.rdzv_backend, "static");
+  EXPECT_EQ(static_job->config.rdzv_endpoint, "10.0.0.1:12375");
+  EXPECT_EQ(static_job->config.node_rank, 1);
+  auto one = Parse({"--nnodes", "1", "--no-python", "true"});
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_TRUE(one->config.standalone);
+  EXPECT_EQ(one->config.max_nodes, 1);
 }
 
 }  // namespace

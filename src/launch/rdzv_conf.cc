@@ -159,9 +159,16 @@ void ParseIsHost(const std::string& value, RdzvSettings& s, Problems& p) {
 
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p) {
   std::map<std::string, std::string> items;
-  for (auto& item : Split(text, ',')) {
+  if (Trim(text).empty()) return items;
+  for (auto& item : Split(Trim(text), ',')) {
     std::string_view kv = Trim(item);
-    if (kv.empty()) continue;
+    if (kv.empty()) {
+      p.Add(fmt::format(
+          "--rdzv-conf '{}': an empty item (two commas in a row, or one at either end), which "
+          "torchrun refuses too; drop the extra comma",
+          text));
+      continue;
+    }
     size_t eq = kv.find('=');
     if (eq == std::string_view::npos || Trim(kv.substr(0, eq)).empty() ||
         Trim(kv.substr(eq + 1)).empty()) {

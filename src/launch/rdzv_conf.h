@@ -21,7 +21,8 @@
 namespace trun::launch {
 
 // "k=v,k=v" as torchrun's _parse_rendezvous_config: keys and values trimmed,
-// empty items skipped; an item without a key or a value is a problem.
+// a blank text is no items; an empty item, or one without a key or a value,
+// is a problem.
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
 // One warning per key of `items` that trun does not read but that is close to

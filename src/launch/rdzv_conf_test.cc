@@ -28,9 +28,18 @@ RdzvSettings Settings(const Items& items, const LaunchConfig& c, std::string* pr
 
 TEST(RdzvConfTest, SplitsAsTorchrun) {
   Problems p;
-  auto items = SplitRdzvConf(" join_timeout = 5 ,, is_host=1,", p);
+  auto items = SplitRdzvConf(" join_timeout = 5 , is_host=1 ", p);
   EXPECT_TRUE(p.empty());
   EXPECT_EQ(items, (Items{{"join_timeout", "5"}, {"is_host", "1"}}));
+  EXPECT_TRUE(SplitRdzvConf("  ", p).empty());
+  EXPECT_TRUE(p.empty());
+  // torchrun refuses an empty item (ValueError): two commas, or one at an end.
+  for (const char* bad : {"a=1,,b=2", "a=1,", ",a=1"}) {
+    Problems q;
+    SplitRdzvConf(bad, q);
+    ASSERT_EQ(q.messages().size(), 1u) << bad;
+    EXPECT_NE(q.messages()[0].find("drop the extra comma"), std::string::npos) << bad;
+  }
   SplitRdzvConf("novalue,=3,k= ", p);
   ASSERT_EQ(p.messages().size(), 3u);
   EXPECT_EQ(p.messages()[0], "--rdzv-conf: 'novalue' is not of the form key=value");

@@ -9,8 +9,7 @@
 
 namespace trun::launch {
 
-Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& env,
-                                                                  const std::string& backend) {
+Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& env) {
   std::map<std::string, std::string> d;
   const std::string ips = env("SKYPILOT_NODE_IPS");
   const std::string rank = env("SKYPILOT_NODE_RANK");
@@ -31,6 +30,10 @@ Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& 
         "SKYPILOT_NODE_IPS); give --nnodes, --node-rank and --rdzv-endpoint yourself",
         env("SKYPILOT_NUM_NODES"), rank, hosts.size()));
   }
+  if (auto gpus = ParseInt(Trim(env("SKYPILOT_NUM_GPUS_PER_NODE"))); gpus && *gpus > 0) {
+    d["nproc_per_node"] = std::to_string(*gpus);
+  }
+  if (*n == 1) return d;
   std::string task(Trim(env("SKYPILOT_TASK_ID")));
   if (task.empty()) task = "skypilot";
   // FNV-1a of the task id: the same port on every node of the task.
@@ -41,15 +44,8 @@ Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& 
   d["nnodes"] = nodes;
   d["node_rank"] = std::to_string(*r);
   d["rdzv_id"] = task;
-  if (auto gpus = ParseInt(Trim(env("SKYPILOT_NUM_GPUS_PER_NODE"))); gpus && *gpus > 0) {
-    d["nproc_per_node"] = std::to_string(*gpus);
-  }
-  if (backend.empty()) d["rdzv_backend"] = "c10d";
-  if (backend.empty() || backend == "c10d") d["rdzv_endpoint"] = hosts.front() + ":" + port;
-  if (backend == "static") {
-    d["master_addr"] = hosts.front();
-    d["master_port"] = port;
-  }
+  d["rdzv_backend"] = "c10d";
+  d["rdzv_endpoint"] = hosts.front() + ":" + port;
   return d;
 }
 

@@ -12,12 +12,13 @@
 //                     port from 20000-29999 picked by the task id, so two
 //                     tasks on one cluster do not share a port
 //   --rdzv-id         SKYPILOT_TASK_ID (else "skypilot")
-//   static instead (--rdzv-backend static given): --master-addr and
-//                     --master-port are that host and port.
 //
-// Only where SKYPILOT_NODE_IPS and SKYPILOT_NODE_RANK are both set. Flags
-// and PET_ variables the user gave win over every default, as for SLURM
-// (slurm_env.h).
+// Only where SKYPILOT_NODE_IPS and SKYPILOT_NODE_RANK are both set. A task
+// of one node gets --nproc-per-node alone and runs as torchrun would, an
+// implied standalone job (a free port and a run id of its own, so two trun
+// in one task never meet). As for SLURM (slurm_env.h), the caller asks only
+// when the user made no rendezvous choice, and the user's --nproc-per-node
+// and --rdzv-id win.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -31,8 +32,6 @@
 namespace trun::launch {
 
 // The defaults, keyed by torchrun's option dest; empty outside SkyPilot.
-// `backend` is the backend the user chose, empty when none.
-Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& env,
-                                                                  const std::string& backend);
+Result<std::map<std::string, std::string>> SkyPilotLaunchDefaults(const GetEnv& env);
 
 }  // namespace trun::launch

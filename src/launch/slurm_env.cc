@@ -7,9 +7,7 @@
 
 namespace trun::launch {
 
-Result<std::map<std::string, std::string>> SlurmLaunchDefaults(const GetEnv& env,
-                                                               const std::string& backend,
-                                                               bool nnodes_given) {
+Result<std::map<std::string, std::string>> SlurmLaunchDefaults(const GetEnv& env) {
   std::map<std::string, std::string> d;
   const std::string job_id = env("SLURM_JOB_ID");
   if (job_id.empty() || env("SLURM_STEP_ID").empty()) return d;
@@ -32,24 +30,21 @@ Result<std::map<std::string, std::string>> SlurmLaunchDefaults(const GetEnv& env
         hosts.ok() ? "" : ": " + hosts.status().message()));
   }
   const std::string tasks = env("SLURM_STEP_NUM_TASKS");
-  if (!nnodes_given && !tasks.empty() && tasks != nodes) {
+  if (!tasks.empty() && tasks != nodes) {
     return Status::InvalidArgument(fmt::format(
         "srun started {} tasks on {} node(s), but trun starts each node's workers itself: run "
         "one task per node (srun --ntasks-per-node=1 trun --nproc-per-node N ...), or give "
         "--nnodes and the rendezvous flags yourself",
         tasks, nodes));
   }
+  if (*n == 1) return d;
   const std::string host = hosts->front();
   const std::string port = std::to_string(15000 + ParseInt(job_id).value_or(0) % 10000);
   d["nnodes"] = nodes;
   d["node_rank"] = std::to_string(*rank);
   d["rdzv_id"] = job_id;
-  if (backend.empty()) d["rdzv_backend"] = "c10d";
-  if (backend.empty() || backend == "c10d") d["rdzv_endpoint"] = host + ":" + port;
-  if (backend == "static") {
-    d["master_addr"] = host;
-    d["master_port"] = port;
-  }
+  d["rdzv_backend"] = "c10d";
+  d["rdzv_endpoint"] = host + ":" + port;
   return d;
 }
 

@@ -10,15 +10,16 @@
 //                   id's last four digits, so jobs that share a node do not
 //                   share a port (PyTorch Lightning picks its MASTER_PORT so)
 //   --rdzv-id       SLURM_JOB_ID
-//   static instead (--rdzv-backend static given): --master-addr and
-//                   --master-port are that host and port.
 //
-// Only inside a job step (SLURM_JOB_ID and SLURM_STEP_ID set): trun in the
-// batch script itself, or in an salloc shell, runs on one node and gets
-// nothing. Flags and PET_ variables the user gave win over every default.
+// Only inside a job step (SLURM_JOB_ID and SLURM_STEP_ID set) of more than
+// one node: trun in the batch script itself, in an salloc shell, or in a
+// one-node step runs as torchrun would, an implied standalone job (a free
+// port and a run id of its own, so two such steps on a node never meet).
+// The caller asks only when the user made no rendezvous choice (args.cc):
+// any of --rdzv-backend, --rdzv-endpoint, --master-addr, --master-port,
+// --node-rank, --nnodes means the user drives, as under torchrun.
 // More than one task per node (srun's default for --ntasks > nodes) would
-// start several agents per node: that is an error naming the fix, unless
-// the user gave --nnodes.
+// start several agents per node: that is an error naming the fix.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -35,12 +36,8 @@ namespace trun::launch {
 using GetEnv = std::function<std::string(const char*)>;
 
 // The defaults, keyed by torchrun's option dest ("nnodes", "node_rank",
-// "rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr",
-// "master_port"); empty outside a SLURM job step. `backend` is the
-// backend the user chose, empty when none. `nnodes_given` says whether
-// --nnodes (or PET_NNODES) was given.
-Result<std::map<std::string, std::string>> SlurmLaunchDefaults(const GetEnv& env,
-                                                               const std::string& backend,
-                                                               bool nnodes_given);
+// "rdzv_backend", "rdzv_endpoint", "rdzv_id"); empty outside a SLURM job
+// step of several nodes.
+Result<std::map<std::string, std::string>> SlurmLaunchDefaults(const GetEnv& env);
 
 }  // namespace trun::launch

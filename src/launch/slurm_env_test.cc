@@ -33,7 +33,7 @@ Env SecondNode() {
 }
 
 TEST(SlurmLaunchDefaults, OutsideSlurmThereAreNone) {
-  auto d = SlurmLaunchDefaults(From({}), "", false);
+  auto d = SlurmLaunchDefaults(From({}));
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->empty());
 }
@@ -41,13 +41,13 @@ TEST(SlurmLaunchDefaults, OutsideSlurmThereAreNone) {
 TEST(SlurmLaunchDefaults, TheBatchScriptAndSallocShellGetNone) {
   Env env = SecondNode();
   env.erase("SLURM_STEP_ID");
-  auto d = SlurmLaunchDefaults(From(env), "", false);
+  auto d = SlurmLaunchDefaults(From(env));
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->empty());
 }
 
 TEST(SlurmLaunchDefaults, C10dOnTheFirstNodeWithThePortFromTheJobId) {
-  auto d = SlurmLaunchDefaults(From(SecondNode()), "", false);
+  auto d = SlurmLaunchDefaults(From(SecondNode()));
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_EQ(*d, (std::map<std::string, std::string>{{"nnodes", "2"},
                                                     {"node_rank", "1"},
@@ -56,13 +56,16 @@ TEST(SlurmLaunchDefaults, C10dOnTheFirstNodeWithThePortFromTheJobId) {
                                                     {"rdzv_id", "1234"}}));
 }
 
-TEST(SlurmLaunchDefaults, StaticGetsTheMasterAddressAndPort) {
-  auto d = SlurmLaunchDefaults(From(SecondNode()), "static", false);
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->at("master_addr"), "node1");
-  EXPECT_EQ(d->at("master_port"), "16234");
-  EXPECT_EQ(d->count("rdzv_backend"), 0u);
-  EXPECT_EQ(d->count("rdzv_endpoint"), 0u);
+TEST(SlurmLaunchDefaults, AOneNodeStepGetsNoneAsTorchrunsImpliedStandalone) {
+  // torchrun runs one node as --standalone: a free port and a run id of its
+  // own, so two steps that share the node never share a rendezvous.
+  Env env = SecondNode();
+  env["SLURM_STEP_NUM_NODES"] = env["SLURM_STEP_NUM_TASKS"] = "1";
+  env["SLURM_NODEID"] = "0";
+  env["SLURM_STEP_NODELIST"] = "node1";
+  auto d = SlurmLaunchDefaults(From(env));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE(d->empty());
 }
 
 TEST(SlurmLaunchDefaults, TheStepsNodesWinOverTheJobs) {
@@ -70,7 +73,7 @@ TEST(SlurmLaunchDefaults, TheStepsNodesWinOverTheJobs) {
   env["SLURM_JOB_NODELIST"] = "gpu[07-12]";
   env["SLURM_NNODES"] = "6";
   env["SLURM_STEP_NODELIST"] = "gpu[09-10]";
-  auto d = SlurmLaunchDefaults(From(env), "", false);
+  auto d = SlurmLaunchDefaults(From(env));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->at("rdzv_endpoint"), "gpu09:16234");
   EXPECT_EQ(d->at("nnodes"), "2");
@@ -79,17 +82,15 @@ TEST(SlurmLaunchDefaults, TheStepsNodesWinOverTheJobs) {
 TEST(SlurmLaunchDefaults, SeveralTasksPerNodeIsAnErrorNamingTheFix) {
   Env env = SecondNode();
   env["SLURM_STEP_NUM_TASKS"] = "8";
-  auto d = SlurmLaunchDefaults(From(env), "", false);
+  auto d = SlurmLaunchDefaults(From(env));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("--ntasks-per-node=1"), std::string::npos);
-  // ... unless the user says how many nodes there are.
-  EXPECT_TRUE(SlurmLaunchDefaults(From(env), "", true).ok());
 }
 
 TEST(SlurmLaunchDefaults, ABrokenEnvironmentNamesWhatIsMissing) {
   Env env = SecondNode();
   env["SLURM_STEP_NODELIST"] = "node[1-";
-  auto d = SlurmLaunchDefaults(From(env), "", false);
+  auto d = SlurmLaunchDefaults(From(env));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("node[1-"), std::string::npos);
   EXPECT_NE(d.status().message().find("--rdzv-endpoint"), std::string::npos);
@@ -106,13 +107,13 @@ Env SkyPilotSecondNode() {
 }
 
 TEST(SkyPilotLaunchDefaults, OutsideSkyPilotThereAreNone) {
-  auto d = SkyPilotLaunchDefaults(From({}), "");
+  auto d = SkyPilotLaunchDefaults(From({}));
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->empty());
 }
 
 TEST(SkyPilotLaunchDefaults, AC10dJobOnTheHeadNode) {
-  auto d = SkyPilotLaunchDefaults(From(SkyPilotSecondNode()), "");
+  auto d = SkyPilotLaunchDefaults(From(SkyPilotSecondNode()));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->at("nnodes"), "2");
   EXPECT_EQ(d->at("node_rank"), "1");
@@ -127,34 +128,37 @@ TEST(SkyPilotLaunchDefaults, AC10dJobOnTheHeadNode) {
   // Every node of the task computes the same endpoint; another task another.
   Env head = SkyPilotSecondNode();
   head["SKYPILOT_NODE_RANK"] = "0";
-  EXPECT_EQ(SkyPilotLaunchDefaults(From(head), "")->at("rdzv_endpoint"), ep);
+  EXPECT_EQ(SkyPilotLaunchDefaults(From(head))->at("rdzv_endpoint"), ep);
   Env other = SkyPilotSecondNode();
   other["SKYPILOT_TASK_ID"] = "sky-2026-11-26-02-00-00-000002_mycluster_2";
-  EXPECT_NE(SkyPilotLaunchDefaults(From(other), "")->at("rdzv_endpoint"), ep);
+  EXPECT_NE(SkyPilotLaunchDefaults(From(other))->at("rdzv_endpoint"), ep);
 }
 
 TEST(SkyPilotLaunchDefaults, CpuClustersKeepTheWorkerCount) {
   Env env = SkyPilotSecondNode();
   env["SKYPILOT_NUM_GPUS_PER_NODE"] = "0";
   env.erase("SKYPILOT_NUM_NODES");
-  auto d = SkyPilotLaunchDefaults(From(env), "");
+  auto d = SkyPilotLaunchDefaults(From(env));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->count("nproc_per_node"), 0u);
   EXPECT_EQ(d->at("nnodes"), "2");  // the lines of SKYPILOT_NODE_IPS
 }
 
-TEST(SkyPilotLaunchDefaults, StaticGetsMasterAddrAndPort) {
-  auto d = SkyPilotLaunchDefaults(From(SkyPilotSecondNode()), "static");
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->at("master_addr"), "10.0.0.5");
-  EXPECT_EQ(d->count("rdzv_backend"), 0u);
-  EXPECT_EQ(d->count("rdzv_endpoint"), 0u);
+TEST(SkyPilotLaunchDefaults, AOneNodeTaskGetsOnlyItsWorkerCount) {
+  // As torchrun's implied standalone: two trun in one task never meet.
+  Env env = SkyPilotSecondNode();
+  env["SKYPILOT_NODE_IPS"] = "10.0.0.5\n";
+  env["SKYPILOT_NUM_NODES"] = "1";
+  env["SKYPILOT_NODE_RANK"] = "0";
+  auto d = SkyPilotLaunchDefaults(From(env));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(*d, (std::map<std::string, std::string>{{"nproc_per_node", "4"}}));
 }
 
 TEST(SkyPilotLaunchDefaults, ARankBeyondTheNodesIsAnError) {
   Env env = SkyPilotSecondNode();
   env["SKYPILOT_NODE_RANK"] = "2";
-  auto d = SkyPilotLaunchDefaults(From(env), "");
+  auto d = SkyPilotLaunchDefaults(From(env));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("SKYPILOT_NODE_RANK='2'"), std::string::npos);
 }

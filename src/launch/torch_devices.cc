@@ -31,6 +31,16 @@ else:
 print("cuda", int(cuda[0]), cuda[1])
 print("xpu", int(xpu[0]), xpu[1])
 print("accelerator", int(accel[0]), accel[1])
+# The privateuse1 backend's name (torch_npu renames it "npu") and its device
+# module's answers, as determine_local_world_size asks them (torch 2.x).
+name = getattr(torch._C, "_get_privateuse1_backend_name", lambda: "")()
+if name:
+    try:
+        from torch.utils.backend_registration import _get_custom_mod_func
+        p1 = bool(_get_custom_mod_func("is_available")())
+        print("privateuse1", name, int(p1), _get_custom_mod_func("device_count")() if p1 else 0)
+    except Exception:
+        print("privateuse1", name, 0, 0)
 if sys.argv[1:] == ["pci"] and accel[0]:
     # torch/numa/binding.py: the current accelerator's device module.
     if acc is not None:
@@ -58,6 +68,16 @@ Result<TorchDevices> ParseTorchDevices(const std::string& text) {
     std::vector<std::string> f = Split(Trim(line), ' ');
     if (f.size() == 2 && f[0] == "pci") {
       d.accelerator_pci_addresses.push_back(f[1]);
+      continue;
+    }
+    if (f.size() == 4 && f[0] == "privateuse1") {
+      auto avail = ParseInt(f[2]);
+      auto count = ParseInt(f[3]);
+      if (avail && count && *count >= 0) {
+        d.privateuse1_name = f[1];
+        d.privateuse1_available = *avail != 0;
+        d.privateuse1_count = static_cast<int>(*count);
+      }
       continue;
     }
     if (f.size() != 3) continue;

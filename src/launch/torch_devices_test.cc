@@ -27,6 +27,18 @@ TEST(TorchDevicesTest, OtherLinesAreIgnoredAndMissingCountsAreErrors) {
   EXPECT_FALSE(ParseTorchDevices("").ok());
 }
 
+TEST(TorchDevicesTest, ReadsThePrivateuse1Backend) {
+  auto d = ParseTorchDevices("cuda 0 0\nxpu 0 0\naccelerator 1 8\nprivateuse1 npu 1 8\n");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->privateuse1_name, "npu");
+  EXPECT_TRUE(d->privateuse1_available);
+  EXPECT_EQ(d->privateuse1_count, 8);
+  // torch 1.13 knows no privateuse1 name.
+  d = ParseTorchDevices("cuda 0 0\nxpu 0 0\naccelerator 0 0\n");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->privateuse1_name, "");
+}
+
 TEST(TorchDevicesTest, AnInterpreterThatCannotRunIsNamed) {
   auto d = AskTorchDevices("/nonexistent/python3", false);
   ASSERT_FALSE(d.ok());

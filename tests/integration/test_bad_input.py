@@ -29,7 +29,7 @@ pytestmark = pytest.mark.once(
     (["--no-python", "no-such-program-anywhere"], "not found on PATH"),
     (["--max-restarts", -1, *worker()], "--max-restarts"),
     (["--local-ranks-filter", "a", *worker()], "--local-ranks-filter"),
-    (["--signals-to-handle", "SIGNOPE", *worker()], "--signals-to-handle"),
+    (["--signals-to-handle", "SIGKILL", *worker()], "--signals-to-handle"),
     (["--master-port", 70000, *worker()], "--master-port"),
     (["--log-dir", "/etc/passwd/logs", *worker()], "--log-dir"),
     ([], "missing training_script"),

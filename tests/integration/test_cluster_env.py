@@ -9,6 +9,8 @@ import socket
 import subprocess
 import uuid
 
+import pytest
+
 from conftest import FIXTURES, TORCHRUN, TRUN, base_env, free_port
 
 DUMP = FIXTURES / "dump_env.py"
@@ -103,10 +105,51 @@ def test_skypilot_variables_form_the_job(tmp_path):
     assert sorted(e["GROUP_RANK"] for e in envs.values()) == ["0", "0", "1", "1"]
 
 
-def test_flags_win_over_the_cluster_variables(tmp_path):
-    env = {**skypilot_env(1, "sky-x"), "TRUN_DRY_RUN": "1"}
-    r = subprocess.run([TRUN, "--nnodes", "1", "--nproc-per-node", "3", str(DUMP), "x"], env=env,
+def srun_env(rank):
+    # What `srun --nodes=2 --ntasks-per-node=1` gives each task (as captured
+    # on tools/slurm-cluster's cluster; src/launch/slurm_env_test.cc).
+    return base_env(SLURM_JOB_ID="1234", SLURM_STEP_ID="0", SLURM_NNODES="2",
+                    SLURM_STEP_NUM_NODES="2", SLURM_STEP_NUM_TASKS="2", SLURM_NODEID=rank,
+                    SLURM_JOB_NODELIST="node[1-2]", SLURM_STEP_NODELIST="node[1-2]")
+
+
+def dry_run(flags, env):
+    r = subprocess.run([TRUN, *flags, str(DUMP), "x"], env={**env, "TRUN_DRY_RUN": "1"},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    config = json.loads(r.stdout)
+    return json.loads(r.stdout), r.stderr
+
+
+def test_flags_win_over_the_cluster_variables(tmp_path):
+    config, _ = dry_run(["--nnodes", "1", "--nproc-per-node", "3"], skypilot_env(1, "sky-x"))
     assert (config["max_nodes"], config["nproc_per_node"]) == (1, 3), config
+
+
+@pytest.mark.parametrize("cluster_env", [skypilot_env(1, "sky-x"), srun_env(1)],
+                         ids=["skypilot", "srun"])
+def test_a_rendezvous_choice_of_the_users_means_the_user_drives(cluster_env):
+    """The cluster fills only what the user left entirely unsaid: explicit
+    static flags are torchrun's static job, and `--nnodes 1` one standalone
+    job per node (issue 28's review)."""
+    static, err = dry_run(["--nnodes=2", "--nproc_per_node=2", "--master_port=12375",
+                           "--master_addr=10.0.0.1", "--node_rank=1"], cluster_env)
+    assert (static["rdzv_backend"], static["rdzv_endpoint"], static["node_rank"],
+            static["run_id"]) == ("static", "10.0.0.1:12375", 1, "none"), static
+    assert "is ignored" not in err, err
+    one, _ = dry_run(["--nnodes", "1"], cluster_env)
+    assert (one["rdzv_backend"], one["rdzv_endpoint"], one["max_nodes"]) == \
+        ("c10d", "localhost:0", 1), one
+    pinned, _ = dry_run(["--nnodes", "1", "--rdzv-backend", "static"], cluster_env)
+    assert (pinned["max_nodes"], pinned["rdzv_endpoint"]) == (1, "localhost:0"), pinned
+
+
+def test_two_trun_in_a_one_node_skypilot_task_never_meet():
+    env = base_env(SKYPILOT_NODE_IPS="127.0.0.1\n", SKYPILOT_NODE_RANK=0, SKYPILOT_NUM_NODES=1,
+                   SKYPILOT_NUM_GPUS_PER_NODE=2, SKYPILOT_TASK_ID="sky-one")
+    first, _ = dry_run([], env)
+    second, _ = dry_run([], env)
+    # As torchrun's implied standalone: a free port each and a uuid each;
+    # SkyPilot's GPU count still sets the workers.
+    assert first["rdzv_endpoint"] == second["rdzv_endpoint"] == "localhost:0", first
+    assert first["run_id"] != second["run_id"], (first, second)
+    assert first["nproc_per_node"] == 2, first

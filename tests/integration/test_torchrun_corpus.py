@@ -27,6 +27,15 @@ from test_launch import compare_envs
 SCRIPT = str(FIXTURES / "dump_env.py")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
+# The second node of a 2-node SkyPilot task and of a 2-node srun step, as
+# those systems set them (test_cluster_env.py, src/launch/slurm_env_test.cc).
+SKYPILOT_NODE1 = {"SKYPILOT_NODE_IPS": "10.0.0.5\n10.0.0.6\n", "SKYPILOT_NODE_RANK": "1",
+                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
+                  "SKYPILOT_TASK_ID": "sky-2026-11-26_corpus_1"}
+SRUN_NODE1 = {"SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0", "SLURM_NNODES": "2",
+              "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NODEID": "1",
+              "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_STEP_NODELIST": "node[1-2]"}
+
 # (id, command line after `torchrun`, extra environment). {s} is a script.
 CORPUS = [
     # torchrun's documentation (torch/distributed/run.py's docstring)
@@ -146,6 +155,48 @@ CORPUS = [
     ("rdzv-conf", "--nnodes=2:4 --rdzv-backend=c10d --rdzv-endpoint=h:29400 "
      "--rdzv-conf=join_timeout=900,last_call_timeout=60 {s}", {}),
     ("no-script", "--nproc-per-node 2", {}),
+    # issue 28's review: argparse's reading of values and flags
+    ("empty-log-dir", "--log-dir= {s} {s}", {}),
+    ("empty-role", "--role= {s}", {}),
+    ("empty-rdzv-endpoint", "--rdzv-endpoint= {s}", {}),
+    ("empty-local-addr", "--local-addr= {s}", {}),
+    ("tee-equals", "-t=3 {s}", {}),
+    ("redirects-equals", "-r=3 {s}", {}),
+    ("flag-given-a-value", "--standalone=1 {s}", {}),
+    ("no-python-given-a-value", "--no-python=1 true", {}),
+    ("virtual-local-rank-given-a-value", "--virtual-local-rank=0 {s}", {}),
+    ("role-looks-like-an-option", "--role -x {s}", {}),
+    ("rdzv-id-looks-like-an-option", "--rdzv-id -x {s}", {}),
+    ("redirects-space", "-r ' 3' {s}", {}),
+    ("tee-map-spaces", "-t '0:3, 1:2' --nproc-per-node 2 {s}", {}),
+    ("rdzv-conf-empty-item", "--rdzv-conf 'a=1,,b=2' {s}", {}),
+    ("rdzv-conf-trailing-comma", "--rdzv-conf join_timeout=5, {s}", {}),
+    ("local-ranks-filter-empty", "--local-ranks-filter '' {s}", {}),
+    ("max-restarts-int-max", "--max-restarts 2147483647 {s}", {}),
+    ("underscored-numbers", "--nnodes 1_0:2_0 --max-restarts 1_0 --rdzv-backend c10d "
+     "--rdzv-endpoint h:1 {s}", {}),
+    ("signal-unknown", "--signals-to-handle SIGFOO {s}", {}),
+    ("nproc-privateuse1", "--nproc-per-node npu {s}", {}),
+    ("nproc-privateuse1-default-name", "--nproc-per-node privateuseone {s}", {}),
+    ("pet-nnodes-empty", "{s}", {"PET_NNODES": ""}),
+    ("pet-nproc-empty", "{s}", {"PET_NPROC_PER_NODE": ""}),
+    ("pet-master-port-empty", "{s}", {"PET_MASTER_PORT": ""}),
+    ("pet-standalone-word", "{s}", {"PET_STANDALONE": "true"}),
+    ("pet-standalone-zero", "--master-port 29511 {s}", {"PET_STANDALONE": "0"}),
+    ("pet-rdzv-id-empty", "--rdzv-backend c10d --rdzv-endpoint h:1 {s}", {"PET_RDZV_ID": ""}),
+    ("pet-trun-only-ignored", "{s}", {"PET_HEALTH_CHECK_PORT": "abc",
+                                      "PET_EVENT_LOG_FILE": "/nonexistent/x"}),
+    # ... and the clusters' variables yield to the user's rendezvous choice
+    ("skypilot-static-flags", "--nnodes=2 --nproc_per_node=2 --master_port=12375 "
+     "--master_addr=10.0.0.1 --node_rank=1 {s}", {**SKYPILOT_NODE1}),
+    ("skypilot-one-node-per-node", "--nnodes 1 {s}", {**SKYPILOT_NODE1}),
+    ("skypilot-one-node-static", "--nnodes 1 --rdzv-backend static {s}", {**SKYPILOT_NODE1}),
+    ("skypilot-one-node-task", "{s}", {**SKYPILOT_NODE1, "SKYPILOT_NODE_IPS": "10.0.0.5\n",
+                                        "SKYPILOT_NUM_NODES": "1", "SKYPILOT_NODE_RANK": "0",
+                                        "SKYPILOT_NUM_GPUS_PER_NODE": "0"}),
+    ("srun-static-flags", "--nnodes=2 --master_port=12375 --master_addr=10.0.0.1 "
+     "--node_rank=1 {s}", {**SRUN_NODE1}),
+    ("srun-one-node-per-node", "--nnodes 1 {s}", {**SRUN_NODE1}),
 ]
 
 COMPARED = ("min_nodes", "max_nodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint",
