@@ -193,6 +193,40 @@ def test_trun_run_gives_each_job_a_token_no_command_line_shows(jobs, given):
         assert not secret.search(jobs.trun(*cmd).out), cmd
 
 
+# Two roles, each printing whether it got a job token: one marked as running
+# trun's agent (as dist.ddp's role is), one not.
+TWO_ROLES = """\
+app:
+  name: tworoles
+  roles:
+{roles}
+"""
+ROLE = """\
+    - name: {name}
+      image: none
+      entrypoint: sh
+      args: ["-c", "echo {name} token=${{TRUN_JOB_TOKEN:+yes}}"]
+      num_replicas: 2
+      metadata: {metadata}
+"""
+
+
+@pytest.mark.once("the local scheduler's rule; no torch")
+def test_only_the_roles_that_run_truns_agent_get_the_job_token(jobs):
+    """`trun run -s local` gives the job token to the replicas of a role that
+    runs trun's agent (role metadata trun.job_token, which dist.ddp sets), and
+    to no other role's program, the submitter's token or a generated one."""
+    comp = jobs.tmp / "tworoles.yaml"
+    comp.write_text(TWO_ROLES.format(roles=ROLE.format(name="agent", metadata="{trun.job_token: true}")
+                                     + ROLE.format(name="other", metadata="{}")))
+    for env in (jobs.env, {**jobs.env, "TRUN_JOB_TOKEN": "given-" + "5" * 26}):
+        handle = jobs.submit("./tworoles.yaml", env=env)
+        assert jobs.wait(handle)["state"] == "SUCCEEDED"
+        log = jobs.trun("log", handle).out
+        assert sorted(re.findall(r"(agent|other) token=(\w*)", log)) == \
+            [("agent", "yes")] * 2 + [("other", "")] * 2, log
+
+
 def test_trun_store_serves_everyone_unless_told(hosts):
     def client(i, port):
         return subprocess.run([*hosts.run(i), PYTHON, "-c", STRANGER, "10.200.0.1", str(port)],
