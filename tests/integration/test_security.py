@@ -3,6 +3,7 @@ the current round, the local scheduler's files are the user's alone, and no
 --rdzv-conf secret leaks into what trun publishes."""
 import json
 import os
+import pathlib
 import pwd
 import re
 import stat
@@ -249,19 +250,29 @@ def test_trun_store_serves_everyone_unless_told(hosts):
 
 def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
     token, wrong = "0123456789abcdef" * 2, "fedcba9876543210" * 2
-    (tmp_path / "token").write_text(token + "\n")
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
     port = free_port()
     args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "tok"]
     job = ["--no-python", "true"]
     env = {**base_env(), "TRUN_JOB_TOKEN": ""}
-    host = subprocess.Popen([TRUN, *args, "--rdzv-conf", f"job_token_file={tmp_path / 'token'}",
-                             *job],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # The host is given the token by descriptor (`7<FILE`), the second agent
+    # by file: each reads it once, at start, and keeps no descriptor to it.
+    fd = os.open(token_file, os.O_RDONLY)
+    try:
+        host = subprocess.Popen([TRUN, *args, "--rdzv-conf", f"job_token_fd={fd}", *job],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, pass_fds=(fd,))
+    finally:
+        os.close(fd)
     # Every agent on the endpoint's host may host: this one first.
     first = host.stderr.readline()
     assert "hosting the store" in first, first
     try:
+        held = [p.name for p in pathlib.Path(f"/proc/{host.pid}/fd").iterdir()
+                if os.path.realpath(p) == str(token_file)]
+        assert held == [], held
         for given, why in (({"TRUN_JOB_TOKEN": wrong}, "refused: wrong job token"),
                            ({}, "asks for the job's token and this agent has none")):
             r = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
@@ -271,8 +282,8 @@ def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
         r = subprocess.run([PYTHON, "-c", REPLAY, str(port)], capture_output=True, text=True,
                            timeout=60, env=base_env())
         assert "REFUSED" in r.stdout, r.stdout + r.stderr
-        good = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
-                              env={**env, "TRUN_JOB_TOKEN": token})
+        good = subprocess.run([TRUN, *args, "--rdzv-conf", f"job_token_file={token_file}", *job],
+                              capture_output=True, text=True, timeout=60, env=env)
         assert good.returncode == 0, good.stderr
         out, err = host.communicate(timeout=60)
         assert host.returncode == 0, err
