@@ -197,7 +197,11 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
             name);
         std::string command = Command(r, {error_file});
         if (specs::RunsTrunsAgent(role)) {
-          command = fmt::format("bash -c '{}exec \"$@\"' {} {}", kReadToken, name, command);
+          // srun forwards its own stdin to the first component only: each
+          // agent's component reads a pipe of its own.
+          command =
+              fmt::format("--input=<(printf '%s\\n' \"$job_token\") bash -c '{}exec \"$@\"' {} {}",
+                          kReadToken, name, command);
         } else if (!req.job_token_file.empty()) {
           command = "--input=none " + command;
         }
@@ -210,7 +214,7 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
     for (size_t i = 0; i < groups.size(); ++i) {
       sbatch_lines += (i ? "#SBATCH hetjob\n" : "") + groups[i];
     }
-    srun = req.job_token_file.empty() ? "srun" : "printf '%s\\n' \"$job_token\" | srun";
+    srun = "srun";
     for (size_t i = 0; i < components.size(); ++i) {
       srun += (i ? " :\\\n  " : " ") + components[i];
     }

@@ -19,8 +19,10 @@
 // trun's agent, and no environment that outlives their start: the script
 // reads it from `job_token_file` into a shell variable (not exported) and
 // removes the file, pipes it to srun, whose tasks of those roles read it
-// from stdin in a `bash -c` that then execs the agent; another role's tasks
-// get no stdin (--input=none). Before a requeue the script writes the file
+// from stdin in a `bash -c` that then execs the agent (a heterogeneous job
+// gives each such component a pipe of its own, --input=<(...), as srun
+// forwards its own stdin to the first component only); another role's
+// tasks get no stdin (--input=none). Before a requeue the script writes the file
 // again for the next attempt.
 //
 // Both: the job runs in `job_dir` (--chdir; the working directory of

@@ -196,14 +196,15 @@ TEST(SlurmBatch, TheJobTokenReachesOnlyTheAgentsTasksOnStdin) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->job_token_file, one.job_token_file);
 
-  // A heterogeneous job: the agent's components read it, another role's
-  // tasks get no stdin.
+  // A heterogeneous job: each agent's component reads it from a pipe of its
+  // own (srun forwards its stdin to the first component only), another
+  // role's tasks get no stdin.
   BatchRequest two = Make({"pair", {agent, other}, {}}, Cfg());
   EXPECT_TRUE(two.heterogeneous);
-  EXPECT_TRUE(Has(two.script, "printf '%s\\n' \"$job_token\" | srun --kill-on-bad-exit=1"));
+  EXPECT_FALSE(Has(two.script, "| srun"));
   EXPECT_TRUE(Has(two.script,
-                  "bash -c 'IFS= read -r TRUN_JOB_TOKEN; export TRUN_JOB_TOKEN; "
-                  "exec \"$@\"' ddp-1 env TORCHELASTIC_ERROR_FILE="))
+                  "--input=<(printf '%s\\n' \"$job_token\") bash -c 'IFS= read -r TRUN_JOB_TOKEN; "
+                  "export TRUN_JOB_TOKEN; exec \"$@\"' ddp-1 env TORCHELASTIC_ERROR_FILE="))
       << two.script;
   EXPECT_TRUE(Has(two.script, "reader-0.err \\\n    --input=none env ")) << two.script;
   ExpectValidBash(two.script);

@@ -238,16 +238,20 @@ roles:
   - name: trainer
     image: none
     entrypoint: sh
-    args: ["-c", "echo trainer ${replica_id} of job $TORCHX_JOB_ID sees rank0 $${${rank0_env}} LIST=$LIST"]
+    args: ["-c", "echo trainer ${replica_id} of job $TORCHX_JOB_ID sees rank0 $${${rank0_env}} LIST=$LIST token=$${TRUN_JOB_TOKEN:+yes}"]
     env: {LIST: "a,b,c"}
     num_replicas: 2
     resource: {cpu: 1, gpu: 0, memMB: 100}
+    metadata: {trun.job_token: true}
   - name: reader
     image: none
     entrypoint: sh
-    args: ["-c", "echo reader on $SLURMD_NODENAME"]
+    args: ["-c", "echo reader on $SLURMD_NODENAME token=$${TRUN_JOB_TOKEN:+yes}"]
     resource: {cpu: 1, gpu: 0, memMB: 100}
 """)
+    # The trainer's components stand for trun's agents (role metadata
+    # trun.job_token): they read the job token from srun's stdin; the
+    # reader's get no stdin and no token.
     dry = cluster.trun("run", "-s", "slurm", "--dryrun", "./pair.yaml")
     assert dry.returncode == 0, dry.err
     assert dry.out.count("#SBATCH hetjob") == 2, dry.out
@@ -262,8 +266,8 @@ roles:
     log = cluster.trun("log", f"{handle}/trainer").out
     for k in (0, 1):
         assert (f"trainer/{k} trainer {k} of job slurm://trun/{job_id} sees rank0 {first_host} "
-                "LIST=a,b,c") in log, log
-    assert re.search(r"^reader/0 reader on node\d$", cluster.trun("log", handle).out, re.M)
+                "LIST=a,b,c token=yes") in log, log
+    assert re.search(r"^reader/0 reader on node\d token=$", cluster.trun("log", handle).out, re.M)
 
 
 def test_log_tail_follows_the_replicas_until_the_job_ends(cluster):
