@@ -111,6 +111,22 @@ TEST(ArgsTest, JobTokenFdIsReadOnceAndClosed) {
   auto bad = with({"--rdzv-conf", "job_token_fd=x"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("expected a descriptor number"), std::string::npos);
+  // Stdin (job_token_fd=0 <FILE) is left on /dev/null, so that its number
+  // does not go to the next file trun opens and on to the workers.
+  const int saved_stdin = dup(0);
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], token.data(), token.size()), static_cast<ssize_t>(token.size()));
+  close(fds[1]);
+  dup2(fds[0], 0);
+  close(fds[0]);
+  auto from_stdin = with({"--rdzv-conf", "job_token_fd=0"});
+  char target[64] = {};
+  (void)!readlink("/proc/self/fd/0", target, sizeof target - 1);
+  dup2(saved_stdin, 0);
+  close(saved_stdin);
+  ASSERT_TRUE(from_stdin.ok()) << from_stdin.status().ToString();
+  EXPECT_EQ(from_stdin->config.rdzv.job_token, token);
+  EXPECT_STREQ(target, "/dev/null");
   auto both = with({"--rdzv-conf", "job_token_fd=0,job_token_file=/nonexistent"});
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("give one"), std::string::npos);

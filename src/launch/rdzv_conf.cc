@@ -66,7 +66,16 @@ Result<std::string> ReadJobTokenFd(const std::string& text) {
   }
   // The token checks allow 1024 characters; a little more shows it is too long.
   auto text_read = ReadToEnd(n, fmt::format("descriptor {}", n), 4096);
-  ::close(n);
+  // stdin, stdout or stderr (job_token_fd=0 with <FILE) becomes /dev/null
+  // instead: closed, its number would go to the next file trun opens, which
+  // the workers would then inherit as that stream.
+  int devnull = n <= 2 ? ::open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
+  if (devnull >= 0) {
+    ::dup2(devnull, n);
+    ::close(devnull);
+  } else {
+    ::close(n);
+  }
   return text_read;
 }
 
