@@ -197,16 +197,20 @@ class LocalAgent::Impl {
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
 
-    TRUN_RETURN_IF_ERROR(telemetry_.Start(io_,
-                                          {.console_events = config_.event_log_handler == "console",
-                                           .event_file = config_.event_log_file,
-                                           .health_port = config_.health_check_port,
-                                           .health_addr = config_.health_check_addr,
-                                           .run_id = config_.rdzv_id,
-                                           .role = config_.role,
-                                           .hostname = hostname_,
-                                           .max_restarts = config_.max_restarts},
-                                          [this] { return Health(); }));
+    TRUN_RETURN_IF_ERROR(telemetry_.Start(
+        io_,
+        {.console_events = config_.event_log_handler == "console",
+         .event_file = config_.event_log_file,
+         .health_port = config_.health_check_port,
+         .health_addr = config_.health_check_addr,
+         .run_id = config_.rdzv_id,
+         .role = config_.role,
+         .hostname = hostname_,
+         .max_restarts = config_.max_restarts,
+         // A token of the agent's own guards
+         // nothing a user could prove.
+         .job_token = config_.rdzv.job_token_own ? std::string() : config_.rdzv.job_token},
+        [this] { return Health(); }));
     if (config_.file_timer) TRUN_RETURN_IF_ERROR(StartWatchdog());
 
     // The rendezvous hosts the workers' store (torch's
@@ -356,13 +360,16 @@ class LocalAgent::Impl {
                  w.local_rank, w.pid, config_.worker_argv[0]);
       failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                                    w.output.error_file, exited_at,
-                                                   w.output.StderrTail()));
+                                                   w.output.Tail(true)));
+      failures_.back().last_lines =
+          failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
+                                   static_cast<size_t>(config_.failure_lines));
       if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
     } else if (state_ == State::kStopping && !failures_.empty() && w.exitcode != 0) {
       // A sibling stopped because of that failure: torchrun 2.x lists it.
       failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                                    w.output.error_file, exited_at,
-                                                   w.output.StderrTail()));
+                                                   w.output.Tail(true)));
       failures_.back().stopped = true;
     }
   }
@@ -474,6 +481,10 @@ class LocalAgent::Impl {
   void ReportFinalFailure() {
     const int64_t restarts = round_ ? round_->failures : 0;
     std::string table = failure::FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
+    // The root cause's last words first: torchrun's table stays last, and
+    // as torchrun prints it.
+    const auto& root = failures_[failure::RootCause(failures_)];
+    if (!root.last_lines.empty()) log::Error("{}", root.last_lines);
     log::Error("worker group failed{}:{}",
                config_.max_restarts > 0
                    ? fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s")

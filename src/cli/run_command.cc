@@ -19,6 +19,7 @@
 #include "components/builtins.h"
 #include "components/file_component.h"
 #include "proc/pump.h"
+#include "schedulers/kubernetes_manifests.h"
 #include "specs/config.h"
 #include "specs/macros.h"
 #include "specs/serialize.h"
@@ -29,7 +30,8 @@ namespace {
 using specs::AppState;
 
 constexpr const char* kRunUsage =
-    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json]] [--wait] [--log]\n"
+    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json | --manifests]]\n"
+    "                [--wait] [--log]\n"
     "                [--tee-logs]\n"
     "                COMPONENT [COMPONENT ARGS...]\n"
     "\n"
@@ -46,6 +48,8 @@ constexpr const char* kRunUsage =
     "  --dryrun                    print the AppDef and the scheduler's request; submit nothing\n"
     "  --json                      with --dryrun: print them as one JSON object (app,\n"
     "                              scheduler, cfg, request, text)\n"
+    "  --manifests                 with --dryrun -s kubernetes: print only the API objects,\n"
+    "                              as YAML documents, for `kubectl apply -f -`\n"
     "  --wait                      wait for the app to end; exit 0 only if it SUCCEEDED\n"
     "  --log                       follow the replicas' logs (on stderr) until the app ends\n"
     "  --tee-logs, --tee_logs      as --log\n"
@@ -56,6 +60,7 @@ const std::vector<Flag> kRunFlags = {
     {{"--scheduler_args", "-cfg", "--scheduler-args"}, true},
     {{"--dryrun"}, false},
     {{"--json"}, false},
+    {{"--manifests"}, false},
     {{"--wait"}, false},
     {{"--log"}, false},
     {{"--tee_logs", "--tee-logs"}, false},
@@ -183,6 +188,18 @@ int RunCommand(const Args& args) {
   }
   const std::string sched_name =
       flags->Get("--scheduler", config->Get("cli:run", "scheduler").value_or("local"));
+  if (flags->Has("--manifests")) {
+    if (!flags->Has("--dryrun") || flags->Has("--json")) {
+      return ReportError(Status::InvalidArgument(
+          "run: --manifests goes with --dryrun, without --json (it prints the objects alone)"));
+    }
+    if (sched_name != "kubernetes") {
+      return ReportError(Status::InvalidArgument(fmt::format(
+          "run: --manifests prints Kubernetes API objects; the {} scheduler has none (use -s "
+          "kubernetes, or --dryrun alone)",
+          sched_name)));
+    }
+  }
 
   auto component = components::FindComponent(component_name, SelfExecutable());
   if (!component.ok()) return ReportError(component.status());
@@ -222,6 +239,17 @@ int RunCommand(const Args& args) {
     j["request"] = info->request;
     j["text"] = info->Format();
     std::fputs((j.dump() + "\n").c_str(), stdout);
+    return 0;
+  }
+  if (flags->Has("--manifests")) {
+    auto req = schedulers::kube::Request::FromJson(info->request);
+    if (!req.ok()) return ReportError(req.status());
+    if (req->auto_workload) {
+      log::Warning(
+          "workload=auto: these are a JobSet, which needs JobSet's controller in the cluster; "
+          "without it, use -cfg workload=job");
+    }
+    std::fputs(schedulers::kube::FormatManifests(*req).c_str(), stdout);
     return 0;
   }
   if (flags->Has("--dryrun")) {
