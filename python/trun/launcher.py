@@ -71,28 +71,36 @@ _MAX_AWAITING_HELLO = 256
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
-# The shell each agent runs under. It first reads variables from stdin, one
-# NAME=VALUE a line (backslashes and newlines escaped as printf %b reads
-# them), up to an empty line, and exports them: an SSH host gets its whole
-# environment this way, every host the secrets, so none is on a command line
-# (`ps`), nor in this shell's /proc/PID/environ (the block execve gave it,
-# readable by the workers' user); it unsets the secrets once the agent, which
-# hides them in turn, has them. Then it sources $1 (Launcher.env_file) unless
-# it is "", and runs the agent in the background, a watcher of stdin (fd 3)
-# that SIGTERMs it on "stop" or at EOF, and the agent's exit status as ours.
-# A background job's stdin is /dev/null unless redirected, hence fd 3.
+# The shell each agent runs under. Its arguments: the env file ("" for none),
+# host 0's delay at EOF (below), then the agent's argv. A subshell of it reads
+# variables from stdin, one NAME=VALUE a line (backslashes and newlines
+# escaped as printf %b reads them), up to an empty line, exports them, sources
+# the env file, and execs the agent: an SSH host gets its whole environment
+# this way, every host the secrets, so none is on a command line (`ps`), nor
+# in a shell's /proc/PID/environ (the block execve gave it, readable by the
+# workers' user), nor in any shell's memory once the agent runs: the one
+# shell that read them became the agent (which hides them in turn), and the
+# shell that stays never read them (/proc/PID/mem is open to the user's
+# processes where ptrace is). That shell waits for the subshell's USR1 (it
+# has read its lines, or failed), then watches stdin (fd 3), SIGTERMs the
+# agent on "stop" or at EOF, and exits with the agent's status. It must not
+# read stdin before: both would take bytes of the same lines. A background
+# job's stdin is /dev/null unless redirected, hence fd 3; its USR1 may come
+# before `wait` starts, when the trap runs and the `sleep 1` ends the wait.
 # "stop" is the launcher stopping the job; EOF without it is the launcher
 # gone (kill -9), when every host learns at once: host 0, whose agent hosts
-# the store, then waits TRUN_EOF_DELAY so the others leave while the store is up (a lost store holds an agent about a second longer).
-_WRAPPER = ('exec 3<&0; '
-            r'while IFS= read -r _t_l || exit 97; [ -n "$_t_l" ]; do '
+# the store, then waits its delay so the others leave while the store is up (a lost store holds an agent about a second longer).
+_WRAPPER = ('exec 3<&0; _t_f=$1; _t_d=$2; shift 2; _t_r=; trap _t_r=1 USR1; '
+            '( trap "kill -USR1 $$" EXIT; '
+            r'while IFS= read -r _t_l <&3 || exit 97; [ -n "$_t_l" ]; do '
             r'_t_k=${_t_l%%=*}; _t_v=${_t_l#*=}; '
             r'case $_t_v in *\\*) _t_v=$(printf "%bx" "$_t_v"); _t_v=${_t_v%x};; esac; '
             r'export "$_t_k=$_t_v"; done; '
-            '_t_f=$1; shift; [ -z "$_t_f" ] || . "$_t_f" || exit 97; '
-            '"$@" </dev/null & p=$!; unset ' + " ".join(_SECRETS) + '; '
+            '[ -z "$_t_f" ] || . "$_t_f" || exit 97; '
+            'trap - EXIT; kill -USR1 $$; exec "$@" </dev/null 3<&-; ) & p=$!; '
+            'while [ -z "$_t_r" ] && kill -0 $p 2>/dev/null; do sleep 1 & wait $!; kill $! 2>/dev/null; done; '
             '{ l=; while read -r l <&3; do [ "$l" = stop ] && break; done; '
-            '[ "$l" = stop ] || sleep "${TRUN_EOF_DELAY:-0}"; kill -TERM $p 2>/dev/null; } & w=$!; '
+            '[ "$l" = stop ] || sleep "$_t_d"; kill -TERM $p 2>/dev/null; } & w=$!; '
             'wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
 _FAILURE_RE = re.compile(r"rank\s+:\s+(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s+:\s+(-?\d+)")
 
@@ -486,7 +494,6 @@ class _Run:
             "TRUN_TOKEN": self.token,
             "TRUN_JOB_TOKEN": self.job_token,
             "TRUN_HOST_INDEX": str(host_index),
-            "TRUN_EOF_DELAY": "0.5" if host_index == 0 and nhosts > 1 else "0",
             "TRUN_BACKEND": cfg.backend or "",
             "TRUN_WORKER_TIMEOUT": str(cfg.worker_timeout),
             "TRUN_AGENT_TIMEOUT": str(cfg.agent_timeout),
@@ -565,7 +572,10 @@ class _Run:
             for i, (h, a) in enumerate(zip(hostnames, self.agents)):
                 env = self._env_for(local[i], i, n, reach[i], port, python)
                 argv = self._agent_argv(trun, i, n, nprocs[i], (master_addr, master_port))
-                self._start(a, local[i], argv, env)
+                # Host 0's agent hosts the store: at the launcher's EOF it
+                # waits so that the others leave while the store is up.
+                eof_delay = "0.5" if i == 0 and n > 1 else "0"
+                self._start(a, local[i], argv, env, eof_delay)
             return self._wait(started, hostnames)
         except BaseException:
             self._stop_all()
@@ -626,10 +636,11 @@ class _Run:
                 self._dispatch(rec)
             self.pending.clear()
 
-    def _start(self, a: _Agent, local: bool, argv: list[str], env: dict[str, str]) -> None:
+    def _start(self, a: _Agent, local: bool, argv: list[str], env: dict[str, str],
+               eof_delay: str) -> None:
         cfg = self.cfg
         env_file = os.fspath(cfg.env_file) if cfg.env_file is not None else ""
-        wrapper = ["/bin/sh", "-c", _WRAPPER, "trun-agent", env_file, *argv]
+        wrapper = ["/bin/sh", "-c", _WRAPPER, "trun-agent", env_file, eof_delay, *argv]
         if local:
             # Its own environment as a child's; the secrets on stdin (_WRAPPER).
             cmd = wrapper

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string>
 
 namespace trun {
 
@@ -15,21 +16,24 @@ Result<std::string> ReadFile(const std::string& path) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::FromErrno("cannot read " + path, errno);
   }
+  auto data = ReadToEnd(fd, path);
+  ::close(fd);
+  return data;
+}
+
+Result<std::string> ReadToEnd(int fd, const std::string& what, size_t limit) {
   std::string data;
   char buf[65536];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno("cannot read " + path, err);
-    }
-    if (n == 0) break;
+    if (n < 0) return Status::FromErrno("cannot read " + what, errno);
+    if (n == 0) return data;
     data.append(buf, static_cast<size_t>(n));
+    if (data.size() > limit) {
+      return Status::InvalidArgument(what + ": more than " + std::to_string(limit) + " bytes");
+    }
   }
-  ::close(fd);
-  return data;
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t mode) {

@@ -2,6 +2,8 @@
 // Thread-safety: pure functions over the file system.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
@@ -10,6 +12,10 @@ namespace trun {
 
 // The file's bytes; NotFound when it does not exist, IOError otherwise.
 Result<std::string> ReadFile(const std::string& path);
+
+// What descriptor `fd` gives until EOF, which it leaves open; `what` names it
+// in errors. More than `limit` bytes is InvalidArgument, read no further.
+Result<std::string> ReadToEnd(int fd, const std::string& what, size_t limit = SIZE_MAX);
 
 // Writes `data` to `path` through `path.tmp` and a rename, so a reader sees
 // the old content or the new, never half of it.

@@ -176,6 +176,7 @@ Result<AppDef> Ddp(const ComponentArgs& a, const std::string& trun) {
   role.port_map = {{"c10d", static_cast<int>(port)}};
   role.max_retries = static_cast<int>(a.Int("max_retries"));
   role.mounts = std::move(*mounts);
+  role.metadata[specs::kJobTokenRoleKey] = true;
   return AppDef{run, {std::move(role)}, a.Dict("metadata")};
 }
 

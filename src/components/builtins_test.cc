@@ -77,6 +77,9 @@ TEST(DdpTest, MultiNodeCommandIsTorchXsWithTrun) {
   EXPECT_EQ(r.env.at("TORCHX_TRACKING_EXPERIMENT_NAME"), "default-experiment");
   EXPECT_EQ(r.env.at("TORCHX_TRACKING_RUN_NAME"), "main");
   EXPECT_EQ(r.image, DefaultImage());
+  // Its replicas run trun's agent: the local scheduler gives them, and only
+  // them, the job token.
+  EXPECT_TRUE(specs::RunsTrunsAgent(r));
 }
 
 TEST(DdpTest, OneNodeUsesAFreePort) {

@@ -1,7 +1,9 @@
 #include "launch/args.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -75,6 +77,59 @@ TEST(ArgsTest, StandaloneMakesAJobTokenOfItsOwnUnlessGivenOne) {
       {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--no-python", "true"});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->config.rdzv.job_token, "");
+}
+
+TEST(ArgsTest, JobTokenFdIsReadOnceAndClosed) {
+  unsetenv("TRUN_JOB_TOKEN");
+  const std::vector<std::string> two = {"--nnodes",        "2",  "--rdzv-backend", "c10d",
+                                        "--rdzv-endpoint", "h:1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = two;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--no-python", "true"});
+    return Parse(args);
+  };
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string token = "fd-token-0123456789abcdef";
+  ASSERT_EQ(write(fds[1], (token + "\n").data(), token.size() + 1),
+            static_cast<ssize_t>(token.size() + 1));
+  close(fds[1]);
+  const std::string conf = "job_token_fd=" + std::to_string(fds[0]);
+  auto p = with({"--rdzv-conf", conf});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.rdzv.job_token, token);
+  // Closed once read: nothing trun starts inherits it.
+  EXPECT_EQ(fcntl(fds[0], F_GETFD), -1);
+  // A closed descriptor, a number that is none, or both forms, are refused
+  // with the fix; the message never holds the token.
+  auto closed = with({"--rdzv-conf", conf});
+  ASSERT_FALSE(closed.ok());
+  EXPECT_NE(closed.status().message().find("is not open: start trun with it open on the token"),
+            std::string::npos)
+      << closed.status().message();
+  auto bad = with({"--rdzv-conf", "job_token_fd=x"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected a descriptor number"), std::string::npos);
+  // Stdin (job_token_fd=0 <FILE) is left on /dev/null, so that its number
+  // does not go to the next file trun opens and on to the workers.
+  const int saved_stdin = dup(0);
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], token.data(), token.size()), static_cast<ssize_t>(token.size()));
+  close(fds[1]);
+  dup2(fds[0], 0);
+  close(fds[0]);
+  auto from_stdin = with({"--rdzv-conf", "job_token_fd=0"});
+  char target[64] = {};
+  (void)!readlink("/proc/self/fd/0", target, sizeof target - 1);
+  dup2(saved_stdin, 0);
+  close(saved_stdin);
+  ASSERT_TRUE(from_stdin.ok()) << from_stdin.status().ToString();
+  EXPECT_EQ(from_stdin->config.rdzv.job_token, token);
+  EXPECT_STREQ(target, "/dev/null");
+  auto both = with({"--rdzv-conf", "job_token_fd=0,job_token_file=/nonexistent"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("give one"), std::string::npos);
 }
 
 TEST(ArgsTest, OneStaticNodeWithAStoreAddressStaysStatic) {

@@ -1,6 +1,8 @@
 #include "launch/rdzv_conf.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -35,7 +37,8 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "key",
                                             "etcd_prefix",
                                             "job_token",
-                                            "job_token_file"};
+                                            "job_token_file",
+                                            "job_token_fd"};
 
 // torch's keys that trun has no use for ("rank" is torchrun's own, from
 // --node-rank): no typo warning, however close they are to a key trun reads
@@ -47,19 +50,56 @@ const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "store_
 constexpr double kMaxSeconds = 1e9;
 constexpr long long kMaxAttempts = 1'000'000;
 
-// The job token (store/auth.h): --rdzv-conf job_token_file=PATH, else
-// job_token=TOKEN (which `ps` shows: for tests and one-off runs), else
-// $TRUN_JOB_TOKEN. A problem never quotes the token.
+// job_token_fd=N: the token is what descriptor N gives until EOF (as gpg's
+// --passphrase-fd reads), e.g. `3<FILE`. The command line shows only the
+// number; N is closed once read, so nothing trun starts inherits it, and
+// the agent keeps no way back to where the token came from.
+Result<std::string> ReadJobTokenFd(const std::string& text) {
+  auto fd = ParseInt(text);
+  if (!fd || *fd < 0 || *fd > INT32_MAX) {
+    return Status::InvalidArgument("expected a descriptor number, e.g. job_token_fd=3 with 3<FILE");
+  }
+  const int n = static_cast<int>(*fd);
+  if (::fcntl(n, F_GETFD) < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "descriptor {} is not open: start trun with it open on the token, e.g. {}<FILE", n, n));
+  }
+  // The token checks allow 1024 characters; a little more shows it is too long.
+  auto text_read = ReadToEnd(n, fmt::format("descriptor {}", n), 4096);
+  // stdin, stdout or stderr (job_token_fd=0 with <FILE) becomes /dev/null
+  // instead: closed, its number would go to the next file trun opens, which
+  // the workers would then inherit as that stream.
+  int devnull = n <= 2 ? ::open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
+  if (devnull >= 0) {
+    ::dup2(devnull, n);
+    ::close(devnull);
+  } else {
+    ::close(n);
+  }
+  return text_read;
+}
+
+// The job token (store/auth.h): --rdzv-conf job_token_fd=N or
+// job_token_file=PATH, else job_token=TOKEN (which `ps` shows: for tests and
+// one-off runs), else $TRUN_JOB_TOKEN. Each is read once, here, at start. A
+// problem never quotes the token.
 void ParseJobToken(const std::map<std::string, std::string>& items, RdzvSettings& s, Problems& p) {
   std::string from;
-  if (auto it = items.find("job_token_file"); it != items.end()) {
-    auto text = ReadFile(it->second);
+  auto fd = items.find("job_token_fd");
+  auto file = items.find("job_token_file");
+  if (fd != items.end() && file != items.end()) {
+    p.Add("--rdzv-conf: job_token_fd and job_token_file both name the job token; give one");
+    return;
+  }
+  if (fd != items.end() || file != items.end()) {
+    const auto& [key, value] = fd != items.end() ? *fd : *file;
+    auto text = fd != items.end() ? ReadJobTokenFd(value) : ReadFile(value);
+    from = fmt::format("--rdzv-conf {}={}", key, value);
     if (!text.ok()) {
-      p.Add(fmt::format("--rdzv-conf job_token_file={}: {}", it->second, text.status().message()));
+      p.Add(fmt::format("{}: {}", from, text.status().message()));
       return;
     }
     s.job_token = std::string(Trim(*text));
-    from = "--rdzv-conf job_token_file=" + it->second;
   } else if (auto it = items.find("job_token"); it != items.end()) {
     s.job_token = it->second;
     from = "--rdzv-conf job_token";

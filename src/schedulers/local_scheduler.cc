@@ -233,6 +233,7 @@ Result<DryRunInfo> LocalScheduler::DryRun(const specs::AppDef& app, const specs:
     rr.name = role.name;
     rr.max_retries = role.max_retries;
     rr.retry_policy = role.retry_policy;
+    rr.job_token = specs::RunsTrunsAgent(role);
     auto role_path = role.env.find("PATH");
     std::string base_path = role_path == role.env.end() ? "" : role_path->second;
     std::string path = prepend_cwd ? JoinPath({cwd, base_path, Getenv("PATH")})

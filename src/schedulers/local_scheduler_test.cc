@@ -73,6 +73,22 @@ TEST_F(LocalSchedulerTest, DryRunIsTheExactRequest) {
   EXPECT_FALSE(fs::exists(req->app_dir));
 }
 
+TEST_F(LocalSchedulerTest, OnlyARoleThatRunsTrunsAgentGetsTheJobToken) {
+  specs::AppDef app = App();
+  specs::Role agent = app.roles[0];
+  agent.name = "agent";
+  agent.metadata[specs::kJobTokenRoleKey] = true;
+  app.roles.push_back(agent);
+  LocalScheduler s("sess");
+  auto info = s.SubmitDryRun(app, {});
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  auto req = local::RequestFromJson(nlohmann::json::parse(info->request.dump()));
+  ASSERT_TRUE(req.ok());
+  ASSERT_EQ(req->roles.size(), 2u);
+  EXPECT_FALSE(req->roles[0].job_token);
+  EXPECT_TRUE(req->roles[1].job_token);
+}
+
 TEST_F(LocalSchedulerTest, RunOptionsShapeTheRequest) {
   LocalScheduler s("sess");
   auto cfg = s.RunOpts().CfgFromStr("log_dir=/logs,prepend_cwd=true,stop_timeout=2", "local");

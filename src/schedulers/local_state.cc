@@ -76,6 +76,7 @@ ojson ToJson(const Request& r) {
     rj["name"] = role.name;
     rj["max_retries"] = role.max_retries;
     rj["retry_policy"] = std::string(specs::RetryPolicyName(role.retry_policy));
+    rj["job_token"] = role.job_token;
     rj["replicas"] = ojson::array();
     for (const auto& rep : role.replicas) {
       ojson x;
@@ -104,6 +105,7 @@ Result<Request> RequestFromJson(const json& j) {
       role.max_retries = rj.at("max_retries").get<int>();
       role.retry_policy = specs::ParseRetryPolicy(rj.at("retry_policy").get<std::string>())
                               .value_or(specs::RetryPolicy::kApplication);
+      role.job_token = rj.value("job_token", false);
       for (const auto& x : rj.at("replicas")) {
         ReplicaRequest rep;
         rep.id = x.at("id").get<int>();

@@ -64,6 +64,7 @@ struct RoleRequest {
   std::string name;
   int max_retries = 0;
   specs::RetryPolicy retry_policy = specs::RetryPolicy::kApplication;
+  bool job_token = false;  // its replicas get TRUN_JOB_TOKEN (specs::RunsTrunsAgent)
   std::vector<ReplicaRequest> replicas;
 };
 

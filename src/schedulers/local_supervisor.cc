@@ -179,7 +179,11 @@ class Supervisor {
     proc::SpawnOptions o;
     o.argv = req.argv;
     o.env = proc::EnvironWith(req.env);
-    if (!job_token_.empty()) o.env.push_back(std::string(kJobTokenEnv) + "=" + job_token_);
+    // Only a role that runs trun's agent needs the token; any other role's
+    // program never sees it.
+    if (!job_token_.empty() && req_.roles[rep.role].job_token) {
+      o.env.push_back(std::string(kJobTokenEnv) + "=" + job_token_);
+    }
     o.stdin_fd = devnull_;
     o.stdout_fd = out_pipe[1];
     o.stderr_fd = err_pipe[1];

@@ -159,8 +159,10 @@ std::string StateRoot();
 // The job token (store/auth.h) a submission gives its app's agents, so that
 // no stranger can join the job's rendezvous: the submitter's TRUN_JOB_TOKEN
 // when set, else a fresh one for this app. Every scheduler hands it to the
-// replicas in their environment (as TRUN_JOB_TOKEN) and never on a command
-// line, in a dry run or in the app's recorded request.
+// agents as TRUN_JOB_TOKEN (local: in the environment of the replicas of a
+// role that runs trun's agent; slurm: on those tasks' stdin; kubernetes:
+// from a Secret), never on a command line, in a dry run or in the app's
+// recorded request.
 std::string JobTokenForSubmission();
 inline constexpr const char* kJobTokenEnv = "TRUN_JOB_TOKEN";
 

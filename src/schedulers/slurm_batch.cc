@@ -91,6 +91,11 @@ std::string Command(const specs::Role& r, const std::vector<std::string>& extra_
   return out;
 }
 
+// The task of a role that runs trun's agent takes the job token from its
+// stdin (srun's, from the script), and this shell becomes the agent, so no
+// process but the agent, which hides it (proc/exposure.h), holds it.
+constexpr const char* kReadToken = "IFS= read -r TRUN_JOB_TOKEN; export TRUN_JOB_TOKEN; ";
+
 std::string Join(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
@@ -151,6 +156,9 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
   }
   if (!p.empty()) return p.ToStatus();
 
+  if (std::any_of(app.roles.begin(), app.roles.end(), specs::RunsTrunsAgent)) {
+    req.job_token_file = fmt::format("{}/.trun-job-token-{}", req.job_dir, token);
+  }
   req.max_retries = app.roles.front().max_retries;
   for (const auto& role : app.roles) req.max_retries = std::min(req.max_retries, role.max_retries);
   req.heterogeneous = app.roles.size() > 1 || !ReplicasAlike(app.roles.front());
@@ -169,12 +177,14 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
         "#SBATCH " + Join(GroupOptions(role.name, role, role.num_replicas, cfg, nomem)) + "\n";
     specs::Role r = ForReplica(role, req.job_dir, 0, kRank0Var);
     // Replica k is task k: its error file is named in the task itself.
+    const bool agent = specs::RunsTrunsAgent(role);
     srun = fmt::format(
-        "srun {} \\\n    --output=slurm-\"$SLURM_JOB_ID\"-{}-%t.out "
+        "{}srun {} \\\n    --output=slurm-\"$SLURM_JOB_ID\"-{}-%t.out "
         "--error=slurm-\"$SLURM_JOB_ID\"-{}-%t.err \\\n"
-        "    bash -c 'TORCHELASTIC_ERROR_FILE=\"$PWD/slurm-$SLURM_JOB_ID-{}-$SLURM_PROCID."
+        "    bash -c '{}TORCHELASTIC_ERROR_FILE=\"$PWD/slurm-$SLURM_JOB_ID-{}-$SLURM_PROCID."
         "${{SLURM_RESTART_COUNT:-0}}.error.json\" exec \"$@\"' {} \\\n    {}",
-        kSrunOpts, role.name, role.name, role.name, role.name, Command(r, {}));
+        agent ? "printf '%s\\n' \"$job_token\" | " : "", kSrunOpts, role.name, role.name,
+        agent ? kReadToken : "", role.name, role.name, Command(r, {}));
   } else {
     std::vector<std::string> groups, components;
     for (const auto& role : app.roles) {
@@ -185,10 +195,20 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
         std::string error_file = fmt::format(
             "TORCHELASTIC_ERROR_FILE=\"$PWD\"/slurm-\"$SLURM_JOB_ID\"-{}.\"$attempt\".error.json",
             name);
+        std::string command = Command(r, {error_file});
+        if (specs::RunsTrunsAgent(role)) {
+          // srun forwards its own stdin to the first component only: each
+          // agent's component reads a pipe of its own.
+          command =
+              fmt::format("--input=<(printf '%s\\n' \"$job_token\") bash -c '{}exec \"$@\"' {} {}",
+                          kReadToken, name, command);
+        } else if (!req.job_token_file.empty()) {
+          command = "--input=none " + command;
+        }
         components.push_back(
             fmt::format("{} \\\n    --output=slurm-\"$SLURM_JOB_ID\"-{}.out "
                         "--error=slurm-\"$SLURM_JOB_ID\"-{}.err \\\n    {}",
-                        kSrunOpts, name, name, Command(r, {error_file})));
+                        kSrunOpts, name, name, command));
       }
     }
     for (size_t i = 0; i < groups.size(); ++i) {
@@ -210,6 +230,21 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
                                 "export {}=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
                                 "head -n 1)\"\n",
                                 kRank0Var, kRank0Var);
+  // The job token's file: read and removed at once, written back before a
+  // requeue (umask 077: the user's alone). A job started without it (a
+  // requeue by SLURM itself, after a node failed) runs its agents without
+  // a token, and they say so.
+  std::string token_read, token_write;
+  if (!req.job_token_file.empty()) {
+    token_read = fmt::format(
+        "# The job token of trun's agents, in this shell only (no environment):\n"
+        "token_file={}\n"
+        "job_token=\n"
+        "if [ -r \"$token_file\" ]; then IFS= read -r job_token <\"$token_file\"; "
+        "rm -f \"$token_file\"; fi\n",
+        ShellQuote(req.job_token_file));
+    token_write = "    (umask 077; printf '%s\\n' \"$job_token\" >\"$token_file\")\n";
+  }
   req.script = fmt::format(
       "#!/bin/bash\n"
       "#\n"
@@ -224,6 +259,7 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
       "{}"
       "attempt=${{SLURM_RESTART_COUNT:-0}}\n"
       "echo \"trun: job $SLURM_JOB_ID attempt $attempt on $SLURM_JOB_NODELIST\"\n"
+      "{}"
       "\n"
       "set +e\n"
       "{}\n"
@@ -232,10 +268,12 @@ Result<BatchRequest> MakeBatchRequest(const specs::AppDef& app, const specs::Cfg
       "\n"
       "echo \"trun: job exited with code $exitcode\"\n"
       "if [ $exitcode -ne 0 ] && [ \"$TORCHX_MAX_RETRIES\" -gt \"$attempt\" ]; then\n"
+      "{}"
       "    scontrol requeue \"$SLURM_JOB_ID\"\n"
       "fi\n"
       "exit $exitcode\n",
-      TRUN_VERSION, app.name, command, sbatch_lines, req.max_retries, rank0, srun);
+      TRUN_VERSION, app.name, command, sbatch_lines, req.max_retries, rank0, token_read, srun,
+      token_write);
   return req;
 }
 
@@ -256,6 +294,7 @@ nlohmann::ordered_json BatchRequest::ToJson() const {
   j["max_retries"] = max_retries;
   j["roles"] = nlohmann::ordered_json::array();
   for (const auto& [name, n] : roles) j["roles"].push_back({{"name", name}, {"replicas", n}});
+  j["job_token_file"] = job_token_file;
   j["script"] = script;
   return j;
 }
@@ -272,6 +311,7 @@ Result<BatchRequest> BatchRequest::FromJson(const nlohmann::json& j) {
     for (const auto& role : j.at("roles")) {
       r.roles.emplace_back(role.at("name").get<std::string>(), role.at("replicas").get<int>());
     }
+    r.job_token_file = j.value("job_token_file", "");
     r.script = j.at("script").get<std::string>();
     return r;
   } catch (const nlohmann::json::exception& e) {

@@ -15,6 +15,16 @@
 //                  srun with a ':'-separated group each. ${rank0_env} is
 //                  SLURM_JOB_NODELIST_HET_GROUP_0.
 //
+// The job token (TRUN_JOB_TOKEN) reaches the agents of the roles that run
+// trun's agent, and no environment that outlives their start: the script
+// reads it from `job_token_file` into a shell variable (not exported) and
+// removes the file, pipes it to srun, whose tasks of those roles read it
+// from stdin in a `bash -c` that then execs the agent (a heterogeneous job
+// gives each such component a pipe of its own, --input=<(...), as srun
+// forwards its own stdin to the first component only); another role's
+// tasks get no stdin (--input=none). Before a requeue the script writes the file
+// again for the next attempt.
+//
 // Both: the job runs in `job_dir` (--chdir; the working directory of
 // `trun run` when no job_dir is given), where each replica writes
 // slurm-JOBID-ROLE-K.out and .err (appended to across requeues) and trun's
@@ -52,6 +62,9 @@ struct BatchRequest {
   bool heterogeneous = false;
   int max_retries = 0;
   std::vector<std::pair<std::string, int>> roles;  // name, replicas, in order
+  // Where `trun run` leaves the job token (0600) for the script, which reads
+  // and removes it; "" when no role runs trun's agent (specs::RunsTrunsAgent).
+  std::string job_token_file;
   std::string script;
 
   nlohmann::ordered_json ToJson() const;

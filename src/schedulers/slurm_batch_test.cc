@@ -171,6 +171,50 @@ TEST(SlurmBatch, SeveralRolesAComponentPerReplicaAsTorchX) {
   ExpectValidBash(s);
 }
 
+TEST(SlurmBatch, TheJobTokenReachesOnlyTheAgentsTasksOnStdin) {
+  specs::Role agent = Role("ddp", 2), other = Role("reader", 1);
+  agent.metadata[specs::kJobTokenRoleKey] = true;
+  BatchRequest one = Make({"ddp", {agent}, {}}, Cfg());
+  EXPECT_FALSE(one.heterogeneous);
+  EXPECT_EQ(one.job_token_file, "/home/u/proj/.trun-job-token-tok");
+  const std::string& s = one.script;
+  EXPECT_TRUE(Has(s, "token_file=/home/u/proj/.trun-job-token-tok\n")) << s;
+  EXPECT_TRUE(Has(s, "IFS= read -r job_token <\"$token_file\"; rm -f \"$token_file\"; fi\n")) << s;
+  EXPECT_TRUE(Has(s, "printf '%s\\n' \"$job_token\" | srun --kill-on-bad-exit=1")) << s;
+  EXPECT_TRUE(Has(s,
+                  "bash -c 'IFS= read -r TRUN_JOB_TOKEN; export TRUN_JOB_TOKEN; "
+                  "TORCHELASTIC_ERROR_FILE="))
+      << s;
+  // Written back, the user's alone, before a requeue.
+  EXPECT_TRUE(Has(s,
+                  "    (umask 077; printf '%s\\n' \"$job_token\" >\"$token_file\")\n"
+                  "    scontrol requeue"))
+      << s;
+  EXPECT_FALSE(Has(s, "export job_token")) << s;
+  ExpectValidBash(s);
+  auto back = BatchRequest::FromJson(nlohmann::json::parse(one.ToJson().dump()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->job_token_file, one.job_token_file);
+
+  // A heterogeneous job: each agent's component reads it from a pipe of its
+  // own (srun forwards its stdin to the first component only), another
+  // role's tasks get no stdin.
+  BatchRequest two = Make({"pair", {agent, other}, {}}, Cfg());
+  EXPECT_TRUE(two.heterogeneous);
+  EXPECT_FALSE(Has(two.script, "| srun"));
+  EXPECT_TRUE(Has(two.script,
+                  "--input=<(printf '%s\\n' \"$job_token\") bash -c 'IFS= read -r TRUN_JOB_TOKEN; "
+                  "export TRUN_JOB_TOKEN; exec \"$@\"' ddp-1 env TORCHELASTIC_ERROR_FILE="))
+      << two.script;
+  EXPECT_TRUE(Has(two.script, "reader-0.err \\\n    --input=none env ")) << two.script;
+  ExpectValidBash(two.script);
+
+  // No role runs trun's agent: no token, no file, the script as before.
+  BatchRequest none = Make({"reader", {other}, {}}, Cfg());
+  EXPECT_EQ(none.job_token_file, "");
+  EXPECT_FALSE(Has(none.script, "job_token"));
+}
+
 TEST(SlurmBatch, JobWideOptionsGoOnTheCommandLine) {
   BatchRequest req = Make({"t", {Role("t", 1)}, {}}, Cfg({{"account", "ml"},
                                                           {"mail-user", "a@b.c"},

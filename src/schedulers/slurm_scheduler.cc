@@ -423,12 +423,22 @@ Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
   std::vector<std::string> argv = {"sbatch"};
   argv.insert(argv.end(), req->sbatch_args.begin(), req->sbatch_args.end());
   argv.push_back(req->script_path);
-  // sbatch hands its environment to the job (--export=ALL, SLURM's
-  // default), and srun to every task: the token reaches each node's agent
-  // without a command line or the script naming it.
-  auto r = Slurm(argv, {{kJobTokenEnv, JobTokenForSubmission()}});
+  // The job token goes to the script in a file only the user can read,
+  // which the script removes (slurm_batch.h), never in sbatch's environment:
+  // SLURM hands that to the batch shell and srun (--export=ALL), whose
+  // /proc/PID/environ every process of the user may read for the job's
+  // life. The submitter's TRUN_JOB_TOKEN is kept out of it too.
+  if (!req->job_token_file.empty()) {
+    TRUN_RETURN_IF_ERROR(
+        WriteFileAtomic(req->job_token_file, JobTokenForSubmission() + "\n", 0600));
+  }
+  auto forget_token = [&] {
+    if (!req->job_token_file.empty()) fs::remove(req->job_token_file, ec);
+  };
+  auto r = Slurm(argv, {{kJobTokenEnv, ""}});
   if (!r.ok()) {
     fs::remove_all(submit_dir, ec);
+    forget_token();
     return r.status();
   }
   const std::string said = r->timed_out ? TimedOut("sbatch") : LastLine(r->err);
@@ -473,6 +483,7 @@ Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
     }
     if (refused) {
       fs::remove_all(submit_dir, ec);
+      forget_token();
       return *refused;
     }
   }

@@ -231,6 +231,11 @@ std::optional<AppState> ParseAppState(std::string_view name) {
   return std::nullopt;
 }
 
+bool RunsTrunsAgent(const Role& role) {
+  auto it = role.metadata.find(kJobTokenRoleKey);
+  return it != role.metadata.end() && *it == true;
+}
+
 bool IsTerminal(AppState s) {
   return s == AppState::kSucceeded || s == AppState::kFailed || s == AppState::kCancelled;
 }

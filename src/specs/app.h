@@ -90,6 +90,13 @@ struct Role {
   bool operator==(const Role&) const = default;
 };
 
+// A role whose replicas run trun's agent (dist.ddp and dist.spmd set it):
+// role metadata {"trun.job_token": true}. Only such a role's replicas get
+// the job token (docs/cli.md, "The job token"); another role's program has
+// no use for it, and a secret given to it could leak from there.
+inline constexpr const char* kJobTokenRoleKey = "trun.job_token";
+bool RunsTrunsAgent(const Role& role);
+
 struct AppDef {
   std::string name;
   std::vector<Role> roles;

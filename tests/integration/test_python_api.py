@@ -129,10 +129,21 @@ def secrets_seen(job_token, hf_token):
     # The agent is this worker's parent, the shell that runs it its grandparent.
     agent = os.getppid()
     shell = int(open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[1])
+    # The shell's memory, as a process of the user may read it where ptrace
+    # is allowed (no Yama here): its writable mappings, the heap included.
+    in_shell = set()
+    with open(f"/proc/{shell}/maps") as maps, open(f"/proc/{shell}/mem", "rb") as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if perms.startswith("rw"):
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+                in_shell |= {name for name, s in secrets.items() if s.encode() in data}
     return {"shown": sorted(shown), "worker_env": "TRUN_JOB_TOKEN" in os.environ,
             "agent_env": job_token.encode() in environ(agent),
             "shell_env": job_token.encode() in environ(shell),
-            "hf": os.environ.get("HF_TOKEN") == hf_token}
+            "shell_mem": sorted(in_shell), "hf": os.environ.get("HF_TOKEN") == hf_token}
 """
 
 
@@ -141,7 +152,9 @@ def test_secrets_reach_the_agents_but_no_command_line(tmp, ssh_config):
     (HF_TOKEN here) travel on the SSH channel's stdin: no process on the
     (shared) host shows them in `ps`; the remote workers get HF_TOKEN; the job
     token reaches the agents (their static rendezvous needs it) but neither
-    the workers' environment nor the agent's or its shell's /proc environ."""
+    the workers' environment nor the agent's or its shell's /proc environ,
+    and no secret is in the memory of the shell that outlives the agent's
+    start (/proc/PID/mem, which ptrace rules open to the user here)."""
     job_token, hf_token = uuid.uuid4().hex * 2, f"hf_{uuid.uuid4().hex}"
     p = run_script(tmp, SECRETS_FUNC + f"""
 import json
@@ -154,7 +167,7 @@ print("RESULT", json.dumps(r.by_ranks()))
     line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))
     ranks = json.loads(line[len("RESULT "):])
     assert ranks == [{"shown": [], "worker_env": False, "agent_env": False, "shell_env": False,
-                      "hf": True}] * 2, ranks
+                      "shell_mem": [], "hf": True}] * 2, ranks
     for secret in (job_token, hf_token):
         assert secret not in p.stdout.replace(line, "") and secret not in p.stderr
         for log in (tmp / "logs").rglob("*"):

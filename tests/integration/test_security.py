@@ -3,6 +3,7 @@ the current round, the local scheduler's files are the user's alone, and no
 --rdzv-conf secret leaks into what trun publishes."""
 import json
 import os
+import pathlib
 import pwd
 import re
 import stat
@@ -193,6 +194,40 @@ def test_trun_run_gives_each_job_a_token_no_command_line_shows(jobs, given):
         assert not secret.search(jobs.trun(*cmd).out), cmd
 
 
+# Two roles, each printing whether it got a job token: one marked as running
+# trun's agent (as dist.ddp's role is), one not.
+TWO_ROLES = """\
+app:
+  name: tworoles
+  roles:
+{roles}
+"""
+ROLE = """\
+    - name: {name}
+      image: none
+      entrypoint: sh
+      args: ["-c", "echo {name} token=${{TRUN_JOB_TOKEN:+yes}}"]
+      num_replicas: 2
+      metadata: {metadata}
+"""
+
+
+@pytest.mark.once("the local scheduler's rule; no torch")
+def test_only_the_roles_that_run_truns_agent_get_the_job_token(jobs):
+    """`trun run -s local` gives the job token to the replicas of a role that
+    runs trun's agent (role metadata trun.job_token, which dist.ddp sets), and
+    to no other role's program, the submitter's token or a generated one."""
+    comp = jobs.tmp / "tworoles.yaml"
+    comp.write_text(TWO_ROLES.format(roles=ROLE.format(name="agent", metadata="{trun.job_token: true}")
+                                     + ROLE.format(name="other", metadata="{}")))
+    for env in (jobs.env, {**jobs.env, "TRUN_JOB_TOKEN": "given-" + "5" * 26}):
+        handle = jobs.submit("./tworoles.yaml", env=env)
+        assert jobs.wait(handle)["state"] == "SUCCEEDED"
+        log = jobs.trun("log", handle).out
+        assert sorted(re.findall(r"(agent|other) token=(\w*)", log)) == \
+            [("agent", "yes")] * 2 + [("other", "")] * 2, log
+
+
 def test_trun_store_serves_everyone_unless_told(hosts):
     def client(i, port):
         return subprocess.run([*hosts.run(i), PYTHON, "-c", STRANGER, "10.200.0.1", str(port)],
@@ -215,19 +250,29 @@ def test_trun_store_serves_everyone_unless_told(hosts):
 
 def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
     token, wrong = "0123456789abcdef" * 2, "fedcba9876543210" * 2
-    (tmp_path / "token").write_text(token + "\n")
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
     port = free_port()
     args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "tok"]
     job = ["--no-python", "true"]
     env = {**base_env(), "TRUN_JOB_TOKEN": ""}
-    host = subprocess.Popen([TRUN, *args, "--rdzv-conf", f"job_token_file={tmp_path / 'token'}",
-                             *job],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # The host is given the token by descriptor (`7<FILE`), the second agent
+    # by file: each reads it once, at start, and keeps no descriptor to it.
+    fd = os.open(token_file, os.O_RDONLY)
+    try:
+        host = subprocess.Popen([TRUN, *args, "--rdzv-conf", f"job_token_fd={fd}", *job],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, pass_fds=(fd,))
+    finally:
+        os.close(fd)
     # Every agent on the endpoint's host may host: this one first.
     first = host.stderr.readline()
     assert "hosting the store" in first, first
     try:
+        held = [p.name for p in pathlib.Path(f"/proc/{host.pid}/fd").iterdir()
+                if os.path.realpath(p) == str(token_file)]
+        assert held == [], held
         for given, why in (({"TRUN_JOB_TOKEN": wrong}, "refused: wrong job token"),
                            ({}, "asks for the job's token and this agent has none")):
             r = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
@@ -237,8 +282,8 @@ def test_job_token_lets_only_the_jobs_agents_in(tmp_path):
         r = subprocess.run([PYTHON, "-c", REPLAY, str(port)], capture_output=True, text=True,
                            timeout=60, env=base_env())
         assert "REFUSED" in r.stdout, r.stdout + r.stderr
-        good = subprocess.run([TRUN, *args, *job], capture_output=True, text=True, timeout=60,
-                              env={**env, "TRUN_JOB_TOKEN": token})
+        good = subprocess.run([TRUN, *args, "--rdzv-conf", f"job_token_file={token_file}", *job],
+                              capture_output=True, text=True, timeout=60, env=env)
         assert good.returncode == 0, good.stderr
         out, err = host.communicate(timeout=60)
         assert host.returncode == 0, err

@@ -105,6 +105,46 @@ def test_ddp_2x2_succeeds_with_world_4_on_two_nodes(cluster):
     assert "--nnodes 2 --nproc_per_node 2" in described
 
 
+# A worker looking for the job token (argv[1], reversed, so that no command
+# line holds it) in every process's environment and command line, as any
+# process of the user on the node could, and for the file that brought it.
+TOKEN_PROBE = r"""
+import os, pathlib, sys
+token = sys.argv[1][::-1].encode()
+found = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    for what in ("environ", "cmdline"):
+        try:
+            if token in open(f"/proc/{pid}/{what}", "rb").read():
+                found.add(what)
+        except OSError:
+            pass
+files = len(list(pathlib.Path.cwd().glob(".trun-job-token-*")))
+print(f"PROBE rank={os.environ['RANK']} found={sorted(found)} files={files} "
+      f"worker_env={'TRUN_JOB_TOKEN' in os.environ}", flush=True)
+"""
+
+
+def test_the_job_token_reaches_the_agents_in_no_environment(cluster):
+    """The submitter's token reaches both agents of a 2-node dist.ddp (no
+    warning that anyone may join) but no environment of the job: not the
+    batch script's shell, srun or the tasks' (they read it from stdin and
+    become the agent), and the file that brought it is gone once read."""
+    probe = cluster.work / "token_probe.py"
+    probe.write_text(TOKEN_PROBE)
+    token = "slurm-token-" + "7" * 20
+    handle = cluster.submit("dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
+                            "--script", probe, "--", token[::-1],
+                            env={**cluster.env, "TRUN_JOB_TOKEN": token})
+    st = cluster.wait(handle)
+    assert st["state"] == "SUCCEEDED", st
+    log = cluster.trun("log", handle).out
+    assert sorted(re.findall(r"PROBE rank=\d found=(\S+) files=(\d+) worker_env=(\w+)", log)) \
+        == [("[]", "0", "False")] * 2, log
+    assert "can join" not in cluster.trun("log", "--streams", "stderr", handle).out
+    assert not list(cluster.work.glob(".trun-job-token-*"))
+
+
 def test_a_failing_job_ends_failed_with_the_root_cause(cluster):
     r = cluster.trun("run", "-s", "slurm", "--wait", "dist.ddp", "-j", "2x1",
                      "--rdzv_port", free_port(), "--script", DDP, "--", "--steps", 5,
@@ -198,16 +238,20 @@ roles:
   - name: trainer
     image: none
     entrypoint: sh
-    args: ["-c", "echo trainer ${replica_id} of job $TORCHX_JOB_ID sees rank0 $${${rank0_env}} LIST=$LIST"]
+    args: ["-c", "echo trainer ${replica_id} of job $TORCHX_JOB_ID sees rank0 $${${rank0_env}} LIST=$LIST token=$${TRUN_JOB_TOKEN:+yes}"]
     env: {LIST: "a,b,c"}
     num_replicas: 2
     resource: {cpu: 1, gpu: 0, memMB: 100}
+    metadata: {trun.job_token: true}
   - name: reader
     image: none
     entrypoint: sh
-    args: ["-c", "echo reader on $SLURMD_NODENAME"]
+    args: ["-c", "echo reader on $SLURMD_NODENAME token=$${TRUN_JOB_TOKEN:+yes}"]
     resource: {cpu: 1, gpu: 0, memMB: 100}
 """)
+    # The trainer's components stand for trun's agents (role metadata
+    # trun.job_token): they read the job token from srun's stdin; the
+    # reader's get no stdin and no token.
     dry = cluster.trun("run", "-s", "slurm", "--dryrun", "./pair.yaml")
     assert dry.returncode == 0, dry.err
     assert dry.out.count("#SBATCH hetjob") == 2, dry.out
@@ -222,8 +266,8 @@ roles:
     log = cluster.trun("log", f"{handle}/trainer").out
     for k in (0, 1):
         assert (f"trainer/{k} trainer {k} of job slurm://trun/{job_id} sees rank0 {first_host} "
-                "LIST=a,b,c") in log, log
-    assert re.search(r"^reader/0 reader on node\d$", cluster.trun("log", handle).out, re.M)
+                "LIST=a,b,c token=yes") in log, log
+    assert re.search(r"^reader/0 reader on node\d token=$", cluster.trun("log", handle).out, re.M)
 
 
 def test_log_tail_follows_the_replicas_until_the_job_ends(cluster):
