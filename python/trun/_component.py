@@ -181,8 +181,8 @@ def load(spec: str) -> Tuple[Callable[..., Any], str]:
     problems = lint(path, source, fn_name)
     if problems:
         raise ComponentError("\n".join(problems))
-    from trun import _torchx
-    _torchx.install()
+    from trun import alias
+    alias.install()
     try:
         if module_name is None:
             # As a script would see it: its folder first on the path, so that

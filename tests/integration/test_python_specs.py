@@ -4,6 +4,7 @@ unchanged); the torchx import shim; trun.runner's TorchX semantics for
 unknown apps on every scheduler (a stand-in trun answers as each scheduler
 does). Fast: no app is run."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -112,27 +113,41 @@ def test_json_written_by_python_is_read_by_trun(jobs):
     assert json.loads(r.out)["app"]["roles"][0]["mounts"] == d["roles"][0]["mounts"]
 
 
-def test_the_torchx_shim_is_installed_only_without_torchx(tmp_path):
-    code = ("import sys; sys.path.insert(0, %r)\n"
-            "from trun import _torchx, specs\n"
-            "print(_torchx.install())\n"
-            "import torchx.specs as s, torchx.specs.api as api\n"
-            "from torchx import specs as s2\n"
-            "from torchx.components.dist import ddp\n"
-            "from torchx.components import utils\n"
-            "from torchx.runner import get_runner\n"
-            "print(s.AppDef is specs.AppDef is api.AppDef is s2.AppDef, callable(ddp),\n"
-            "      api.AppStatusError is specs.AppStatusError, s.GiB, s.ALL, s.UNKNOWN)\n"
-            "try:\n    import torchx.schedulers\nexcept ImportError as e:\n    print('no', e.name)\n"
-            % str(ROOT / "python"))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.split("\n")[:3] == ["True", "True True True 1024 all <UNKNOWN>",
-                                          "no torchx.schedulers"], out
+def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
+    # `python -m trun.alias PROGRAM` (and `import trun.alias`) serve torchx
+    # and torchrunx as trun's own module objects; a real package always wins.
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+        import sys
+        import trun.alias, trun.specs, trun.specs.api
+        print(trun.alias.install())
+        import torchx, torchx.specs as s, torchx.specs.api as api
+        from torchx import specs as s2
+        from torchx.components.dist import ddp
+        from torchx.components import utils
+        from torchx.runner import get_runner
+        import torchrunx, trun
+        print(s is trun.specs, api is trun.specs.api, s2 is s, callable(ddp),
+              torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
+              bool(torchx.__file__), sys.argv[1:])
+        try:
+            import torchx.plugins
+        except ImportError as e:
+            print("no", e.name)
+        """))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.stdout.splitlines() == [
+        "True", "True True True True True True True ['a', '-b']", "no torchx.plugins"], out
+    # A real torchx (here: a package in the program's folder) is never shadowed.
     (tmp_path / "torchx").mkdir()
     (tmp_path / "torchx" / "__init__.py").write_text("")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.stdout.startswith("False\n") and "No module named 'torchx.specs'" in out.stderr
+    usage = subprocess.run([sys.executable, "-m", "trun.alias"], capture_output=True,
+                           text=True, env=env)
+    assert usage.returncode == 2 and "python -m trun.alias (SCRIPT | -m MODULE)" in usage.stderr
 
 
 def test_torchx_names_added():

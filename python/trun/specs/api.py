@@ -13,16 +13,28 @@ in Python and on the command line.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import copy
+import inspect
 import json
+import logging
 import os
+import pathlib
 import re
+import shutil
 import string
 import subprocess
+import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from enum import Enum, IntEnum
-from typing import Any, Callable, Dict, Generic, List, NamedTuple, Optional, TypeVar, Union
+from datetime import datetime
+from enum import Enum
+from types import MappingProxyType
+from typing import (Any, Callable, Dict, Generic, Iterator, List, NamedTuple, Optional, Tuple,
+                    Type, TypeVar, Union)
+
+logger = logging.getLogger(__name__)
 
 # The "*" scheduler backend, as TorchX (nothing in trun's JSON carries it).
 ALL = "all"
@@ -40,6 +52,20 @@ SCHEDULERS = ("local", "slurm", "kubernetes")
 AppHandle = str
 CfgVal = Union[str, int, float, bool, List[str], Dict[str, str], None]
 
+# The tags a named resource carries (TorchX's plugins' resource_tags): the
+# name it was registered under, and whether it is a slice of a larger one.
+RESOURCE_NAME_TAG = "torchx/named_resources.name"
+IS_FRACTIONAL_TAG = "torchx/named_resources.is_fractional"
+
+
+def TORCHX_HOME(*subdir_paths: str) -> pathlib.Path:
+    """TorchX's dot-directory (``$TORCHX_HOME``, else ``~/.torchx``) joined with
+    ``subdir_paths``, created if missing."""
+    home = pathlib.Path(os.environ.get("TORCHX_HOME", str(pathlib.Path.home() / ".torchx")))
+    path = home.joinpath(*subdir_paths)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
 
 # ---- resources ----------------------------------------------------------------------
 
@@ -53,6 +79,15 @@ class Resource:
     capabilities: Dict[str, Any] = field(default_factory=dict)
     devices: Dict[str, int] = field(default_factory=dict)
     tags: Dict[str, object] = field(default_factory=dict)
+
+    def is_fractional(self) -> bool:
+        """Whether this is a registered slice of a larger resource (its tag says so)."""
+        return bool(self.tags.get(IS_FRACTIONAL_TAG, False))
+
+    def get_resource_name(self) -> Optional[str]:
+        """The named resource this came from (its tag), None when not named."""
+        name = self.tags.get(RESOURCE_NAME_TAG)
+        return None if name is None else str(name)
 
     @staticmethod
     def copy(original: "Resource", **capabilities: Any) -> "Resource":
@@ -102,6 +137,26 @@ class _NamedResources(Mapping):
 
 
 named_resources: Mapping = _NamedResources()
+
+
+class _NamedResourceFactories(Mapping):
+    """TorchX's ``NAMED_RESOURCES`` of a named-resource module: name to a
+    function returning a fresh Resource, for the names of trun's table that
+    ``belongs`` accepts (read from the binary on first use)."""
+
+    def __init__(self, belongs: Callable[[str], bool]) -> None:
+        self._belongs = belongs
+
+    def __getitem__(self, name: str) -> Callable[[], Resource]:
+        if not self._belongs(name) or name not in named_resources:
+            raise KeyError(name)
+        return lambda: named_resources[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in named_resources if self._belongs(n))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def get_named_resources(res: str) -> Resource:
@@ -177,6 +232,15 @@ class Workspace:
     def is_unmapped_single_project(self) -> bool:
         return len(self.projects) == 1 and not next(iter(self.projects.values()))
 
+    def merge_into(self, outdir: Union[str, pathlib.Path]) -> None:
+        """Copies each project (a file or a folder) to ``outdir/<its target>``."""
+        for src, dst in self.projects.items():
+            target = pathlib.Path(outdir) / dst
+            if pathlib.Path(src).is_file():
+                shutil.copy2(src, target)
+            else:
+                shutil.copytree(src, target, dirs_exist_ok=True)
+
     @staticmethod
     def from_str(workspace: Optional[str]) -> "Workspace":
         """TorchX's: ``""``/None is an empty Workspace; a path is one project
@@ -217,6 +281,88 @@ def _yaml_load(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+# ---- lazy role overrides (TorchX's deprecated Role.overrides) -------------------------
+#
+# ``Role.overrides`` maps a field name to a producer: a callable, a coroutine
+# or a future. Reading the field runs the producer once and writes its value
+# back into the same dict (wrapped, so a callable value is never called
+# again), which roles sharing the dict then see. Resolution is single-flight
+# per dict: its re-entrant lock lives in the dict itself, under a key that
+# is not an identifier, so copies of a role share it as they share the dict.
+
+_NO_OVERRIDE = object()
+_OVERRIDES_LOCK_KEY = "<overrides resolution lock>"
+_lock_minting = threading.Lock()
+
+
+class _OverridesLock:
+    """The dict entry holding a dict's resolution lock; deep copies share it."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self) -> None:
+        # Re-entrant: a producer may read another overridden field of the role.
+        self.lock = threading.RLock()
+
+    def __deepcopy__(self, memo: Dict[int, object]) -> "_OverridesLock":
+        return self
+
+
+class _ResolvedOverride:
+    """A produced value, written back in place of its producer; calling it
+    gives the value (code that calls the raw dict entry keeps working)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __call__(self) -> object:
+        return self.value
+
+
+def _resolution_lock(overrides: Dict[str, Any]) -> "threading.RLock":
+    holder = overrides.get(_OVERRIDES_LOCK_KEY)
+    if holder is None:
+        with _lock_minting:
+            holder = overrides.setdefault(_OVERRIDES_LOCK_KEY, _OverridesLock())
+    return holder.lock
+
+
+def _await_override(name: str, awaitable: Any) -> object:
+    """Waits for an awaitable producer from whatever thread and loop reads it."""
+    async def wait(aw: Any) -> object:
+        return await aw
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    bound = awaitable.get_loop() if hasattr(awaitable, "get_loop") else None
+    if bound is not None and bound is running:
+        raise RuntimeError(f"override `{name}` is bound to the event loop currently running "
+                           f"in this thread; `await` it instead of reading the attribute")
+    if bound is not None and bound.is_running():
+        return asyncio.run_coroutine_threadsafe(wait(awaitable), bound).result()
+    if running is None:
+        if bound is not None:
+            return bound.run_until_complete(awaitable)
+        return _run_on_fresh_loop(awaitable)
+    # Inside a running loop nothing may block it: wait on another thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        if bound is not None:
+            return pool.submit(bound.run_until_complete, awaitable).result()
+        return pool.submit(_run_on_fresh_loop, awaitable).result()
+
+
+def _run_on_fresh_loop(awaitable: Any) -> object:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(awaitable)
+    finally:
+        loop.close()
+
+
 @dataclass
 class Role:
     """A set of alike replicas; TorchX's fields in TorchX's order."""
@@ -235,9 +381,28 @@ class Role:
     metadata: Dict[str, Any] = field(default_factory=dict)
     mounts: List[Union[BindMount, VolumeMount, DeviceMount]] = field(default_factory=list)
     workspace: Optional[Workspace] = None
-    # TorchX's deprecated lazy overrides; trun resolves them before
-    # serializing (a callable is called, its value used).
+    # TorchX's deprecated lazy overrides, resolved when the field is read
+    # (above), as TorchX does.
     overrides: Dict[str, Any] = field(default_factory=dict)
+
+    def __getattribute__(self, attrname: str) -> Any:
+        if attrname == "overrides" or attrname.startswith("__"):
+            return object.__getattribute__(self, attrname)
+        overrides = object.__getattribute__(self, "__dict__").get("overrides") or {}
+        value = overrides.get(attrname, _NO_OVERRIDE)
+        if value is _NO_OVERRIDE:
+            return object.__getattribute__(self, attrname)
+        if isinstance(value, _ResolvedOverride):  # no lock once resolved
+            return value.value
+        with _resolution_lock(overrides):
+            value = overrides[attrname]
+            if isinstance(value, _ResolvedOverride):
+                return value.value
+            # A producer that raises stays in the dict, to be tried again.
+            result = _await_override(attrname, value) if inspect.isawaitable(value) \
+                else value()
+            overrides[attrname] = _ResolvedOverride(result)
+            return result
 
     def pre_proc(self, scheduler: str, dryrun_info: "AppDryRunInfo") -> "AppDryRunInfo":
         return dryrun_info
@@ -250,7 +415,7 @@ class AppDef:
     metadata: Dict[str, str] = field(default_factory=dict)
 
 
-class AppState(IntEnum):
+class AppState(int, Enum):
     UNSUBMITTED = 0
     SUBMITTED = 1
     PENDING = 2
@@ -263,18 +428,21 @@ class AppState(IntEnum):
     def __str__(self) -> str:
         return self.name
 
+    def __repr__(self) -> str:
+        return f"{self.name} ({self.value})"
+
 
 ReplicaState = AppState
-_TERMINAL = {AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED}
-_STARTED = _TERMINAL | {AppState.RUNNING}
+_TERMINAL_STATES = [AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED]
+_STARTED_STATES = _TERMINAL_STATES + [AppState.RUNNING]
 
 
 def is_terminal(state: AppState) -> bool:
-    return state in _TERMINAL
+    return state in _TERMINAL_STATES
 
 
 def is_started(state: AppState) -> bool:
-    return state in _STARTED
+    return state in _STARTED_STATES
 
 
 @dataclass
@@ -312,6 +480,20 @@ class AppStatus:
     def is_terminal(self) -> bool:
         return is_terminal(self.state)
 
+    def __repr__(self) -> str:
+        """TorchX's: YAML of the fields, the structured error parsed when it is JSON."""
+        fields = asdict(self)
+        error = fields.pop("structured_error_msg")
+        if error != NONE:
+            try:
+                error = json.loads(error)
+            except json.JSONDecodeError:
+                pass  # written by the job: shown as it is
+        fields["structured_error_msg"] = error
+        fields["state"] = repr(fields["state"])
+        import yaml
+        return yaml.dump({"AppStatus": fields})
+
     def raise_for_status(self) -> None:
         """Raises :class:`AppStatusError` unless the app SUCCEEDED."""
         if self.state != AppState.SUCCEEDED:
@@ -326,12 +508,77 @@ class AppStatus:
                 "url": self.ui_url}
 
     def format(self, filter_roles: Optional[List[str]] = None) -> str:
+        """TorchX's layout: each replica on a line (``*`` marks replica 0), a failed
+        one with its exit code, time, host and message from its structured error."""
         roles = [r for r in self.roles if not filter_roles or r.role in filter_roles]
-        lines = "\n".join(f"  {r.role}: " + ", ".join(f"{x.id}:{x.state}" for x in r.replicas)
-                          for r in roles)
-        return (f"AppStatus:\n  State: {self.state}\n  Num Restarts: {self.num_restarts}\n"
-                f"  Roles:\n{lines}\n  Msg: {self.msg}\n"
-                f"  Structured Error Msg: {self.structured_error_msg}\n  UI URL: {self.ui_url}")
+        replicas = "".join(_format_replica(x) for r in roles
+                           for x in sorted(r.replicas, key=lambda x: x.id))
+        return (f"AppStatus:\n    State: {self.state}\n    Num Restarts: {self.num_restarts}\n"
+                f"    Roles: {replicas}\n    Msg: {self.msg}\n"
+                f"    Structured Error Msg: {self.structured_error_msg}\n"
+                f"    UI URL: {self.ui_url}\n    ")
+
+    def _format_error_message(self, msg: str, header: str, width: int = 80) -> str:
+        return _wrap_error(msg, header, width)
+
+
+# An error raised through torch.distributed.rpc: RuntimeError('On WorkerInfo(...):\n...\n')
+_RPC_ERROR = re.compile(r"(?P<exception_type>\w*)\('On WorkerInfo\(.+\):\n(.*\n)*'\)")
+# An error whose message nests another's ("c10::Error: ...\nException raised from ...").
+_NESTED_ERROR = re.compile(r"(?P<msg>.+)\nException.*")
+
+
+def _wrap_error(msg: str, header: str, width: int = 80) -> str:
+    """``msg`` cut at the first space past ``width`` characters per line, the first
+    line led by ``header`` and the others by as many spaces."""
+    if len(header) >= width:
+        raise ValueError(f"header {header!r} (len {len(header)}) must be shorter than "
+                         f"width {width}")
+    rpc = _RPC_ERROR.search(msg)
+    if rpc:
+        msg = msg[rpc.start():rpc.end()]
+    nested = _NESTED_ERROR.search(msg)
+    if nested:
+        msg = nested["msg"]
+    lines, start = [], 0
+    for i in range(len(msg) + 1):
+        if i == len(msg) or (msg[i] == " " and i - start >= width):
+            lines.append(header + msg[start:i])
+            header, start = " " * len(header), i
+    return "\n".join(lines)
+
+
+def _format_replica(replica: ReplicaStatus) -> str:
+    """One replica of AppStatus.format: its state, and for a structured error
+    (torch's error file, nested, or a scheduler's flat one) the details."""
+    data = str(replica.state)
+    if replica.structured_error_msg != NONE:
+        try:
+            error = json.loads(replica.structured_error_msg)
+        except json.JSONDecodeError:
+            return replica.structured_error_msg
+        inner = error.get("message") if isinstance(error, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            extra = inner.get("extraInfo")
+            msg, code = inner["message"], inner.get("errorCode")
+            timestamp = extra.get("timestamp") if isinstance(extra, dict) else None
+        elif isinstance(inner, str):
+            msg, code, timestamp = inner, error.get("errorCode"), error.get("timestamp")
+        else:
+            return replica.structured_error_msg
+        when = "<N/A>"
+        if timestamp is not None:
+            try:
+                when = str(datetime.fromtimestamp(int(timestamp)))
+            except (TypeError, ValueError, OverflowError, OSError):
+                pass
+        data += (f" (exitcode: {code or '<N/A>'})\n        timestamp: {when}\n"
+                 f"        hostname: {replica.hostname}\n"
+                 f"    {_wrap_error(msg, '    error_msg: ')}")
+    elif replica.state in (AppState.CANCELLED, AppState.FAILED):
+        data += " (no reply file)"
+    mark = "*" if replica.id == 0 else " "
+    return f"\n {mark}{replica.role}[{replica.id}]:{data}"
 
 
 class AppStatusError(Exception):
@@ -362,10 +609,228 @@ class AppDryRunInfo(Generic[T]):
 
     @property
     def cfg(self) -> Mapping[str, CfgVal]:
-        return self._cfg
+        """The run options, read-only (writing raises TypeError)."""
+        return MappingProxyType(self._cfg)
 
     def __repr__(self) -> str:
         return self._fmt(self.request)
+
+
+# ---- run options (TorchX's runopts; trun's own live in the binary: `trun runopts`) --
+
+def get_type_name(tp: Any) -> str:
+    """``str`` for a plain type, ``typing.List[str]`` (its repr) for a generic one."""
+    if tp.__module__ != "typing" and hasattr(tp, "__name__"):
+        return tp.__name__
+    return str(tp)
+
+
+class cases:
+    """snake_case and camelCase, for run option names."""
+
+    @staticmethod
+    def snake_to_camel(name: str) -> str:
+        first, *rest = name.split("_")
+        return first + "".join(part.title() for part in rest)
+
+    @staticmethod
+    def camel_to_snake(name: str) -> str:
+        return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+_TRUE_WORDS = ("true", "1", "yes", "on")
+_FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def _is_list_of_str(tp: Any) -> bool:
+    return tp in (List[str], list[str])
+
+
+def _is_dict_of_str(tp: Any) -> bool:
+    return tp in (Dict[str, str], dict[str, str])
+
+
+@dataclass
+class runopt:
+    """One run option: its default, type, whether it is required, and its help."""
+
+    default: CfgVal
+    opt_type: Type[CfgVal]
+    is_required: bool
+    help: str
+
+    @property
+    def is_type_list_of_str(self) -> bool:
+        return _is_list_of_str(self.opt_type)
+
+    @property
+    def is_type_dict_of_str(self) -> bool:
+        return _is_dict_of_str(self.opt_type)
+
+    def cast_to_type(self, value: str) -> CfgVal:
+        """``value`` as written on a command line, as this option's type: bools
+        true/1/yes/on or false/0/no/off (any case), lists ``a,b`` or ``a;b``,
+        dicts ``k:v,k2:v2``."""
+        if self.opt_type is None:
+            raise ValueError("runopt's opt_type cannot be `None`")
+        if self.opt_type == bool:
+            if value.lower() in _TRUE_WORDS:
+                return True
+            if value.lower() in _FALSE_WORDS:
+                return False
+            raise ValueError(f"`{value}` is not a valid bool literal, expected one of "
+                             f"(case-insensitive): true/1/yes/on or false/0/no/off")
+        items = value.replace(";", ",").split(",")
+        if self.is_type_list_of_str:
+            return [v for v in items if v]
+        if self.is_type_dict_of_str:
+            return dict(item.split(":", 1) for item in items)
+        if self.opt_type not in (str, int, float):
+            raise ValueError(f"run option type {get_type_name(self.opt_type)} is not one of "
+                             f"str, int, float, bool, List[str], Dict[str, str]")
+        return self.opt_type(value)
+
+
+def _split_cfg(text: str) -> Dict[str, str]:
+    """``K=V,K2=V2`` (or ``;``) into raw values; a value may hold the separators
+    (``K=a,b,K2=c``: the last one before ``K2=`` ends it) or be quoted."""
+    out: Dict[str, str] = {}
+    if not text.strip():
+        return out
+    # Words between "=" signs, quotes kept whole.
+    parts = re.split(r"""=(?=(?:[^"']|"[^"]*"|'[^']*')*$)""", text)
+    if len(parts) < 2:
+        raise ValueError(f"run options {text!r}: expected KEY=VALUE[,KEY2=VALUE2...]")
+    key = parts[0].strip()
+    for i, middle in enumerate(parts[1:], start=1):
+        if i == len(parts) - 1:
+            value, next_key = middle, ""
+        else:
+            cut = max(middle.rfind(","), middle.rfind(";"))
+            if cut <= 0 or cut == len(middle) - 1:
+                raise ValueError(f"run options {text!r}: no `,` or `;` between "
+                                 f"{middle!r} and the next KEY=")
+            value, next_key = middle[:cut], middle[cut + 1:]
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+        key = next_key.strip()
+    return out
+
+
+class runopts:
+    """A scheduler's run options: names, types, defaults and help."""
+
+    def __init__(self) -> None:
+        self._opts: Dict[str, runopt] = {}
+
+    def __iter__(self) -> Iterator[Tuple[str, runopt]]:
+        return iter(self._opts.items())
+
+    def __len__(self) -> int:
+        return len(self._opts)
+
+    @staticmethod
+    def is_type(obj: CfgVal, tp: Type[CfgVal]) -> bool:
+        """isinstance, also for ``List[str]`` and ``Dict[str, str]``."""
+        try:
+            return isinstance(obj, tp)
+        except TypeError:
+            if isinstance(obj, list):
+                return all(isinstance(e, str) for e in obj)
+            if isinstance(obj, dict):
+                return all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items())
+            return False
+
+    def get(self, name: str) -> Optional[runopt]:
+        """The option ``name`` (camelCase finds its snake_case), None if absent."""
+        opt = self._opts.get(name)
+        if opt is None and cases.camel_to_snake(name) != name:
+            opt = self._opts.get(cases.camel_to_snake(name))
+        return opt
+
+    def resolve(self, cfg: Mapping[str, CfgVal]) -> Dict[str, CfgVal]:
+        """``cfg`` checked (required given, types right) with defaults filled in;
+        a camelCase key counts for its snake_case option. Raises
+        :class:`InvalidRunConfigException` naming the option."""
+        resolved: Dict[str, CfgVal] = dict(cfg)
+        for key, opt in self._opts.items():
+            camel = cases.snake_to_camel(key)
+            if key not in resolved and camel != key and camel in resolved:
+                resolved[key] = resolved.pop(camel)
+            value = resolved.get(key)
+            if opt.is_required and value is None:
+                raise InvalidRunConfigException(
+                    f"Required run option: {key}, must be provided and not `None`", key, cfg)
+            if value is not None and not runopts.is_type(value, opt.opt_type):
+                raise InvalidRunConfigException(
+                    f"Run option: {key}, must be of type: {get_type_name(opt.opt_type)}, "
+                    f"but was: {value} ({type(value).__name__})", key, cfg)
+            if value is None and key not in resolved:
+                resolved[key] = opt.default
+        return resolved
+
+    def cfg_from_str(self, cfg_str: str) -> Dict[str, CfgVal]:
+        """``K=V,K2=V2`` with each value cast to its option's type; unknown keys
+        are dropped with a warning. Defaults and required options are
+        :meth:`resolve`'s business."""
+        cfg: Dict[str, CfgVal] = {}
+        for key, value in _split_cfg(cfg_str).items():
+            opt = self.get(key)
+            if opt is None:
+                logger.warning("unknown run option passed to scheduler: %s=%s", key, value)
+            else:
+                cfg[key] = opt.cast_to_type(value)
+        return cfg
+
+    def cfg_from_json_repr(self, json_repr: str) -> Dict[str, CfgVal]:
+        """A JSON object's known options, list and dict elements as strings."""
+        cfg: Dict[str, CfgVal] = {}
+        for key, value in json.loads(json_repr).items():
+            opt = self.get(key)
+            if opt is None:
+                continue
+            if value is not None and opt.is_type_list_of_str:
+                value = [str(v) for v in value]
+            elif value is not None and opt.is_type_dict_of_str:
+                value = {str(k): str(v) for k, v in value.items()}
+            cfg[key] = value
+        return cfg
+
+    def add(self, cfg_key: str, type_: Type[CfgVal], help: str, default: CfgVal = None,
+            required: bool = False) -> None:
+        if required and default is not None:
+            raise ValueError(f"Required option: {cfg_key} must not specify default value. "
+                             f"Given: {default}")
+        if default is not None and not runopts.is_type(default, type_):
+            raise TypeError(f"Option: {cfg_key}, must be of type: {type_}. "
+                            f"Given: {default} ({type(default).__name__})")
+        self._opts[cfg_key] = runopt(default, type_, required, help)
+
+    def update(self, other: "runopts") -> None:
+        self._opts.update(other._opts)
+
+    def __or__(self, other: "runopts") -> "runopts":
+        merged = runopts()
+        merged.update(self)
+        merged.update(other)
+        return merged
+
+    def __repr__(self) -> str:
+        required = [(k, o) for k, o in self._opts.items() if o.is_required]
+        optional = [(k, o) for k, o in self._opts.items() if not o.is_required]
+        usage = ",".join(f"{k}={k.upper()}" if o.is_required else f"[{k}={k.upper()}]"
+                         for k, o in required + optional)
+        out = "    usage:\n        " + usage
+        for title, opts in (("required", required), ("optional", optional)):
+            if opts:
+                out += f"\n\n    {title} arguments:"
+            for k, o in opts:
+                default = "" if o.is_required else f", {o.default}"
+                out += (f"\n        {k}={k.upper()} ({get_type_name(o.opt_type)}{default})"
+                        f"\n            {o.help}")
+        return out
 
 
 # ---- handles and errors -------------------------------------------------------------
@@ -383,7 +848,7 @@ class UnknownAppException(Exception):
 
 class UnknownSchedulerException(Exception):
     def __init__(self, scheduler_backend: str) -> None:
-        super().__init__(f"unknown scheduler {scheduler_backend!r}; trun has "
+        super().__init__(f"Scheduler backend: {scheduler_backend} does not exist. trun has "
                          f"{', '.join(SCHEDULERS)} (Runner.scheduler_backends())")
 
 
@@ -434,8 +899,18 @@ class macros:
         rank0_env: str
 
         def apply(self, role: Role) -> Role:
-            """A copy of ``role`` with its args, env values and metadata substituted."""
-            role = copy.deepcopy(role)
+            """A copy of ``role`` with its args, env values and metadata substituted.
+            A role with lazy overrides shares its overrides dict with the copy,
+            so a value resolved through either is resolved for both."""
+            overrides = role.overrides
+            shared = any(k != _OVERRIDES_LOCK_KEY for k in overrides)
+            role.overrides = {}
+            try:
+                copied = copy.deepcopy(role)
+            finally:
+                role.overrides = overrides
+            copied.overrides = overrides if shared else copy.deepcopy(overrides)
+            role = copied
             role.args = [self.substitute(a) for a in role.args]
             role.env = {k: self.substitute(v) for k, v in role.env.items()}
             role.metadata = self._apply_nested(role.metadata)
@@ -611,6 +1086,7 @@ __all__ = [
     "MalformedAppHandleException", "MountType", "ParsedAppHandle", "ReplicaState",
     "ReplicaStatus", "Resource", "RetryPolicy", "Role", "RoleStatus", "UnknownAppException",
     "UnknownSchedulerException", "VolumeMount", "Workspace", "from_dict", "get_named_resources",
+    "TORCHX_HOME", "cases", "get_type_name", "runopt", "runopts",
     "is_started", "is_terminal", "macros", "make_app_handle", "named_resources", "parse_app_handle",
     "parse_mounts", "resource", "to_dict", "to_json",
 ]
