@@ -1,4 +1,4 @@
-// The subcommands that ask about submitted apps (status, log, cancel, list,
+// The subcommands that ask about submitted apps (status, log, cancel, delete, list,
 // describe) and about what there is (builtins, runopts, configure).
 #include "cli/app_commands.h"
 
@@ -171,6 +171,26 @@ int CancelCommand(const Args& args) {
   if (!s.ok()) return ReportError(s);
   auto d = app->scheduler->Describe(app->handle.app_id);
   if (d.ok()) log::Info("{}: {}", *handle, specs::AppStateName(d->state));
+  return 0;
+}
+
+int DeleteCommand(const Args& args) {
+  auto f = ParseFlags("delete", {kHelp}, args);
+  if (!f.ok()) return ReportError(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun delete HANDLE\n\n"
+        "TorchX's delete: cancels the app if it runs, then removes it from the scheduler.\n"
+        "local: its directory (state, request, logs) goes, and the app is no longer known.\n"
+        "slurm: as cancel (SLURM keeps its own records). kubernetes: as cancel for now.\n");
+  }
+  auto handle = OnePositional("delete", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
+  if (!handle.ok()) return ReportError(handle.status());
+  auto app = OpenApp(*handle);
+  if (!app.ok()) return ReportError(app.status());
+  Status s = app->scheduler->Delete(app->handle.app_id);
+  if (!s.ok()) return ReportError(s);
+  log::Info("{}: deleted", *handle);
   return 0;
 }
 

@@ -80,6 +80,7 @@ constexpr Command kCommands[] = {
     {"status", "the state of a submitted app", StatusCommand},
     {"log", "the logs of an app's replicas", LogCommand},
     {"cancel", "stop a submitted app", CancelCommand},
+    {"delete", "cancel an app and remove it from its scheduler", DeleteCommand},
     {"list", "the apps a scheduler knows", ListCommand},
     {"describe", "the AppDef an app was submitted with", DescribeCommand},
     {"builtins", "the builtin components", BuiltinsCommand},

@@ -70,13 +70,16 @@ def test_handles_macros_mounts():
 
 def test_named_resources_come_from_the_binary(monkeypatch):
     monkeypatch.setenv("TRUN_BINARY", TRUN)
-    monkeypatch.setattr(specs, "named_resources", specs._NamedResources())
+    monkeypatch.setattr(specs.api, "named_resources", specs._NamedResourcesLibrary())
     assert specs.resource(h="gpu.small") == specs.Resource(8, 1, 32768)
     p4d = specs.named_resources["aws_p4d.24xlarge"]
     assert (p4d.memMB, p4d.devices) == (1132416, {"vpc.amazonaws.com/efa": 4})
     assert p4d.capabilities == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
     assert specs.named_resources["NULL"] == specs.NULL_RESOURCE
-    with pytest.raises(KeyError, match="no named resource 'gpu.tiny'"):
+    with pytest.raises(KeyError, match="No named resource found for `gpu.smal`. "
+                                       "Did you mean `gpu.small`?"):
+        specs.resource(h="gpu.smal")
+    with pytest.raises(KeyError, match="No named resource found for `gpu.tiny`. `trun builtins"):
         specs.resource(h="gpu.tiny")
 
 
@@ -366,7 +369,11 @@ def test_runner_unknown_apps_with_the_real_binary(jobs, monkeypatch):
     for handle in ("local://trun/nope-123", "kubernetes://trun/nocolon"):
         assert runner.status(handle) is None and runner.describe(handle) is None
         runner.cancel(handle)
+        runner.delete(handle)
         with pytest.raises(specs.UnknownAppException, match="nope-123|not a kubernetes app id"):
             runner.log_lines(handle, "r")
-    with pytest.raises(TrunInvalidInputError, match="no scheduler 'k8s'"):
+    # As TorchX: a scheduler the runner does not have, before anything runs.
+    with pytest.raises(specs.UnknownSchedulerException, match="k8s does not exist"):
         runner.status("k8s://trun/x")
+    with pytest.raises(specs.UnknownSchedulerException):
+        runner.run_component("utils.echo", [], "k8s")

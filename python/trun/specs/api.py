@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import difflib
 import inspect
 import json
 import logging
@@ -26,6 +27,7 @@ import shutil
 import string
 import subprocess
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -103,13 +105,24 @@ class Resource:
 NULL_RESOURCE = Resource(cpu=-1, gpu=-1, memMB=-1)
 
 
-class _NamedResources(Mapping):
-    """The named resources of the trun binary, loaded on first use."""
+class _NamedResourcesLibrary(Mapping):
+    """The named resources of the trun binary, loaded once, on first use (one
+    loader at a time); each lookup returns a fresh Resource."""
 
     def __init__(self) -> None:
         self._table: Optional[Dict[str, Resource]] = None
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Forgets the table, so that the next lookup reads the binary again."""
+        with self._lock:
+            self._table = None
 
     def _load(self) -> Dict[str, Resource]:
+        with self._lock:
+            return self._load_locked()
+
+    def _load_locked(self) -> Dict[str, Resource]:
         if self._table is None:
             from trun.launcher import trun_binary
             r = subprocess.run([trun_binary(), "builtins", "--resources", "--json"],
@@ -125,9 +138,15 @@ class _NamedResources(Mapping):
     def __getitem__(self, name: str) -> Resource:
         table = self._load()
         if name not in table:
-            raise KeyError(f"no named resource {name!r}; `trun builtins --resources` lists them "
-                           f"(more come from the file $TRUN_NAMED_RESOURCES names)")
+            close = difflib.get_close_matches(name, table.keys(), n=1)
+            hint = f"Did you mean `{close[0]}`? " if close else ""
+            raise KeyError(f"No named resource found for `{name}`. {hint}`trun builtins "
+                           f"--resources` lists them (more come from the file "
+                           f"$TRUN_NAMED_RESOURCES names)")
         return copy.deepcopy(table[name])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._load()
 
     def __iter__(self):
         return iter(self._load())
@@ -136,7 +155,7 @@ class _NamedResources(Mapping):
         return len(self._load())
 
 
-named_resources: Mapping = _NamedResources()
+named_resources: Mapping = _NamedResourcesLibrary()
 
 
 class _NamedResourceFactories(Mapping):
@@ -160,7 +179,10 @@ class _NamedResourceFactories(Mapping):
 
 
 def get_named_resources(res: str) -> Resource:
-    """The named resource ``res`` (``gpu.small``, ``aws_p4d.24xlarge``, ...)."""
+    """The named resource ``res`` (``gpu.small``, ``aws_p4d.24xlarge``, ...);
+    deprecated by TorchX for ``resource(h=res)``, with its FutureWarning."""
+    warnings.warn("`get_named_resources()` is deprecated, use `resource(h=name)` instead",
+                  FutureWarning, stacklevel=2)
     return named_resources[res]
 
 
@@ -169,7 +191,7 @@ def resource(cpu: Optional[int] = None, gpu: Optional[int] = None,
     """TorchX's ``specs.resource``: the named resource ``h`` when given, else the
     numbers, where an unset (or zero) cpu is 2, gpu 0 and memMB 1024."""
     if h:
-        return get_named_resources(h)
+        return named_resources[h]
     return Resource(cpu=cpu or 2, gpu=gpu or 0, memMB=memMB or 1024)
 
 
@@ -1035,7 +1057,7 @@ def to_json(app: Any) -> str:
 
 def _resource_from_dict(d: Any) -> Resource:
     if isinstance(d, str):
-        return get_named_resources(d)
+        return named_resources[d]
     return Resource(cpu=d.get("cpu", -1), gpu=d.get("gpu", -1), memMB=d.get("memMB", -1),
                     capabilities=dict(d.get("capabilities") or {}),
                     devices=dict(d.get("devices") or {}), tags=dict(d.get("tags") or {}))
