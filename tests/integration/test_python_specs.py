@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from typing import Dict, List
 
 import pytest
 
@@ -377,3 +378,143 @@ def test_runner_unknown_apps_with_the_real_binary(jobs, monkeypatch):
         runner.status("k8s://trun/x")
     with pytest.raises(specs.UnknownSchedulerException):
         runner.run_component("utils.echo", [], "k8s")
+
+
+def test_run_options_as_torchx():
+    opts = specs.runopts()
+    opts.add("partition", type_=str, required=True, help="where")
+    opts.add("tags", type_=List[str], default=["a"], help="labels")
+    opts.add("env", type_=Dict[str, str], default=None, help="variables")
+    opts.add("exclusive", type_=bool, default=False, help="whole nodes")
+    with pytest.raises(ValueError, match="must not specify default"):
+        opts.add("x", type_=str, default="d", required=True, help="")
+    with pytest.raises(TypeError, match="must be of type"):
+        opts.add("x", type_=int, default="d", help="")
+    # The last `,`/`;` before a key ends a list; quotes keep separators.
+    assert opts.cfg_from_str("tags=v1;v2,partition=gpu,unknown=1") == \
+        {"tags": ["v1", "v2"], "partition": "gpu"}
+    assert opts.cfg_from_str("env=A:1,B:2;exclusive=YES,partition='a,b=c'") == \
+        {"env": {"A": "1", "B": "2"}, "exclusive": True, "partition": "a,b=c"}
+    with pytest.raises(ValueError, match="not a valid bool literal"):
+        opts.cfg_from_str("exclusive=maybe")
+    assert opts.cfg_from_str("") == {}
+    # resolve: defaults filled, camelCase keys found, required and types checked.
+    assert opts.resolve({"partition": "p"}) == \
+        {"partition": "p", "tags": ["a"], "env": None, "exclusive": False}
+    assert opts.resolve({"partition": "p", "tags": ["t"]})["tags"] == ["t"]
+    assert opts.get("partition") is opts.get("Partition") is not None
+    with pytest.raises(specs.InvalidRunConfigException, match="Required run option: partition") \
+            as e:
+        opts.resolve({})
+    assert e.value.cfg_key == "partition"
+    with pytest.raises(specs.InvalidRunConfigException,
+                       match=r"tags, must be of type: typing.List\[str\], but was: \[1\]"):
+        opts.resolve({"partition": "p", "tags": [1]})
+    assert opts.cfg_from_json_repr('{"tags": [1, 2], "nope": 1}') == {"tags": ["1", "2"]}
+    merged = opts | specs.runopts()
+    assert [k for k, _ in merged] == ["partition", "tags", "env", "exclusive"] and len(merged) == 4
+    assert "usage:\n        partition=PARTITION,[tags=TAGS]" in repr(opts)
+    assert (specs.cases.snake_to_camel("job_dir_path"), specs.cases.camel_to_snake("jobDir")) == \
+        ("jobDirPath", "job_dir")
+    assert (specs.get_type_name(int), specs.get_type_name(List[str])) == \
+        ("int", "typing.List[str]")
+
+
+def test_torchx_specs_additions(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    assert specs.TORCHX_HOME("a", "b") == tmp_path / "home" / "a" / "b"
+    assert (tmp_path / "home" / "a" / "b").is_dir()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "x.py").write_text("x")
+    (tmp_path / "one.txt").write_text("1")
+    specs.Workspace({str(tmp_path / "proj"): "p", str(tmp_path / "one.txt"): "o.txt"}) \
+        .merge_into(tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "x.py").read_text() == "x"
+    assert (tmp_path / "out" / "o.txt").read_text() == "1"
+
+    r = specs.Resource(1, 0, 64, tags={"torchx/named_resources.name": "gpu_4",
+                                       "torchx/named_resources.is_fractional": True})
+    assert (r.get_resource_name(), r.is_fractional()) == ("gpu_4", True)
+    assert (specs.Resource(1, 0, 64).get_resource_name(), specs.Resource(1, 0, 64)
+            .is_fractional()) == (None, False)
+    key = specs.CapabilityKey("aws", "bw", int)
+    key.set(r, 400)
+    assert r.capabilities["aws.bw"] == 400 and key.get(r) == 400
+    r.capabilities["aws.bw"] = True
+    with pytest.raises(TypeError, match="capability `aws.bw` expected `int`, got `bool`"):
+        key.get(r)
+    assert (specs.NA, specs.app_metadata.ROLES_PREFIX) == ("<<NA>>", "torchx/roles.")
+    with pytest.warns(FutureWarning, match="resource\\(h=name\\)"):
+        specs.get_named_resources("NULL")
+
+    # Lazy overrides: resolved on access, once, in place; a failure keeps the producer.
+    calls = []
+    role = specs.Role("r", "img", overrides={"image": lambda: calls.append(1) or "late"})
+    assert (role.image, role.image, len(calls)) == ("late", "late", 1)
+    assert role.overrides["image"]() == "late"
+
+    async def entry():
+        return "main.py"
+
+    role.overrides["entrypoint"] = entry()
+    assert role.entrypoint == "main.py"
+    assert specs.to_dict(specs.AppDef("a", [role]))["roles"][0]["image"] == "late"
+
+    def boom():
+        raise RuntimeError("boom")
+
+    failing = specs.Role("r", "img", overrides={"image": boom})
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.image
+    assert failing.overrides["image"] is boom
+    copied = specs.macros.Values("i", "id", "0", "E").apply(
+        specs.Role("r", "img", args=["${app_id}"], overrides={"entrypoint": lambda: "e"}))
+    assert (copied.args, copied.entrypoint) == (["id"], "e")
+
+    # AppState, AppStatus: TorchX's repr (YAML) and format (one line per replica,
+    # a failed one with its structured error's details).
+    assert repr(specs.AppState.FAILED) == "FAILED (5)"
+    error = json.dumps({"message": {"message": "OOM in step 7", "errorCode": 3,
+                                    "extraInfo": {"timestamp": 0}}})
+    status = specs.AppStatus(specs.AppState.FAILED, roles=[specs.RoleStatus("t", [
+        specs.ReplicaStatus(1, specs.AppState.SUCCEEDED, "t", "h1"),
+        specs.ReplicaStatus(0, specs.AppState.FAILED, "t", "h0", structured_error_msg=error)])])
+    text = status.format()
+    assert text.index("*t[0]:FAILED (exitcode: 3)") < text.index(" t[1]:SUCCEEDED")
+    assert "hostname: h0" in text and "error_msg: OOM in step 7" in text
+    assert "timestamp: 1970-01-01" in text or "timestamp: 1969-12-31" in text
+    assert repr(status).startswith("AppStatus:\n") and "state: FAILED (5)" in repr(status)
+    info = specs.AppDryRunInfo({"r": 1}, str)
+    with pytest.raises(TypeError):
+        info.cfg["x"] = 1
+
+
+def test_torchx_components_and_schedulers_additions(monkeypatch):
+    from trun.components import dist
+    from trun.schedulers import get_scheduler_factories
+    from trun.schedulers.api import ListAppResponse, Stream, split_lines
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    assert (dist.parse_nnodes("4"), dist.parse_nnodes("2x3"), dist.parse_nnodes("1:2x3")) == \
+        ((1, 1, 4, "1"), (2, 2, 3, "2"), (1, 2, 3, "1:2"))
+    for bad in ("1x", "x2", ":3", ":2x1", "1x2:3"):
+        with pytest.raises(ValueError, match="Invalid format for -j"):
+            dist.parse_nnodes(bad)
+    assert dist.get_role_name(None, "pkg.train") == "train"
+    assert list(get_scheduler_factories()) == ["local", "slurm", "kubernetes"]
+    assert Stream("stderr") is Stream.STDERR and split_lines("a\nb") == ["a\n", "b"]
+    assert ListAppResponse is trun_runner.ListAppResponse
+    with pytest.warns(FutureWarning, match="Custom session names are deprecated"):
+        assert trun_runner.get_runner("mine")._name == "mine"
+    assert trun_runner.get_runner(cache_size=1)._name == "torchx"
+    assert trun_runner.get_runner(cache_size=1).scheduler_params["cache_size"] == 1
+    with pytest.raises(ValueError, match="trun has no scheduler 'local_cwd'"):
+        Runner(scheduler_factories={"local_cwd": None}, trun="/bin/false")
+
+
+def test_component_test_case_validates_with_the_binary(monkeypatch):
+    from trun.components import component_test_base, utils
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    case = component_test_base.ComponentTestCase()
+    case.validate(utils, "echo")
+    with pytest.raises(AssertionError, match="Function nope not found"):
+        case.validate(utils, "nope")
