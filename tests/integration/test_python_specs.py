@@ -500,6 +500,17 @@ def test_torchx_components_and_schedulers_additions(monkeypatch):
         with pytest.raises(ValueError, match="Invalid format for -j"):
             dist.parse_nnodes(bad)
     assert dist.get_role_name(None, "pkg.train") == "train"
+    from trun.components.structured_arg import StructuredJArgument, StructuredNameArgument
+    name = StructuredNameArgument.parse_from
+    assert (str(name("exp/", script="a/train.py")), str(name("run", m="pkg.mod"))) == \
+        ("exp/train", "default-experiment/run")
+    with pytest.raises(ValueError, match="Both main module and script set"):
+        name("/", m="a", script="b")
+    assert str(StructuredJArgument.parse_from("gpu.large", "2")) == "2x4"
+    with pytest.warns(UserWarning, match="does not equal the number of GPUs"):
+        StructuredJArgument.parse_from("gpu.large", "2x3")
+    with pytest.raises(ValueError, match="`cpu.small` is not a GPU instance"):
+        StructuredJArgument.parse_from("cpu.small", "2")
     assert list(get_scheduler_factories()) == ["local", "slurm", "kubernetes"]
     assert Stream("stderr") is Stream.STDERR and split_lines("a\nb") == ["a\n", "b"]
     assert ListAppResponse is trun_runner.ListAppResponse
