@@ -422,6 +422,7 @@ def test_run_options_as_torchx():
 
 def test_torchx_specs_additions(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
     assert specs.TORCHX_HOME("a", "b") == tmp_path / "home" / "a" / "b"
     assert (tmp_path / "home" / "a" / "b").is_dir()
     (tmp_path / "proj").mkdir()
