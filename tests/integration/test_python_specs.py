@@ -530,3 +530,41 @@ def test_component_test_case_validates_with_the_binary(monkeypatch):
     case.validate(utils, "echo")
     with pytest.raises(AssertionError, match="Function nope not found"):
         case.validate(utils, "nope")
+
+
+def test_builders_parse_component_arguments_as_torchx():
+    from typing import Annotated, Optional
+    from trun.specs import builders, file_linter
+
+    def comp(name: str, *rest: str, n: int = 1, tags: Optional[List[int]] = None,
+             env: Optional[Dict[str, str]] = None, debug: bool = False,
+             cn: Annotated[str, "-cn"] = "c") -> specs.AppDef:
+        """Runs it.
+
+        Args:
+            name: the job's name
+            n: how many
+        """
+        return specs.AppDef(name, [specs.Role(name, "img", args=[str(n), *rest, cn],
+                                              env=env or {})])
+
+    args = builders.component_args_from_str(
+        comp, ["--name=x", "-n", "3", "--tags", "1,2", "--env", "A=1,B=a,b", "--debug", "True",
+               "-cn", "z", "--", "a", "--b"])
+    assert args == builders.ComponentArgs(
+        {"name": "x"}, ["a", "--b"],
+        {"n": 3, "tags": [1, 2], "env": {"A": "1", "B": "a,b"}, "debug": True, "cn": "z"})
+    app = builders.materialize_appdef(comp, ["--name", "y"], cmpnt_defaults={"n": "2"},
+                                      config={"cn": "from-config"})
+    assert app.roles[0].args == ["2", "from-config"]
+    # Arguments win over config; a missing required parameter is argparse's error.
+    assert builders.parse_args(comp, ["--name", "y", "-cn", "cli"], config={"cn": "cfg"}).cn \
+        == "cli"
+    with pytest.raises(SystemExit):
+        builders.parse_args(comp, [])
+    help_text = builders._create_args_parser(comp).format_help()
+    assert "Runs it." in help_text and "the job's name (required)" in help_text
+    assert "how many (default: 1)" in help_text
+    assert file_linter.get_fn_docstring(comp)[1]["env"] == " "
+    with pytest.raises(TypeError, match="must return|returns `AppDef`"):
+        builders.materialize_appdef(lambda x=1: 1, [])
