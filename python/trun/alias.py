@@ -36,7 +36,8 @@ import os
 import sys
 from typing import Optional
 
-# The first part under each alias that trun serves (None: every name).
+# The parts of torchx that trun serves (the first name under torchx.); under
+# torchrunx every name is trun's.
 _TORCHX_PARTS = {"specs", "components", "runner", "schedulers"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
