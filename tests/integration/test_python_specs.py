@@ -568,3 +568,37 @@ def test_builders_parse_component_arguments_as_torchx():
     assert file_linter.get_fn_docstring(comp)[1]["env"] == " "
     with pytest.raises(TypeError, match="must return|returns `AppDef`"):
         builders.materialize_appdef(lambda x=1: 1, [])
+
+
+def test_file_linter_validates_as_torchx(tmp_path):
+    from trun.specs import file_linter
+    path = tmp_path / "comp.py"
+    path.write_text(textwrap.dedent("""\
+        import sys
+        from trun import specs
+
+        def bad(a, b: tuple[str], *rest: str) -> int:
+            '''Summary.
+
+            More.
+            '''
+
+        if sys.version_info >= (3, 8):
+            def good(a: int) -> specs.AppDef:
+                ...
+        """))
+    messages = file_linter.validate(str(path), "bad")
+    assert [(m.line, m.description) for m in messages] == [
+        (4, "Missing type annotation for argument 'a' in function 'bad'"),
+        (4, "Unsupported tuple type 'tuple[str]': single-element tuples are valid typing but "
+            "not supported for components; expected element types (tuple[T1, T2, ...]) for "
+            "argument 'b: tuple[str]' in function 'bad'"),
+        (4, "Function: bad has incorrect return annotation, supported annotation: AppDef")]
+    assert file_linter.validate(str(path), "bad", [file_linter.ReturnTypeValidator()]) == \
+        messages[2:]
+    assert file_linter.validate(str(path), "bad", []) == []
+    assert file_linter.validate(str(path), "good") == []  # defined under `if`
+    assert [m.description for m in file_linter.validate(str(path), "nope")] == \
+        ["Function nope not found"]
+    path.write_text("def (")
+    assert file_linter.validate(str(path), "x")[0].description == "invalid syntax"
