@@ -11,13 +11,16 @@ See docs/python.md. The C++ agent ``trun`` does the supervising on each host.
 from trun.errors import AgentFailedError, WorkerFailedError, WorkerRaisedError
 from trun.launcher import DEFAULT_ENV_VARS, Launcher, LaunchResult, launch, trun_binary
 from trun.record import record
-from trun.logs import (ConsoleHandler, DirectoryHandler, default_handlers, file_handlers,
+from trun.logs import (ConsoleHandler, RedirectHandler, default_handlers, file_handlers,
                        get_handler_filter)
 
+# torchrunx's name for the default copy list.
+DEFAULT_ENV_VARS_FOR_COPY = DEFAULT_ENV_VARS
+
 __all__ = ["Launcher", "LaunchResult", "launch", "AgentFailedError", "WorkerFailedError",
-           "WorkerRaisedError", "DEFAULT_ENV_VARS", "trun_binary", "ConsoleHandler",
-           "DirectoryHandler", "default_handlers", "file_handlers", "get_handler_filter",
-           "restart_count", "record"]
+           "WorkerRaisedError", "DEFAULT_ENV_VARS", "DEFAULT_ENV_VARS_FOR_COPY", "trun_binary",
+           "ConsoleHandler", "RedirectHandler", "default_handlers", "file_handlers",
+           "get_handler_filter", "restart_count", "record"]
 
 
 def restart_count() -> int:

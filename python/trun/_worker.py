@@ -25,6 +25,7 @@ import traceback
 import cloudpickle
 
 from trun import _wire
+from trun.logs import RECORD_MARK, log_level_from_env, parse_level
 from trun.record import write_error_file
 
 _done = threading.Event()
@@ -63,6 +64,56 @@ def _watch_launcher(sock: socket.socket) -> None:
         sys.stderr.write("trun: launcher connection lost; stopping this worker\n")
         sys.stderr.flush()
         os._exit(75)
+
+
+# Longest record line sent whole (the agent's pump holds at most 64 KiB of a line).
+_RECORD_MAX = 60000
+
+
+class _RecordLines(logging.Handler):
+    """Writes each record as one line of stderr that the launcher reads back
+    as a record of the same level and logger (logs.RECORD_MARK)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.exc_info:
+                msg += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            elif record.exc_text:
+                msg += "\n" + record.exc_text
+            if record.stack_info:
+                msg += "\n" + record.stack_info
+            line = json.dumps({"level": record.levelno, "name": record.name, "msg": msg})
+            if len(line) > _RECORD_MAX:
+                # The agent cuts lines past 64 KiB: such a record goes as
+                # plain lines (ERROR, as any stderr line) rather than cut JSON.
+                sys.stderr.write(f"{record.levelname}:{record.name}:{msg}\n")
+            else:
+                sys.stderr.write(RECORD_MARK + line + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            self.handleError(record)
+
+
+def _forward_logging() -> None:
+    """The function's ``logging`` records go to the launcher with their level
+    and logger name, from $TRUN_WORKER_LOG_LEVEL, else the launcher's file
+    level if that is lower than INFO, else INFO; torch's chatter (store
+    barriers, reducer buckets) only from WARNING up."""
+    raw = os.environ.get("TRUN_WORKER_LOG_LEVEL")
+    try:
+        level = (parse_level(raw, "$TRUN_WORKER_LOG_LEVEL") if raw
+                 else min(logging.INFO, log_level_from_env()))
+    except ValueError as e:
+        sys.stderr.write(f"trun: {e}; using INFO\n")
+        level = logging.INFO
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(_RecordLines())
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    logging.getLogger("torch").setLevel(max(logging.WARNING, level))
 
 
 def main() -> int:
@@ -104,11 +155,7 @@ def main() -> int:
         return 75
     threading.Thread(target=_watch_launcher, args=(sock,), daemon=True).start()
 
-    # The function's own logging shows at INFO (as under torchrunx); torch's
-    # chatter (store barriers, reducer buckets) only from WARNING up.
-    level = os.environ.get("TRUN_WORKER_LOG_LEVEL", "INFO")
-    logging.basicConfig(level=int(level) if level.isdigit() else level.upper(), stream=sys.stderr)
-    logging.getLogger("torch").setLevel(max(logging.WARNING, logging.getLogger().level))
+    _forward_logging()
     backend = env.get("TRUN_BACKEND", "")
     dist = None
     rc = 0

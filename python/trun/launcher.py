@@ -47,7 +47,7 @@ import cloudpickle
 
 from trun import _hosts, _wire
 from trun.errors import AgentFailedError, RemoteTraceback, WorkerFailedError, WorkerRaisedError
-from trun.logs import default_handlers
+from trun.logs import RECORD_MARK, default_handlers, log_dir_from_env, log_level_from_env
 
 DEFAULT_ENV_VARS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHON*", "CUDA*", "TORCH*",
                     "PYTORCH*", "NCCL*", "GLOO*", "USE_LIBUV", "OMP_NUM_THREADS", "HF_*")
@@ -106,6 +106,17 @@ def trun_binary() -> str:
     return found
 
 
+def _logged_record(text: str) -> tuple[int, str, str] | None:
+    """(level, logger name, message) of a record a worker logged (RECORD_MARK), else None."""
+    if not text.startswith(RECORD_MARK):
+        return None
+    try:
+        r = json.loads(text[len(RECORD_MARK):])
+        return int(r["level"]), str(r["name"]), str(r["msg"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _is_loopback(address: str) -> bool:
     return address.startswith("127.") or address == "::1"
 
@@ -158,27 +169,42 @@ def _outward_address(target: str) -> str:
 
 @dataclass
 class LaunchResult:
-    """The values the function returned, from every host, in rank order."""
+    """The values the function returned: ``results[hostname][local_rank]``.
 
-    hostnames: list[str]
-    return_values: list[list[Any]]
-    # (index into hostnames, local rank) of each global rank; None: host order
-    # (static rendezvous, where ranks follow hostnames).
-    rank_order: list[tuple[int, int]] | None = None
+    ``LaunchResult(results={...})`` and ``LaunchResult.from_returns(hostnames,
+    values)`` build one as torchrunx's do.
+    """
+
+    results: dict[str, list[Any]]
+    # (index into results' hosts, local rank) of each global rank; None: host
+    # order (static rendezvous, where ranks follow hostnames).
+    rank_order: list[tuple[int, int]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_returns(cls, hostnames: list[str], return_values: list[list[Any]]) -> LaunchResult:
+        """One list of values per host, in ``hostnames``' order."""
+        if len(hostnames) != len(return_values):
+            raise ValueError(f"from_returns: {len(return_values)} lists of values for "
+                             f"{len(hostnames)} hostnames")
+        return cls(results=dict(zip(hostnames, return_values)))
 
     @property
-    def results(self) -> dict[str, list[Any]]:
-        """{hostname: [value of local rank 0, 1, ...]}."""
-        return dict(zip(self.hostnames, self.return_values))
+    def hostnames(self) -> list[str]:
+        return list(self.results)
+
+    @property
+    def return_values(self) -> list[list[Any]]:
+        return list(self.results.values())
 
     def by_hostnames(self) -> dict[str, list[Any]]:
         return self.results
 
     def by_ranks(self) -> list[Any]:
         """Every value, by global rank."""
+        values = self.return_values
         if self.rank_order is not None:
-            return [self.return_values[h][lr] for h, lr in self.rank_order]
-        return [v for host in self.return_values for v in host]
+            return [values[h][lr] for h, lr in self.rank_order]
+        return [v for host in values for v in host]
 
     def rank(self, i: int) -> Any:
         """The value of global rank ``i``."""
@@ -186,7 +212,7 @@ class LaunchResult:
 
     def index(self, hostname: str, local_rank: int) -> Any:
         """The value of ``local_rank`` on ``hostname``."""
-        return self.return_values[self.hostnames.index(hostname)][local_rank]
+        return self.results[hostname][local_rank]
 
 
 @dataclass
@@ -218,17 +244,22 @@ class Launcher:
     trun_path: str | None = None
     ssh_options: tuple[str, ...] = ()
     master_port: int | None = None
-    _handler_factory: Callable[[], list[logging.Handler]] | None = field(
-        default=None, repr=False, compare=False)
+    # Set by set_logging_handlers, as torchrunx's.
+    handler_factory: Callable[[], list[logging.Handler]] | str | None = field(
+        default="auto", init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self._validate()
 
-    def set_logging_handlers(self, handler_factory: Callable[[], list[logging.Handler]] | None):
-        """Use ``handler_factory()``'s handlers for worker and agent output (None: defaults)."""
-        if handler_factory is not None and not callable(handler_factory):
-            raise TypeError("handler_factory: expected a callable returning logging handlers")
-        self._handler_factory = handler_factory
+    def set_logging_handlers(
+            self, handler_factory: Callable[[], list[logging.Handler]] | str | None) -> Launcher:
+        """Who handles worker and agent output: ``handler_factory()``'s handlers,
+        ``"auto"`` the defaults (trun.logs.default_handlers), ``None`` no handler."""
+        if handler_factory is not None and handler_factory != "auto" and not callable(
+                handler_factory):
+            raise TypeError("handler_factory: expected a callable returning logging handlers, "
+                            "'auto' or None")
+        self.handler_factory = handler_factory
         return self
 
     # ---- checking -----------------------------------------------------------
@@ -331,7 +362,7 @@ def launch(func: Callable, *args: Any, **options: Any) -> LaunchResult:
     Keyword arguments that are not Launcher fields go to ``func``; torchrunx's
     ``func_args=`` / ``func_kwargs=`` are accepted too.
     """
-    names = {f for f in Launcher.__dataclass_fields__ if not f.startswith("_")}
+    names = {n for n, f in Launcher.__dataclass_fields__.items() if f.init}
     opts = {k: options.pop(k) for k in list(options) if k in names}
     func_args = tuple(options.pop("func_args", None) or ()) + args
     func_kwargs = dict(options.pop("func_kwargs", None) or {}, **options)
@@ -375,8 +406,14 @@ class _Run:
         self.conns: set[threading.Thread] = set()
         self.socks: set[socket.socket] = set()
         self.stopping = False
-        self.logger = logging.getLogger("trun.run")
-        self.logger.propagate = False
+        # Records go to self.handlers once they exist, in order, one at a
+        # time; until then (the defaults need each host's worker count, which
+        # its agent decides for "gpu"/"cpu") they wait in self.pending.
+        self.log_lock = threading.Lock()
+        self.handlers: list[logging.Handler] | None = None
+        self.pending: list[logging.LogRecord] = []
+        self.worker_counts: dict[int, int] = {}
+        self.default_factory: Callable[[list[int]], list[logging.Handler]] | None = None
 
     # ---- set-up -------------------------------------------------------------
 
@@ -512,11 +549,8 @@ class _Run:
         servers = _listen(sorted(set(reach)))
         port = servers[0].getsockname()[1]
         self.agents = [_Agent(i, h) for i, h in enumerate(hostnames)]
-        self.handlers = []
         try:
-            self.handlers = list((cfg._handler_factory or (lambda: default_handlers(
-                cfg.log_dir if cfg.log_dir is not None
-                else os.environ.get("TRUN_LOG_DIR", "trun_logs"))))())
+            self._prepare_handlers(hostnames, nprocs)
             started = time.monotonic()
             for server in servers:
                 threading.Thread(target=self._accept, args=(server,), daemon=True).start()
@@ -541,12 +575,48 @@ class _Run:
                     s.close()
                 except OSError:
                     pass
+            self._open_handlers()
             for h in self.handlers:
                 try:
                     h.flush()
                     h.close()
                 except Exception:  # noqa: BLE001
                     pass
+
+    def _prepare_handlers(self, hostnames: list[str], nprocs: list[str]) -> None:
+        """Makes the handlers now, or (the defaults, with counts that each agent
+        decides) as soon as every host's first worker says how many it has."""
+        factory = self.cfg.handler_factory
+        if factory is None:
+            self.handlers = []
+        elif factory != "auto":
+            self.handlers = list(factory())
+        else:
+            log_dir = self.cfg.log_dir if self.cfg.log_dir is not None else log_dir_from_env()
+            # Checked before anything starts: a bad level is the caller's to fix.
+            level = log_level_from_env() if os.fspath(log_dir) != "" else logging.NOTSET
+            self.default_factory = lambda counts: default_handlers(hostnames, counts, log_dir,
+                                                                   level)
+            self.worker_counts = {i: int(c) for i, c in enumerate(nprocs) if c.isdigit()}
+            self._open_handlers(when_complete=True)
+
+    def _open_handlers(self, when_complete: bool = False) -> None:
+        """The default handlers, with every host's worker count (when_complete)
+        or what is known by now (0 for a host that started none); then the
+        records that waited for them."""
+        with self.log_lock:
+            if self.handlers is not None:
+                return
+            if self.default_factory is None:   # set-up failed before the handlers' turn
+                self.handlers = []
+                return
+            if when_complete and len(self.worker_counts) < len(self.agents):
+                return
+            self.handlers = list(self.default_factory(
+                [self.worker_counts.get(i, 0) for i in range(len(self.agents))]))
+            for rec in self.pending:
+                self._dispatch(rec)
+            self.pending.clear()
 
     def _start(self, a: _Agent, local: bool, argv: list[str], env: dict[str, str]) -> None:
         cfg = self.cfg
@@ -587,11 +657,14 @@ class _Run:
             line = raw.rstrip(b"\r\n")
             a.lines += 1
             m = _PREFIX_RE.match(line)
+            logged = None
             if m:
                 rank, lr = int(m.group(1)), int(m.group(2))
                 text = line[m.end():].decode(errors="replace")
+                logged = _logged_record(text)
                 if name == "stderr":
-                    a.worker_tail.append(f"[rank {rank}] {text}")
+                    shown = text if logged is None else f"{logged[1]}:{logged[2]}"
+                    a.worker_tail.append(f"[rank {rank}] {shown}")
                     del a.worker_tail[:-50]
             else:
                 rank = lr = None
@@ -599,13 +672,28 @@ class _Run:
                 if name == "stderr":
                     a.stderr_tail.append(text)
                     del a.stderr_tail[:-200]
-            self._emit(a.hostname, rank, lr, name, text)
+            if logged is not None:
+                self._emit(a.hostname, rank, lr, name, logged[2], logged[0], logged[1])
+            else:
+                level = logging.ERROR if lr is not None and name == "stderr" else logging.INFO
+                self._emit(a.hostname, rank, lr, name, text, level)
         stream.close()
 
-    def _emit(self, host, rank, lr, stream, text) -> None:
+    def _emit(self, host, rank, lr, stream, text, level=logging.INFO, logger=None) -> None:
         name = f"trun.{host}" + (f".{lr}" if lr is not None else "")
-        rec = logging.LogRecord(name, logging.INFO, "", 0, text, None, None)
+        if logger is not None and logger != "root":
+            text = f"{logger}:{text}"
+        rec = logging.LogRecord(name, level, "", 0, text, None, None)
         rec.hostname, rec.rank, rec.local_rank, rec.stream = host, rank, lr, stream
+        if logger is not None:
+            rec.worker_logger = logger
+        with self.log_lock:
+            if self.handlers is None:
+                self.pending.append(rec)
+            else:
+                self._dispatch(rec)
+
+    def _dispatch(self, rec: logging.LogRecord) -> None:
         for h in self.handlers:
             if rec.levelno >= h.level:
                 h.handle(rec)
@@ -648,6 +736,11 @@ class _Run:
                 self.hellos[key] = hello
                 self.agents[hello["host_index"]].first_hello.set()
                 self.changed.notify_all()
+            if self.handlers is None:
+                with self.log_lock:
+                    self.worker_counts.setdefault(hello["host_index"],
+                                                  int(hello["local_world_size"]))
+                self._open_handlers(when_complete=True)
             _wire.send_frame(sock, _wire.PAYLOAD, self.payload)
             frame = _wire.recv_frame(sock)
             if frame is None:
@@ -704,8 +797,8 @@ class _Run:
                 self._stop_all()
                 # Blame a host whose agent never said a word, if there is one.
                 a = min(late, key=lambda x: x.lines > 0)
-                raise AgentFailedError(a.hostname, f"no worker connected within agent_timeout "
-                                       f"({cfg.agent_timeout:g} s)" + self._tail(a))
+                raise AgentFailedError.of(a.hostname, f"no worker connected within agent_timeout "
+                                          f"({cfg.agent_timeout:g} s)" + self._tail(a))
             # Woken at once by a worker's news; agents' exits are polled briefly.
             with self.changed:
                 self.changed.wait(0.05)
@@ -719,6 +812,7 @@ class _Run:
         for a in self.agents:
             for t in a.readers:
                 t.join(max(0.0, deadline - time.monotonic()))
+        self._open_handlers()
         for h in self.handlers:
             h.flush()
         if failed is None and not all(a in dropped for a in self.agents):
@@ -733,7 +827,7 @@ class _Run:
         attempt = self._last_attempt()
         hellos = {r: h for (a, r), h in self.hellos.items() if a == attempt}
         if not hellos:
-            raise AgentFailedError(hostnames[0], "the agents ended without starting any worker")
+            raise AgentFailedError.of(hostnames[0], "the agents ended without starting any worker")
         world = next(iter(hellos.values()))["world_size"]
         values: list[list[Any]] = [[] for _ in hostnames]
         order: list[tuple[int, int]] = []
@@ -744,8 +838,8 @@ class _Run:
                 host = hostnames[h["host_index"]] if h else "?"
                 if outcome and outcome[0] == "err":
                     self._reraise(outcome[1], host, h)
-                raise WorkerFailedError(host, rank, h["local_rank"] if h else None, None,
-                                        "it exited without sending a result")
+                raise WorkerFailedError.of(host, rank, h["local_rank"] if h else None, None,
+                                           "it exited without sending a result")
             values[h["host_index"]].append((h["local_rank"], cloudpickle.loads(outcome[1])))
             order.append((h["host_index"], h["local_rank"]))
         # Hosts that took part (all of them unless elastic), in hostnames' order.
@@ -755,9 +849,8 @@ class _Run:
         if rank_order == [(hi, lr) for hi in range(len(kept))
                           for lr in range(len(values[kept[hi]]))]:
             rank_order = None
-        return LaunchResult([hostnames[i] for i in kept],
-                            [[v for _, v in sorted(values[i], key=lambda x: x[0])] for i in kept],
-                            rank_order)
+        return LaunchResult({hostnames[i]: [v for _, v in sorted(values[i], key=lambda x: x[0])]
+                             for i in kept}, rank_order)
 
     def _raise_failure(self, failed: _Agent):
         attempt = self._last_attempt()
@@ -788,27 +881,27 @@ class _Run:
                 if not a.first_hello.is_set():
                     # Its workers died before reaching us: the environment, not the function.
                     tail = [x for x in a.worker_tail if x.strip()][-10:]
-                    raise AgentFailedError(a.hostname, f"its workers failed before reaching the "
-                                           f"launcher (exit code {code})" +
-                                           (":\n  " + "\n  ".join(tail) if tail else ""), code)
-                raise WorkerFailedError(a.hostname, int(m.group(1)), int(m.group(2)), code)
+                    raise AgentFailedError.of(a.hostname, f"its workers failed before reaching the "
+                                              f"launcher (exit code {code})" +
+                                              (":\n  " + "\n  ".join(tail) if tail else ""), code)
+                raise WorkerFailedError.of(a.hostname, int(m.group(1)), int(m.group(2)), code)
         rc = failed.returncode
         if rc == 255 and not failed.first_hello.is_set():
-            raise AgentFailedError(failed.hostname, "cannot reach it over SSH" + self._tail(failed),
-                                   rc)
+            raise AgentFailedError.of(failed.hostname,
+                                      "cannot reach it over SSH" + self._tail(failed), rc)
         lost = [k for k, (kind, _) in self.outcomes.items() if k[0] == attempt and kind == "lost"]
         if lost and rc in (0, 1):
             h = self.hellos[lost[0]]
-            raise WorkerFailedError(self.agents[h["host_index"]].hostname, lost[0][1],
-                                    h["local_rank"], None, "it ended without a result")
+            raise WorkerFailedError.of(self.agents[h["host_index"]].hostname, lost[0][1],
+                                       h["local_rank"], None, "it ended without a result")
         if rc == 255 and not _hosts.is_local(failed.hostname):
-            raise AgentFailedError(failed.hostname, "its SSH connection was lost" +
-                                   self._tail(failed), rc)
+            raise AgentFailedError.of(failed.hostname, "its SSH connection was lost" +
+                                      self._tail(failed), rc)
         sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # a shell reports 128+N
         how = (f"killed by {signal.Signals(sig).name}" if sig in signal.valid_signals() and sig
                else f"exit code {rc}")
-        raise AgentFailedError(failed.hostname, f"ended unexpectedly ({how})" + self._tail(failed),
-                               rc)
+        raise AgentFailedError.of(failed.hostname,
+                                  f"ended unexpectedly ({how})" + self._tail(failed), rc)
 
     @staticmethod
     def _tail(a: _Agent) -> str:
@@ -879,5 +972,3 @@ class _Run:
                 a.proc.wait()
             if a.returncode is None:
                 a.returncode = a.proc.returncode
-
-

@@ -356,13 +356,16 @@ class LocalAgent::Impl {
                  w.local_rank, w.pid, config_.worker_argv[0]);
       failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                                    w.output.error_file, exited_at,
-                                                   w.output.StderrTail()));
+                                                   w.output.Tail(true)));
+      failures_.back().last_lines =
+          failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
+                                   static_cast<size_t>(config_.failure_lines));
       if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
     } else if (state_ == State::kStopping && !failures_.empty() && w.exitcode != 0) {
       // A sibling stopped because of that failure: torchrun 2.x lists it.
       failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                                    w.output.error_file, exited_at,
-                                                   w.output.StderrTail()));
+                                                   w.output.Tail(true)));
       failures_.back().stopped = true;
     }
   }
@@ -474,6 +477,10 @@ class LocalAgent::Impl {
   void ReportFinalFailure() {
     const int64_t restarts = round_ ? round_->failures : 0;
     std::string table = failure::FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
+    // The root cause's last words first: torchrun's table stays last, and
+    // as torchrun prints it.
+    const auto& root = failures_[failure::RootCause(failures_)];
+    if (!root.last_lines.empty()) log::Error("{}", root.last_lines);
     log::Error("worker group failed{}:{}",
                config_.max_restarts > 0
                    ? fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s")

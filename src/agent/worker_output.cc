@@ -20,8 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// How much of a failed worker's stderr is kept for FailureHint.
-constexpr size_t kStderrTail = 8192;
+// How much of each stream of a worker is kept for its failure: the hint
+// (FailureHint) and the last lines printed before the failure table.
+constexpr size_t kTailBytes = 16384;
 
 }  // namespace
 
@@ -154,7 +155,9 @@ Status WorkerOutput::SetUp(const launch::LaunchConfig& config, const AttemptFile
   }
   TRUN_RETURN_IF_ERROR(SetUpStream(config, files, local_rank, false, prefix, devnull, on_bytes));
   TRUN_RETURN_IF_ERROR(SetUpStream(config, files, local_rank, true, prefix, devnull, on_bytes));
-  if (err->pump) err->pump->KeepTail(kStderrTail);
+  for (auto* s : {out.get(), err.get()}) {
+    if (s->pump) s->pump->KeepTail(kTailBytes);
+  }
   return Status::OK();
 }
 
@@ -170,7 +173,13 @@ Status WorkerOutput::SetUpStream(const launch::LaunchConfig& config, const Attem
   const bool shown = !config.local_ranks_filter || config.local_ranks_filter->count(local_rank);
   child_fd = -1;
   s.on_bytes = [on_bytes, is_stderr](size_t n) { on_bytes(is_stderr, n); };
-  if (!redirect && shown) return Status::OK();  // straight to our console, as torchrun
+  const int console = is_stderr ? STDERR_FILENO : STDOUT_FILENO;
+  // Straight to a terminal, as torchrun: the worker sees the terminal (its
+  // colours, progress bars and isatty() stay), and its user sees its lines.
+  // Anything else (a log file, a pipe, a scheduler's capture) gets the
+  // worker's lines through a pump: whole, never interleaved with another
+  // worker's, and the last of them kept for its failure report.
+  if (!redirect && shown && ::isatty(console)) return Status::OK();
 
   int file_fd = -1;
   if (redirect && !files.dir().empty()) {
@@ -179,9 +188,9 @@ Status WorkerOutput::SetUpStream(const launch::LaunchConfig& config, const Attem
     file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (file_fd < 0) return Status::FromErrno("cannot create " + path, errno);
     owned_fds.push_back(file_fd);
-    if (is_stderr) stderr_log = path;
+    (is_stderr ? stderr_log : stdout_log) = path;
   }
-  if (!(tee && shown)) {
+  if (!shown || (redirect && !tee)) {
     // No console copy: the worker writes its file (or nothing) itself.
     child_fd = file_fd >= 0 ? file_fd : devnull;
     return Status::OK();
@@ -192,11 +201,11 @@ Status WorkerOutput::SetUpStream(const launch::LaunchConfig& config, const Attem
   ::fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
   ::fcntl(p[0], F_SETFL, O_NONBLOCK);
   s.fd = p[0];
-  s.pump =
-      std::make_unique<proc::LinePump>(prefix, is_stderr ? STDERR_FILENO : STDOUT_FILENO, file_fd);
+  // torch prefixes teed lines only.
+  s.pump = std::make_unique<proc::LinePump>(tee ? prefix : "", console, file_fd);
   // torch duplicates the streams it tails: teed and shown.
   int dup_fd = is_stderr ? files.filtered_err() : files.filtered_out();
-  if (dup_fd >= 0) {
+  if (tee && dup_fd >= 0) {
     s.pump->DuplicateMatching(
         dup_fd, is_stderr ? config.duplicate_stderr_filters : config.duplicate_stdout_filters);
   }
@@ -214,15 +223,16 @@ void WorkerOutput::CloseChildEnds(int devnull) {
   child_out = child_err = -1;
 }
 
-std::string WorkerOutput::StderrTail() const {
-  if (err->pump) return err->pump->Tail();
-  if (stderr_log.empty()) return "";
-  std::ifstream in(stderr_log, std::ios::binary);
+std::string WorkerOutput::Tail(bool is_stderr) const {
+  const proc::PipeReader& s = is_stderr ? *err : *out;
+  if (s.pump) return s.pump->Tail();
+  const std::string& log = is_stderr ? stderr_log : stdout_log;
+  if (log.empty()) return "";
+  std::ifstream in(log, std::ios::binary);
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   if (size <= 0) return "";
-  std::streamoff from =
-      std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kStderrTail));
+  std::streamoff from = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kTailBytes));
   in.seekg(from);
   std::string tail(static_cast<size_t>(size - from), '\0');
   in.read(tail.data(), static_cast<std::streamsize>(tail.size()));

@@ -3,10 +3,13 @@
 // error.json, attempt_<N>/filtered_std{out,err}.log), the console with each
 // line prefixed, or both.
 //
-// A stream that is only shown goes straight to trun's console, as torchrun
-// does; one only redirected is written by the worker into its file; a teed
-// and shown one goes through a pipe into a proc::LinePump that writes whole
-// prefixed lines to the console and the bytes to the file.
+// A stream that is only shown goes straight to trun's console when that is
+// a terminal, as torchrun does, and otherwise through a pipe into a
+// proc::LinePump that writes its whole lines, unprefixed, to the console;
+// one only redirected is written by the worker into its file; a teed and
+// shown one goes through a pipe into a LinePump that writes whole prefixed
+// lines to the console and the bytes to the file. Where trun sees a stream
+// (a pump or a file), its last bytes are kept for the failure report.
 //
 // Thread-safety: none; used from the agent's event-loop thread.
 #pragma once
@@ -69,7 +72,8 @@ struct WorkerOutput {
   std::shared_ptr<proc::PipeReader> out = std::make_shared<proc::PipeReader>();
   std::shared_ptr<proc::PipeReader> err = std::make_shared<proc::PipeReader>();
   std::string error_file;      // attempt_N/<local_rank>/error.json, "" without files
-  std::string stderr_log;      // the file its stderr goes to straight, if it does
+  std::string stdout_log;      // the file its stdout goes to, if it does
+  std::string stderr_log;      // the file its stderr goes to, if it does
   std::vector<int> owned_fds;  // log files, closed with the attempt
   // What the worker gets as its stdout and stderr (-1: trun's own). Ours
   // to close once the worker holds them: CloseChildEnds().
@@ -84,9 +88,9 @@ struct WorkerOutput {
   // Closes our copies of the child's ends (pipes' write ends), so that the
   // pipes reach EOF when the worker exits.
   void CloseChildEnds(int devnull);
-  // The last of its stderr, where trun sees it: through its pipe when teed,
-  // in its file when redirected; "" when it goes straight to the console.
-  std::string StderrTail() const;
+  // The last of one stream, where trun sees it: through its pump, or in its
+  // file when redirected; "" when it goes straight to a terminal.
+  std::string Tail(bool is_stderr) const;
   // Takes what the pipes hold now.
   void Drain();
   // Drains, writes out a partial last line, closes pipes and files.

@@ -21,6 +21,7 @@
 #include "components/builtins.h"
 #include "components/file_component.h"
 #include "proc/pump.h"
+#include "schedulers/kubernetes_manifests.h"
 #include "specs/config.h"
 #include "specs/macros.h"
 #include "specs/serialize.h"
@@ -31,8 +32,8 @@ namespace {
 using specs::AppState;
 
 constexpr const char* kRunUsage =
-    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json]] [--wait] [--log]\n"
-    "                [--tee-logs]\n"
+    "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json | --manifests]]\n"
+    "                [--wait] [--log] [--tee-logs] [--stdin]\n"
     "                COMPONENT [COMPONENT ARGS...]\n"
     "\n"
     "Builds the app a component describes and submits it to a scheduler; prints the app's\n"
@@ -48,6 +49,8 @@ constexpr const char* kRunUsage =
     "  --dryrun                    print the AppDef and the scheduler's request; submit nothing\n"
     "  --json                      with --dryrun: print them as one JSON object (app,\n"
     "                              scheduler, cfg, request, text)\n"
+    "  --manifests                 with --dryrun -s kubernetes: print only the API objects,\n"
+    "                              as YAML documents, for `kubectl apply -f -`\n"
     "  --wait                      wait for the app to end; exit 0 only if it SUCCEEDED\n"
     "  --log                       follow the replicas' logs (on stderr) until the app ends\n"
     "  --tee-logs, --tee_logs      as --log\n"
@@ -60,6 +63,7 @@ const std::vector<Flag> kRunFlags = {
     {{"--scheduler_args", "-cfg", "--scheduler-args"}, true},
     {{"--dryrun"}, false},
     {{"--json"}, false},
+    {{"--manifests"}, false},
     {{"--wait"}, false},
     {{"--log"}, false},
     {{"--tee_logs", "--tee-logs"}, false},
@@ -275,13 +279,13 @@ int RunCommand(const Args& args) {
     return 0;
   }
   if (flags->Has("--stdin")) {
-    // As TorchX: stdin says everything, except that --dryrun (and --json) may
-    // be added on the command line.
+    // As TorchX: stdin says everything, except that --dryrun (and how to
+    // print it) may be added on the command line.
     for (const auto& arg : args) {
-      if (arg != "--stdin" && arg != "--dryrun" && arg != "--json") {
+      if (arg != "--stdin" && arg != "--dryrun" && arg != "--json" && arg != "--manifests") {
         return ReportError(Status::InvalidArgument(fmt::format(
             "run: cannot give '{}' with --stdin (the JSON object on stdin holds the run's "
-            "arguments; only --dryrun and --json may be added)",
+            "arguments; only --dryrun, --json and --manifests may be added)",
             arg)));
       }
     }
@@ -289,7 +293,7 @@ int RunCommand(const Args& args) {
     auto from_json = RunArgsFromJson(text);
     if (!from_json.ok()) return ReportError(from_json.status());
     Args again = *from_json;
-    for (const char* flag : {"--dryrun", "--json"}) {
+    for (const char* flag : {"--dryrun", "--json", "--manifests"}) {
       if (flags->Has(flag) && std::find(again.begin(), again.end(), flag) == again.end()) {
         again.insert(again.begin(), flag);
       }
@@ -319,6 +323,18 @@ int RunCommand(const Args& args) {
   }
   const std::string sched_name =
       flags->Get("--scheduler", config->Get("cli:run", "scheduler").value_or("local"));
+  if (flags->Has("--manifests")) {
+    if (!flags->Has("--dryrun") || flags->Has("--json")) {
+      return ReportError(Status::InvalidArgument(
+          "run: --manifests goes with --dryrun, without --json (it prints the objects alone)"));
+    }
+    if (sched_name != "kubernetes") {
+      return ReportError(Status::InvalidArgument(fmt::format(
+          "run: --manifests prints Kubernetes API objects; the {} scheduler has none (use -s "
+          "kubernetes, or --dryrun alone)",
+          sched_name)));
+    }
+  }
 
   auto component = components::FindComponent(component_name, SelfExecutable());
   if (!component.ok()) return ReportError(component.status());
@@ -358,6 +374,17 @@ int RunCommand(const Args& args) {
     j["request"] = info->request;
     j["text"] = info->Format();
     std::fputs((j.dump() + "\n").c_str(), stdout);
+    return 0;
+  }
+  if (flags->Has("--manifests")) {
+    auto req = schedulers::kube::Request::FromJson(info->request);
+    if (!req.ok()) return ReportError(req.status());
+    if (req->auto_workload) {
+      log::Warning(
+          "workload=auto: these are a JobSet, which needs JobSet's controller in the cluster; "
+          "without it, use -cfg workload=job");
+    }
+    std::fputs(schedulers::kube::FormatManifests(*req).c_str(), stdout);
     return 0;
   }
   if (flags->Has("--dryrun")) {

@@ -112,6 +112,40 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
   return f;
 }
 
+namespace {
+
+// The last `n` lines of `tail`, each as shown on a terminal: after its last
+// carriage return, without its end.
+std::vector<std::string_view> LastLines(std::string_view tail, size_t n) {
+  std::vector<std::string_view> lines;
+  while (!tail.empty() && lines.size() < n) {
+    if (tail.back() == '\n') tail.remove_suffix(1);
+    size_t start = tail.rfind('\n');
+    std::string_view line = start == std::string_view::npos ? tail : tail.substr(start + 1);
+    tail.remove_suffix(line.size());
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (size_t cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
+    lines.push_back(line);
+  }
+  std::reverse(lines.begin(), lines.end());
+  return lines;
+}
+
+}  // namespace
+
+std::string FormatLastLines(const WorkerFailure& f, std::string_view out_tail,
+                            std::string_view err_tail, size_t n) {
+  auto out = LastLines(out_tail, n);
+  auto err = LastLines(err_tail, n);
+  if (out.empty() && err.empty()) return "";
+  std::string text = fmt::format("last lines of rank {} (local_rank {}, pid {}):", f.global_rank,
+                                 f.local_rank, f.pid);
+  for (auto [name, lines] : {std::pair{"stdout", &out}, std::pair{"stderr", &err}}) {
+    for (auto line : *lines) text += fmt::format("\n  {} | {}", name, line);
+  }
+  return text;
+}
+
 size_t RootCause(std::span<const FailureKey> failures) {
   auto key = [](const FailureKey& f) {
     return std::tuple(f.stopped, f.timestamp, !f.has_error_file, f.rank);

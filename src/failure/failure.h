@@ -52,6 +52,9 @@ struct WorkerFailure {
   // What to do about it, in one line, when trun knows the failure (see
   // FailureHint); empty otherwise.
   std::string hint;
+  // Its last lines of output (FormatLastLines), printed before the table;
+  // empty when trun saw none of its output.
+  std::string last_lines;
   // A sibling that ended non-zero after trun stopped it because another
   // worker failed. Listed, as torchrun 2.x lists it, but never the root
   // cause.
@@ -99,6 +102,21 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
 
 // The rule over workers' failures.
 size_t RootCause(const std::vector<WorkerFailure>& failures);
+
+// The last `n` lines of each of a worker's two streams (`out_tail`,
+// `err_tail`: the last bytes trun kept of each), for the report printed
+// before the failure table:
+//
+//   last lines of rank R (local_rank L, pid P):
+//     stdout | <line>
+//     stderr | <line>
+//
+// stdout's lines first, then stderr's (the two are separate pipes, so their
+// relative order is unknown; a traceback is on stderr, next to the table).
+// A carriage return keeps what follows it (a progress bar's last state).
+// "" when `n` is 0 or both tails hold no line.
+std::string FormatLastLines(const WorkerFailure& f, std::string_view out_tail,
+                            std::string_view err_tail, size_t n);
 
 // torchrun 2.x's ChildFailedError message, byte for byte (including the
 // leading newline): "<name> FAILED", other failures (stopped siblings too),

@@ -173,5 +173,25 @@ TEST(FailureTest, LibuvHintFromTheStderrTail) {
   EXPECT_EQ(FormatFailureTable("x.py", {plain}, "h").find("hint"), std::string::npos);
 }
 
+TEST(FailureTest, LastLinesOfEachStreamStdoutFirst) {
+  WorkerFailure f;
+  f.global_rank = 3;
+  f.local_rank = 1;
+  f.pid = 42;
+  EXPECT_EQ(FormatLastLines(f, "a\nb\nc\n", "Traceback\nValueError: x\n", 2),
+            "last lines of rank 3 (local_rank 1, pid 42):\n"
+            "  stdout | b\n  stdout | c\n"
+            "  stderr | Traceback\n  stderr | ValueError: x");
+  // A partial last line counts; a progress bar shows its last state.
+  EXPECT_EQ(FormatLastLines(f, "", "10%\r50%\r90%\nhalf", 5),
+            "last lines of rank 3 (local_rank 1, pid 42):\n"
+            "  stderr | 90%\n  stderr | half");
+  // Blank lines are lines; nothing seen, or 0 asked for, is no report.
+  EXPECT_EQ(FormatLastLines(f, "x\n\n", "", 2),
+            "last lines of rank 3 (local_rank 1, pid 42):\n  stdout | x\n  stdout | ");
+  EXPECT_EQ(FormatLastLines(f, "", "", 20), "");
+  EXPECT_EQ(FormatLastLines(f, "a\n", "b\n", 0), "");
+}
+
 }  // namespace
 }  // namespace trun::failure

@@ -106,6 +106,10 @@ constexpr OptionRow kOptions[] = {
      "else 30)."},
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank",
      "Every worker sees LOCAL_RANK=0 and only its own GPU, through CUDA_VISIBLE_DEVICES.", true},
+    {"--failure-lines,--failure_lines", "failure_lines",
+     "Lines of the failed worker's output, per stream, printed before the failure table "
+     "(default 20; 0 for none).",
+     false, true, true},
     {"--print-completion,--print_completion", "print_completion",
      "Print a completion script for bash, zsh or tcsh and exit.", false, true},
 };
@@ -498,6 +502,11 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("max_restarts")) {
     if (auto n = ParseNonNegative("--max-restarts", value("max_restarts"), p)) c.max_restarts = *n;
   }
+  if (given("failure_lines")) {
+    if (auto n = ParseNonNegative("--failure-lines", value("failure_lines"), p)) {
+      c.failure_lines = *n;
+    }
+  }
   if (given("monitor_interval")) {
     auto d = ParseDouble(value("monitor_interval"));
     if (!d || *d < 0) {
@@ -669,34 +678,42 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
                                   c.rdzv_endpoint.empty() && !c.master_port_given;
   if (implied_standalone) c.standalone = true;
   if (c.standalone) {
-    // torchrun keeps --nnodes: with MIN 1 its lone node starts (after the
-    // last call), with MIN above 1 it waits forever on a port no other node
-    // knows. trun starts the one node at once, and refuses the wait.
-    if (c.min_nodes > 1) {
-      p.Add(
-          fmt::format("--standalone runs one node, but --nnodes asks for at least {}; drop one of "
-                      "the two (several nodes rendezvous with --rdzv-backend c10d)",
-                      c.min_nodes));
+    // torchrun keeps --nnodes: with MIN 1 its lone node starts after the
+    // last call, with MIN above 1 it waits until the join timeout on a port
+    // no other node knows. trun decides as torchrun does, and says so.
+    if (c.max_nodes > 1) {
+      log::Warning(
+          "--standalone with --nnodes {}:{}: no other node can reach a standalone store (a free "
+          "port on localhost), so this node {}, as torchrun's does; drop --nnodes to start at "
+          "once, or rendezvous several nodes with --rdzv-backend c10d --rdzv-endpoint HOST:PORT",
+          c.min_nodes, c.max_nodes,
+          c.min_nodes > 1 ? "waits for the others until the join timeout"
+                          : "starts alone after the last call");
     }
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
-    // torchrun 2.x replaces even a given --rdzv-id here; trun keeps it where
-    // the standalone is only implied, as the events and log folder name it.
-    if (!implied_standalone || c.rdzv_id == "none") c.rdzv_id = RandomUuid4();
-    c.min_nodes = c.max_nodes = 1;
+    // torchrun 2.x replaces a given --rdzv-id here, implied standalone
+    // included: two such jobs never share a round.
+    c.rdzv_id = RandomUuid4();
   }
   // torch's static rendezvous takes MAX as its world size and waits for
-  // that many nodes, whatever MIN says; so does trun.
+  // that many nodes, whatever MIN says; so does trun (the rendezvous reads
+  // MAX, rendezvous.cc), while the config keeps MIN as torch's does.
   if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
     log::Warning(
         "--nnodes {}:{}: the static backend waits for all {} nodes (an elastic job needs "
         "--rdzv-backend c10d)",
         c.min_nodes, c.max_nodes, c.max_nodes);
-    c.min_nodes = c.max_nodes;
   }
-  if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes && c.max_nodes > 1) {
-    p.Add(fmt::format("--node-rank {}: expected 0 to {} for --nnodes {}", c.node_rank,
-                      c.max_nodes - 1, c.max_nodes));
+  // torch accepts any node rank and its static rendezvous then waits for a
+  // store or a slot that never comes, until its timeout; trun decides the
+  // same and names the mistake at once.
+  if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes) {
+    log::Warning(
+        "--node-rank {} is outside 0..{} for --nnodes {}: the static backend admits no such node, "
+        "so this agent waits until the join timeout, as torchrun's does; give each node a rank "
+        "from 0 to {}",
+        c.node_rank, c.max_nodes - 1, c.max_nodes, c.max_nodes - 1);
   }
   // torchrun passes --node-rank to the static backend alone; the others
   // order nodes themselves and never read it.
@@ -707,9 +724,6 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
           c.node_rank, c.rdzv_backend);
     }
     c.node_rank = 0;
-  }
-  if (c.rdzv_backend == "static" && c.node_rank != 0 && c.max_nodes == 1) {
-    p.Add(fmt::format("--node-rank {}: a one-node job has only node rank 0", c.node_rank));
   }
   if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);

@@ -42,11 +42,11 @@ TEST(ArgsTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(c.worker_argv, std::vector<std::string>{"true"});
 }
 
-TEST(ArgsTest, OneStaticNodeKeepsAGivenRunId) {
+TEST(ArgsTest, OneStaticNodeGetsARunIdOfItsOwn) {
   auto p = Parse({"--rdzv-id", "job7", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_TRUE(p->config.standalone);
-  EXPECT_EQ(p->config.rdzv_id, "job7");
+  EXPECT_NE(p->config.rdzv_id, "job7");  // as torchrun 2.x's implied standalone
   auto s = Parse({"--standalone", "--rdzv-id", "job7", "--no-python", "true"});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_NE(s->config.rdzv_id, "job7");  // as torchrun's --standalone
@@ -182,22 +182,33 @@ TEST(ArgsTest, UnknownFlagGetsASuggestion) {
       << p.status().message();
 }
 
-// torch's static rendezvous waits for MAX nodes.
-TEST(ArgsTest, StaticRunsMaxNodesAndNeedsARankInRange) {
+// torch's static rendezvous waits for MAX nodes; its config keeps MIN, and
+// a node rank out of range is accepted (and then waits), as torchrun does.
+TEST(ArgsTest, StaticKeepsMinAndAcceptsAnyRankAsTorchrun) {
   EXPECT_TRUE(Parse({"--nnodes", "2", "--node-rank", "1", "--no-python", "true"}).ok());
   auto elastic = Parse({"--nnodes", "1:2", "--no-python", "true"});
   ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
-  EXPECT_EQ(elastic->config.min_nodes, 2);
+  EXPECT_EQ(elastic->config.min_nodes, 1);
   EXPECT_EQ(elastic->config.max_nodes, 2);
   auto rank = Parse({"--nnodes", "2", "--node-rank", "2", "--no-python", "true"});
-  ASSERT_FALSE(rank.ok());
-  EXPECT_NE(rank.status().message().find("--node-rank 2"), std::string::npos);
+  ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+  EXPECT_EQ(rank->config.node_rank, 2);
+  auto one = Parse({"--node-rank", "1", "--master-port", "29511", "--no-python", "true"});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->config.rdzv_backend, "static");
 }
 
-TEST(ArgsTest, StandaloneIsOneNode) {
+// torchrun keeps --nnodes under --standalone.
+TEST(ArgsTest, StandaloneKeepsNnodesAsTorchrun) {
   auto p = Parse({"--standalone", "--nnodes", "2", "--no-python", "true"});
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--standalone"), std::string::npos);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.min_nodes, 2);
+  EXPECT_EQ(p->config.max_nodes, 2);
+  EXPECT_EQ(p->config.rdzv_endpoint, "localhost:0");
+  auto range = Parse({"--standalone", "--nnodes", "1:2", "--no-python", "true"});
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  EXPECT_EQ(range->config.min_nodes, 1);
+  EXPECT_EQ(range->config.max_nodes, 2);
 }
 
 TEST(ArgsTest, ConflictingEntrypoints) {

@@ -273,17 +273,19 @@ TEST(ArgsTorchrun2Test, NodeRankOffStaticIsIgnored) {
   auto elastic = Parse(
       {"--nnodes", "1:3", "--rdzv-backend", "c10d", "--node-rank", "5", "--no-python", "true"});
   EXPECT_TRUE(elastic.ok()) << elastic.status().ToString();
-  // A static store on a given port: node rank 1 of 1 would wait for a node 0.
+  // A static store on a given port: node rank 1 of 1 waits for a node 0,
+  // as torchrun's does (with a warning).
   auto fixed = Parse({"--node-rank", "1", "--master-port", "29511", "--no-python", "true"});
-  ASSERT_FALSE(fixed.ok());
-  EXPECT_NE(fixed.status().message().find("--node-rank 1"), std::string::npos);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  EXPECT_EQ(fixed->config.node_rank, 1);
 }
 
-TEST(ArgsTorchrun2Test, StandaloneWithAnElasticRangeFromOneRunsOneNode) {
+// torchrun keeps the range: its lone node starts after the last call.
+TEST(ArgsTorchrun2Test, StandaloneWithAnElasticRangeKeepsIt) {
   auto p = Parse({"--nnodes", "1:2", "--standalone", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->config.min_nodes, 1);
-  EXPECT_EQ(p->config.max_nodes, 1);
+  EXPECT_EQ(p->config.max_nodes, 2);
   EXPECT_EQ(p->config.rdzv_backend, "c10d");
 }
 

@@ -81,6 +81,9 @@ struct LaunchConfig {
   bool standalone = false;
 
   int max_restarts = 0;
+  // Lines of a failed worker's output, per stream, printed before the
+  // failure table (--failure-lines).
+  int failure_lines = 20;
   double monitor_interval = 0.1;  // accepted; failure detection never waits for it
   std::string start_method = "spawn";
   std::string event_log_handler = "null";

@@ -96,7 +96,8 @@ Options OptionsFromConfig(const launch::LaunchConfig& c) {
   o.run_id = c.rdzv_id;
   std::mt19937 rng(std::random_device{}());
   o.node_id = fmt::format("{}_{}_{:04x}", FqdnHostname(), ::getpid(), rng() & 0xffff);
-  o.min_nodes = c.min_nodes;
+  // torch's static rendezvous waits for MAX nodes, whatever MIN says.
+  o.min_nodes = c.rdzv_backend == "static" ? c.max_nodes : c.min_nodes;
   o.max_nodes = c.max_nodes;
   o.nproc = c.nproc_per_node;
   o.max_restarts = c.max_restarts;
@@ -108,7 +109,9 @@ Options OptionsFromConfig(const launch::LaunchConfig& c) {
 }
 
 Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& c) {
-  if (c.max_nodes == 1 && (c.rdzv_backend == "static" || c.standalone)) {
+  // A static node of rank 1 or more of a one-node job waits for a node 0
+  // that hosts the store, as torch's does (launch/args.cc warned).
+  if (c.max_nodes == 1 && c.node_rank == 0 && (c.rdzv_backend == "static" || c.standalone)) {
     return std::unique_ptr<Rendezvous>(std::make_unique<SingleNode>(io, c));
   }
   Options options = OptionsFromConfig(c);

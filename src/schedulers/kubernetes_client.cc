@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "common/files.h"
 #include "common/strings.h"
+#include "proc/command.h"
 #include "rendezvous/libcurl.h"
 #include "specs/serialize.h"
 
@@ -69,6 +74,112 @@ void Merge(json& a, const json& b) {
   }
 }
 
+constexpr std::string_view kExecV1 = "client.authentication.k8s.io/v1";
+constexpr std::string_view kExecV1Beta1 = "client.authentication.k8s.io/v1beta1";
+
+// users[].user.exec, checked as kubectl checks it when it loads the
+// kubeconfig; `cluster` is the context's cluster (for provideClusterInfo).
+Result<ExecPlugin> ParseExec(const json& exec, const json& cluster, const KubeConfig& c,
+                             const std::string& dir, const std::string& user) {
+  const std::string where = fmt::format("{}: the user '{}'", c.source, user);
+  if (!exec.is_object()) {
+    return Status::InvalidArgument(fmt::format("{}: exec is not a mapping", where));
+  }
+  ExecPlugin p;
+  p.user = user;
+  p.api_version = Str(exec, "apiVersion");
+  if (p.api_version != kExecV1 && p.api_version != kExecV1Beta1) {
+    return Status::InvalidArgument(
+        fmt::format("{}: exec apiVersion '{}' is not one kubectl runs; use {} (or {})", where,
+                    p.api_version, kExecV1, kExecV1Beta1));
+  }
+  p.command = Str(exec, "command");
+  if (p.command.empty()) {
+    return Status::InvalidArgument(fmt::format("{}: exec has no command", where));
+  }
+  // kubectl: a relative command with a '/' is relative to the kubeconfig.
+  if (p.command.find('/') != std::string::npos) p.command = Resolve(dir, p.command);
+  if (auto it = exec.find("args"); it != exec.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return Status::InvalidArgument(fmt::format("{}: exec args is not a list", where));
+    }
+    for (const auto& a : *it) {
+      if (!a.is_string()) {
+        return Status::InvalidArgument(fmt::format("{}: exec args holds a non-string", where));
+      }
+      p.args.push_back(a.get<std::string>());
+    }
+  }
+  if (auto it = exec.find("env"); it != exec.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: exec env is not a list of {{name, value}}", where));
+    }
+    for (const auto& e : *it) {
+      if (!e.is_object() || Str(e, "name").empty()) {
+        return Status::InvalidArgument(
+            fmt::format("{}: exec env has an entry without a name", where));
+      }
+      p.env.emplace_back(Str(e, "name"), Str(e, "value"));
+    }
+  }
+  p.install_hint = Str(exec, "installHint");
+  // v1 requires interactiveMode; v1beta1 defaults to IfAvailable.
+  std::string mode = Str(exec, "interactiveMode");
+  if (mode.empty() && p.api_version == kExecV1) {
+    return Status::InvalidArgument(
+        fmt::format("{}: exec interactiveMode must be set for {}; set it to Never (or IfAvailable)",
+                    where, kExecV1));
+  }
+  if (mode == "Always") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: exec interactiveMode is Always, but trun runs the plug-in without a terminal; set "
+        "interactiveMode: IfAvailable (or Never) if the plug-in can log in without asking, or log "
+        "in once with kubectl so that it finds a cached login",
+        where));
+  }
+  if (!mode.empty() && mode != "Never" && mode != "IfAvailable") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: exec interactiveMode '{}' is not Never, IfAvailable or Always", where, mode));
+  }
+  if (auto it = exec.find("provideClusterInfo");
+      it != exec.end() && it->is_boolean() && it->get<bool>()) {
+    nlohmann::ordered_json info = {{"server", c.server}};
+    if (!Str(cluster, "tls-server-name").empty()) {
+      info["tls-server-name"] = Str(cluster, "tls-server-name");
+    }
+    if (c.insecure) info["insecure-skip-tls-verify"] = true;
+    std::string ca = c.ca_pem;
+    if (ca.empty() && !c.ca_file.empty()) {
+      auto text = ReadFile(c.ca_file);
+      if (!text.ok()) {
+        return Status::InvalidArgument(
+            fmt::format("{}: certificate-authority: {}", c.source, text.status().message()));
+      }
+      ca = *text;
+    }
+    if (!ca.empty()) info["certificate-authority-data"] = Base64Encode(ca);
+    if (!Str(cluster, "proxy-url").empty()) info["proxy-url"] = Str(cluster, "proxy-url");
+    if (auto d = cluster.find("disable-compression");
+        d != cluster.end() && d->is_boolean() && d->get<bool>()) {
+      info["disable-compression"] = true;
+    }
+    // The cluster's extension for exec plug-ins, handed over as is; null
+    // when there is none, as kubectl sends it.
+    info["config"] = nullptr;
+    if (auto ext = cluster.find("extensions"); ext != cluster.end() && ext->is_array()) {
+      for (const auto& e : *ext) {
+        if (e.is_object() && Str(e, "name") == "client.authentication.k8s.io/exec" &&
+            e.contains("extension")) {
+          info["config"] = e["extension"];
+        }
+      }
+    }
+    p.cluster = std::move(info);
+  }
+  return p;
+}
+
 Result<KubeConfig> FromConfig(const json& config, const std::string& dir, const std::string& source,
                               const std::string& want) {
   KubeConfig c;
@@ -109,12 +220,17 @@ Result<KubeConfig> FromConfig(const json& config, const std::string& dir, const 
   }
   const json* user = Named(config, "users", "user", user_name);
   if (!user) return c;  // an anonymous user
-  if (user->contains("exec") || user->contains("auth-provider")) {
-    return Status::IOError(fmt::format(
-        "{}: the user '{}' logs in through an exec or auth-provider plug-in, which trun does not "
-        "run; give the context a token (e.g. `kubectl create token SERVICE_ACCOUNT`) or a client "
-        "certificate",
+  if (user->contains("auth-provider")) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the user '{}' logs in through an auth-provider plug-in, which kubectl itself no "
+        "longer runs (since 1.26); use the provider's exec plug-in instead (e.g. "
+        "gke-gcloud-auth-plugin, kubelogin), a token or a client certificate",
         source, user_name));
+  }
+  if (auto it = user->find("exec"); it != user->end() && !it->is_null()) {
+    auto exec = ParseExec(*it, *cluster, c, dir, user_name);
+    if (!exec.ok()) return exec.status();
+    c.exec = std::move(*exec);
   }
   c.token = Str(*user, "token");
   if (auto file = Str(*user, "tokenFile"); c.token.empty() && !file.empty()) {
@@ -237,11 +353,17 @@ Result<KubeConfig> LoadKubeConfig(const std::string& home, const std::string& se
       for (auto& e : (*j)[list]) {
         json* v = e.contains("cluster") ? &e["cluster"] : e.contains("user") ? &e["user"] : nullptr;
         if (!v || !v->is_object()) continue;
+        const std::string file_dir = fs::path(f).parent_path().string();
         for (const char* key :
              {"certificate-authority", "client-certificate", "client-key", "tokenFile"}) {
           if (v->contains(key) && (*v)[key].is_string()) {
-            (*v)[key] = Resolve(fs::path(f).parent_path().string(), (*v)[key].get<std::string>());
+            (*v)[key] = Resolve(file_dir, (*v)[key].get<std::string>());
           }
+        }
+        if (v->contains("exec") && (*v)["exec"].is_object()) {
+          json& exec = (*v)["exec"];
+          const std::string command = Str(exec, "command");
+          if (command.find('/') != std::string::npos) exec["command"] = Resolve(file_dir, command);
         }
       }
     }
@@ -284,6 +406,114 @@ std::string UrlEncode(std::string_view s) {
   return out;
 }
 
+std::optional<int64_t> Rfc3339Seconds(std::string_view text) {
+  const std::string t(text);
+  std::tm tm{};
+  const char* p = ::strptime(t.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!p) return std::nullopt;
+  if (*p == '.') {
+    ++p;
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return std::nullopt;
+    while (std::isdigit(static_cast<unsigned char>(*p))) ++p;
+  }
+  int64_t offset = 0;
+  if (*p == 'Z' || *p == 'z') {
+    ++p;
+  } else if (*p == '+' || *p == '-') {
+    int h = 0, m = 0, n = 0;
+    if (std::sscanf(p + 1, "%2d:%2d%n", &h, &m, &n) != 2 || n != 5) return std::nullopt;
+    offset = (*p == '+' ? 1 : -1) * (h * 3600 + m * 60);
+    p += 1 + n;
+  } else {
+    return std::nullopt;
+  }
+  if (*p != '\0') return std::nullopt;
+  return static_cast<int64_t>(::timegm(&tm)) - offset;
+}
+
+std::string ExecInfo(const ExecPlugin& plugin) {
+  nlohmann::ordered_json spec;
+  if (!plugin.cluster.is_null()) spec["cluster"] = plugin.cluster;
+  spec["interactive"] = false;
+  nlohmann::ordered_json info = {
+      {"kind", "ExecCredential"}, {"apiVersion", plugin.api_version}, {"spec", spec}};
+  return info.dump();
+}
+
+Result<ExecCredential> ParseExecCredential(std::string_view out, const ExecPlugin& plugin) {
+  const std::string what =
+      fmt::format("the exec plug-in {} of the kubeconfig user '{}'", plugin.command, plugin.user);
+  auto j = json::parse(out, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument(fmt::format(
+        "{} printed no ExecCredential (not a JSON object): {}", what, Trim(out.substr(0, 120))));
+  }
+  if (Str(j, "kind") != "ExecCredential" || Str(j, "apiVersion") != plugin.api_version) {
+    return Status::InvalidArgument(fmt::format(
+        "{} printed a {} of {}, but the kubeconfig asks for an ExecCredential of {}; make them "
+        "agree (the exec apiVersion, or the plug-in's own option for it)",
+        what, Str(j, "kind").empty() ? "document" : Str(j, "kind"),
+        Str(j, "apiVersion").empty() ? "no apiVersion" : Str(j, "apiVersion"), plugin.api_version));
+  }
+  auto st = j.find("status");
+  if (st == j.end() || !st->is_object()) {
+    return Status::InvalidArgument(fmt::format("{} returned no status", what));
+  }
+  ExecCredential cred;
+  cred.token = Str(*st, "token");
+  cred.cert_pem = Str(*st, "clientCertificateData");
+  cred.key_pem = Str(*st, "clientKeyData");
+  if (cred.token.empty() && (cred.cert_pem.empty() || cred.key_pem.empty())) {
+    return Status::InvalidArgument(
+        fmt::format("{} returned neither a token nor a client certificate and key", what));
+  }
+  if (cred.cert_pem.empty() != cred.key_pem.empty()) {
+    return Status::InvalidArgument(fmt::format("{} returned a client {} without its {}", what,
+                                               cred.cert_pem.empty() ? "key" : "certificate",
+                                               cred.cert_pem.empty() ? "certificate" : "key"));
+  }
+  if (auto e = Str(*st, "expirationTimestamp"); !e.empty()) {
+    cred.expires = Rfc3339Seconds(e);
+    if (!cred.expires) {
+      return Status::InvalidArgument(fmt::format(
+          "{} returned expirationTimestamp '{}', which is not an RFC 3339 time", what, e));
+    }
+  }
+  return cred;
+}
+
+Result<ExecCredential> RunExecPlugin(const ExecPlugin& plugin) {
+  std::vector<std::string> argv = {plugin.command};
+  argv.insert(argv.end(), plugin.args.begin(), plugin.args.end());
+  std::map<std::string, std::string> env(plugin.env.begin(), plugin.env.end());
+  env["KUBERNETES_EXEC_INFO"] = ExecInfo(plugin);
+  const std::string who =
+      fmt::format("the exec plug-in {} of the kubeconfig user '{}'", plugin.command, plugin.user);
+  auto r = proc::RunCommand(argv, Timeout(), env);
+  if (!r.ok()) {
+    return Status::IOError(fmt::format("{} cannot be run: {}{}", who, r.status().message(),
+                                       plugin.install_hint.empty()
+                                           ? "; install it or fix the kubeconfig's exec command"
+                                           : "\n" + plugin.install_hint));
+  }
+  // As under kubectl, what it says on stderr is the user's to see.
+  if (!r->err.empty()) std::fputs(r->err.c_str(), stderr);
+  if (r->timed_out || r->exit_code != 0) {
+    const std::string how = r->timed_out ? fmt::format(
+                                               "did not finish within {} s "
+                                               "($TRUN_KUBE_TIMEOUT)",
+                                               Timeout())
+                                         : fmt::format("failed (exit code {})", r->exit_code);
+    return Status::IOError(
+        fmt::format("{} {}; run it by hand to see why (it may need a new "
+                    "login)",
+                    who, how));
+  }
+  auto cred = ParseExecCredential(r->out, plugin);
+  if (!cred.ok()) return Status::IOError(cred.status().message());
+  return cred;
+}
+
 Status ReplyError(const HttpReply& reply, const std::string& what, const std::string& server) {
   std::string message;
   auto j = json::parse(reply.body, nullptr, false);
@@ -318,9 +548,35 @@ Status ReplyError(const HttpReply& reply, const std::string& what, const std::st
   return Status::IOError(fmt::format("{}: the API server answered {}{}", what, reply.code, said));
 }
 
+Result<ExecCredential> KubeClient::Credential(bool renew) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  if (cached_ && !renew && (!cached_->expires || now < *cached_->expires)) return *cached_;
+  auto cred = run_plugin_(*config_.exec);
+  if (!cred.ok()) return cred.status();
+  cached_ = *cred;
+  return cred;
+}
+
 Result<HttpReply> KubeClient::Perform(const std::string& method, const std::string& path,
                                       const std::string& body, const std::string& content_type,
                                       const std::function<bool(std::string_view)>* on_data) const {
+  if (!config_.exec) return PerformOnce(method, path, body, content_type, on_data, nullptr);
+  auto cred = Credential(/*renew=*/false);
+  if (!cred.ok()) return cred.status();
+  auto reply = PerformOnce(method, path, body, content_type, on_data, &*cred);
+  if (!reply.ok() || reply->code != 401) return reply;
+  cred = Credential(/*renew=*/true);
+  if (!cred.ok()) return cred.status();
+  return PerformOnce(method, path, body, content_type, on_data, &*cred);
+}
+
+Result<HttpReply> KubeClient::PerformOnce(const std::string& method, const std::string& path,
+                                          const std::string& body, const std::string& content_type,
+                                          const std::function<bool(std::string_view)>* on_data,
+                                          const ExecCredential* cred) const {
   const double timeout_s = Timeout();
   auto api = rendezvous::Libcurl();
   if (!api.ok()) return api.status();
@@ -333,7 +589,8 @@ Result<HttpReply> KubeClient::Perform(const std::string& method, const std::stri
   const std::string url = config_.server + path;
   std::vector<std::string> headers = {"Accept: application/json"};
   if (!body.empty()) headers.push_back("Content-Type: " + content_type);
-  if (!config_.token.empty()) headers.push_back("Authorization: Bearer " + config_.token);
+  const std::string& token = cred && !cred->token.empty() ? cred->token : config_.token;
+  if (!token.empty()) headers.push_back("Authorization: Bearer " + token);
   for (const auto& line : headers) h.headers = c.slist_append(h.headers, line.c_str());
   CURL* e = h.easy;
   c.easy_setopt(e, CURLOPT_URL, url.c_str());
@@ -357,15 +614,22 @@ Result<HttpReply> KubeClient::Perform(const std::string& method, const std::stri
     c.easy_setopt(e, CURLOPT_PASSWORD, config_.password.c_str());
   }
   curl_blob ca{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(), CURL_BLOB_COPY};
-  curl_blob cert{const_cast<char*>(config_.cert_pem.data()), config_.cert_pem.size(),
-                 CURL_BLOB_COPY};
-  curl_blob key{const_cast<char*>(config_.key_pem.data()), config_.key_pem.size(), CURL_BLOB_COPY};
+  // An exec plug-in's certificate and key stand in for the kubeconfig's.
+  const bool exec_cert = cred && !cred->cert_pem.empty();
+  const std::string& cert_pem = exec_cert ? cred->cert_pem : config_.cert_pem;
+  const std::string& key_pem = exec_cert ? cred->key_pem : config_.key_pem;
+  curl_blob cert{const_cast<char*>(cert_pem.data()), cert_pem.size(), CURL_BLOB_COPY};
+  curl_blob key{const_cast<char*>(key_pem.data()), key_pem.size(), CURL_BLOB_COPY};
   if (!config_.ca_pem.empty()) c.easy_setopt(e, CURLOPT_CAINFO_BLOB, &ca);
   if (!config_.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, config_.ca_file.c_str());
-  if (!config_.cert_pem.empty()) c.easy_setopt(e, CURLOPT_SSLCERT_BLOB, &cert);
-  if (!config_.cert_file.empty()) c.easy_setopt(e, CURLOPT_SSLCERT, config_.cert_file.c_str());
-  if (!config_.key_pem.empty()) c.easy_setopt(e, CURLOPT_SSLKEY_BLOB, &key);
-  if (!config_.key_file.empty()) c.easy_setopt(e, CURLOPT_SSLKEY, config_.key_file.c_str());
+  if (!cert_pem.empty()) c.easy_setopt(e, CURLOPT_SSLCERT_BLOB, &cert);
+  if (!exec_cert && !config_.cert_file.empty()) {
+    c.easy_setopt(e, CURLOPT_SSLCERT, config_.cert_file.c_str());
+  }
+  if (!key_pem.empty()) c.easy_setopt(e, CURLOPT_SSLKEY_BLOB, &key);
+  if (!exec_cert && !config_.key_file.empty()) {
+    c.easy_setopt(e, CURLOPT_SSLKEY, config_.key_file.c_str());
+  }
   if (config_.insecure) {
     c.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
     c.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);

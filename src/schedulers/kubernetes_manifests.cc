@@ -791,14 +791,19 @@ bool SetJobToken(Request& req, const std::string& token) {
   return false;
 }
 
+std::string FormatManifests(const Request& req) {
+  std::string out;
+  for (const auto& obj : req.objects) out += "---\n" + specs::ToYaml(obj);
+  return out;
+}
+
 std::string FormatRequest(const Request& req) {
   std::string out =
       req.auto_workload
           ? "# workload=auto: this JobSet where the cluster serves jobset.x-k8s.io/v1alpha2, else\n"
             "# a headless Service and Indexed Jobs (workload=job), decided when submitted.\n"
           : "";
-  for (const auto& obj : req.objects) out += "---\n" + specs::ToYaml(obj);
-  return out;
+  return out + FormatManifests(req);
 }
 
 ordered_json Request::ToJson() const {

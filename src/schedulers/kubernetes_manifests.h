@@ -100,7 +100,10 @@ bool SetJobToken(Request& req, const std::string& token);
 // The key of the job token in the Secret.
 inline constexpr std::string_view kJobTokenKey = "job-token";
 
-// The objects as YAML documents separated by "---".
+// The objects as YAML documents, each after a "---" line, and nothing else:
+// what `kubectl apply -f -` reads (`trun run --dryrun --manifests`).
+std::string FormatManifests(const Request& req);
+// FormatManifests, after a comment when the workload is decided at submission.
 std::string FormatRequest(const Request& req);
 
 // TorchX's normalize_str: lower case, only [a-z0-9-], no leading '-'.

@@ -213,9 +213,7 @@ std::map<std::pair<int, int>, json> Newest(const json& pods) {
 // An RFC 3339 time as the API server writes it ("2026-11-25T12:00:00Z"), in
 // seconds since the epoch; 0 when it is not one.
 int64_t EpochSeconds(const std::string& rfc3339) {
-  std::tm tm{};
-  const char* end = ::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  return end ? static_cast<int64_t>(::timegm(&tm)) : 0;
+  return kube::Rfc3339Seconds(rfc3339).value_or(0);
 }
 
 // The main container's end: its termination message (trun's root cause)

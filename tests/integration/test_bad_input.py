@@ -21,7 +21,6 @@ pytestmark = pytest.mark.once(
     (["-t", "x", *worker()], "--tee"),
     (["--nnodes", 0, *worker()], "--nnodes"),
     (["--nnodes", "3:2", *worker()], "--nnodes"),
-    (["--standalone", "--nnodes", 2, *worker()], "--standalone"),
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-endpoint", "[::1", *worker()], "']'"),
     (["--nnodes", 2, "--rdzv-backend", "c10d", "--rdzv-conf", "join_timeout=soon", *worker()],
      "join_timeout"),

@@ -1,5 +1,6 @@
 """Worker failures: siblings stopped at once, torchrun's table, error files, restarts."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -10,9 +11,20 @@ from conftest import EXAMPLES, TORCH2, TRUN, base_env, torchrun, trun, worker
 
 def test_first_failure_stops_siblings_and_prints_the_table():
     t0 = time.monotonic()
-    r = trun("--nproc-per-node", 3, *worker("exit:3@1", "sleep:60"), timeout=60)
+    r = trun("--nproc-per-node", 3, "--failure-lines", 2,
+             *worker("print:p1@1", "print:p2@1", "print:p3@1", "eprint:e1@1", "exit:3@1",
+                     "sleep:60"), timeout=60)
     elapsed = time.monotonic() - t0
     assert r.returncode == 1, r.err
+    # The failed rank's last words (2 lines of each stream), then the table,
+    # which stays last.
+    words = re.search(r"^trun: error: last lines of rank 1 \(local_rank 1, pid \d+\):\n"
+                      r"  stdout \| p2\n  stdout \| p3\n  stderr \| e1\n", r.err, re.M)
+    assert words, r.err
+    assert words.end() <= r.err.index("Root Cause"), r.err
+    assert r.err.rstrip("\n").endswith("=" * 60), r.err[-300:]
+    # Through trun's pipe, each line reached the console whole.
+    assert re.findall(r"^p\d$", r.out, re.M) == ["p1", "p2", "p3"], r.out
     assert elapsed < 20, elapsed  # the siblings' 60 s sleep was cut short
     assert re.search(r"^=+$", r.err, re.M)
     assert re.search(r"worker\.py FAILED$", r.err, re.M)
@@ -31,6 +43,9 @@ def test_record_traceback_reaches_the_table_and_agent_error_file(tmp):
     assert r.returncode == 1
     table = r.err[r.err.index("Root Cause"):]
     assert "ValueError: boom" in table and "Traceback (most recent call last)" in table
+    # The last words, before the table, end in the traceback's last line.
+    words = r.err[r.err.index("last lines of rank 1"):r.err.index("Root Cause")]
+    assert "  stderr | ValueError: boom\n" in words, words
     error_file = re.search(r"error_file: (\S+)", table).group(1)
     assert error_file.endswith("attempt_0/1/error.json")
     worker_record = json.loads(open(error_file).read())
@@ -39,6 +54,31 @@ def test_record_traceback_reaches_the_table_and_agent_error_file(tmp):
     assert ours["message"]["errorCode"] == 1
     assert ours["message"]["message"] == "ValueError: boom"
     assert "py_callstack" in ours["message"]["extraInfo"]
+
+
+def test_a_terminal_gets_the_workers_straight_and_no_last_words():
+    """On a terminal the workers write to it themselves, as under torchrun
+    (isatty, colours and progress bars stay theirs); trun saw nothing of it
+    to repeat."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(TRUN, [TRUN, "--nproc-per-node", "1", "--no-python", "sh", "-c",
+                         "test -t 1 && test -t 2 && echo on-a-tty; exit 3"], base_env())
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert os.WEXITSTATUS(status) == 1, text
+    assert "on-a-tty" in text and "Root Cause" in text, text
+    assert "last lines of rank" not in text, text
 
 
 def test_signal_death_is_named(tmp):

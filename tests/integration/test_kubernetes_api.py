@@ -9,13 +9,14 @@ import re
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import base_env, trun
+from conftest import ROOT, base_env, trun
 
 pytestmark = pytest.mark.once("the Kubernetes objects and client are trun's own; no torch runs")
 
@@ -628,3 +629,141 @@ def test_dryrun_never_shows_the_submitters_token(tmp_path):
             assert JOB_TOKEN not in r.out + r.err
             # A stand-in of its own, so that `kubectl apply -f -` works.
             assert re.search(r"job-token.{1,4}[0-9a-f]{64}", r.out), r.out
+
+
+PLUGIN = ROOT / "tests" / "fixtures" / "kube_exec_plugin.py"
+EXEC_V1 = "client.authentication.k8s.io/v1"
+
+
+def exec_user(log, **plugin_env):
+    """A kubeconfig user whose credential comes from the stand-in plug-in."""
+    env = [{"name": "PLUGIN_LOG", "value": str(log)}]
+    env += [{"name": k, "value": v} for k, v in plugin_env.items()]
+    return {"exec": {"apiVersion": plugin_env.get("PLUGIN_API_VERSION", EXEC_V1),
+                     "command": sys.executable, "args": [str(PLUGIN), "--region", "lab"],
+                     "env": env, "interactiveMode": "Never", "provideClusterInfo": True,
+                     "installHint": "install the stand-in from tests/fixtures"}}
+
+
+def plugin_runs(log):
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def job_routes(api):
+    secrets(api)
+    api.route("POST", r"/api/v1/namespaces/default/services(\?dryRun=All)?", created)
+    api.route("POST", r"/apis/batch/v1/namespaces/default/jobs(\?dryRun=All)?", created)
+
+
+@pytest.mark.parametrize("expires, runs", [("2999-01-01T00:00:00Z", 1),
+                                           ("2000-01-01T00:00:00+02:00", 7)])
+def test_exec_plugin_token_is_kept_until_it_expires(tmp_path, api, certs, expires, runs):
+    import base64
+    job_routes(api)
+    log = tmp_path / "plugin.log"
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job", "utils.echo",
+            user=exec_user(log, PLUGIN_TOKEN="from-plugin", PLUGIN_EXPIRES=expires))
+    assert r.returncode == 0, r.err
+    assert len(api.requests) == 7, api.requests
+    assert all(q["auth"] == "Bearer from-plugin" for q in api.requests), api.requests
+    # Run once and kept, or (expired when given) once per request.
+    seen = plugin_runs(log)
+    assert len(seen) == runs, seen
+    assert seen[0]["args"] == ["--region", "lab"]
+    ca = base64.b64encode((certs / "ca.pem").read_bytes()).decode()
+    assert seen[0]["info"] == {"kind": "ExecCredential", "apiVersion": EXEC_V1, "spec": {
+        "cluster": {"server": f"https://127.0.0.1:{api.port}", "certificate-authority-data": ca,
+                    "config": None},
+        "interactive": False}}
+
+
+def test_exec_plugin_client_certificate_v1beta1(tmp_path, certs):
+    a = Api(certs, client_ca=True)
+    try:
+        secrets(a)
+        a.route("POST", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs(\?dryRun=All)?",
+                created)
+        log = tmp_path / "plugin.log"
+        user = exec_user(log, PLUGIN_API_VERSION="client.authentication.k8s.io/v1beta1",
+                         PLUGIN_GIVES="cert", PLUGIN_CERT=str(certs / "client.pem"),
+                         PLUGIN_KEY=str(certs / "client.key"))
+        del user["exec"]["interactiveMode"]  # v1beta1 may leave it out
+        r = k8s(tmp_path, a, certs, "run", "-s", "kubernetes", "-cfg", "queue=default",
+                "utils.echo", user=user)
+        assert r.returncode == 0, r.err
+        assert a.requests and all(q["auth"] is None for q in a.requests), a.requests
+        assert len(plugin_runs(log)) == 1
+    finally:
+        a.close()
+
+
+def test_exec_plugin_is_asked_again_after_a_401(tmp_path, api, certs):
+    """A cached token the server no longer takes: the plug-in runs again and
+    the request is sent once more with the new one."""
+    def only_second(h, m, body):
+        if h.headers.get("Authorization") != "Bearer tok-2":
+            return h.reply(401, status_body(401, "Unauthorized", "Unauthorized"))
+        return created(h, m, body)
+    job_routes(api)
+    api.route("POST", r"/api/v1/namespaces/default/secrets\?dryRun=All", only_second)
+    log = tmp_path / "plugin.log"
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job", "utils.echo",
+            user=exec_user(log, PLUGIN_TOKEN="tok", PLUGIN_NUMBERED="1"))
+    assert r.returncode == 0, r.err
+    assert [q["auth"] for q in api.requests[:2]] == ["Bearer tok-1", "Bearer tok-2"]
+    assert all(q["auth"] == "Bearer tok-2" for q in api.requests[1:]), api.requests
+    assert len(plugin_runs(log)) == 2
+
+
+@pytest.mark.parametrize("change, rc, says", [
+    (lambda u: u["exec"].update(interactiveMode="Always"), 2,
+     "interactiveMode is Always, but trun runs the plug-in without a terminal; set "
+     "interactiveMode: IfAvailable (or Never)"),
+    (lambda u: u["exec"].update(command="/nonexistent/login", args=[]), 3,
+     "cannot be run: /nonexistent/login is not an executable file\n"
+     "trun: error: install the stand-in from tests/fixtures"),
+    (lambda u: u["exec"]["env"].append({"name": "PLUGIN_EXIT", "value": "5"}), 3,
+     "failed (exit code 5); run it by hand"),
+    (lambda u: u["exec"]["env"].append({"name": "PLUGIN_API_VERSION",
+                                        "value": "client.authentication.k8s.io/v1beta1"}), 3,
+     "but the kubeconfig asks for an ExecCredential of client.authentication.k8s.io/v1"),
+])
+def test_exec_plugin_problems_name_the_fix(tmp_path, api, certs, change, rc, says):
+    job_routes(api)
+    user = exec_user(tmp_path / "plugin.log", PLUGIN_TOKEN="t")
+    change(user)
+    r = k8s(tmp_path, api, certs, "run", "-s", "kubernetes", "-cfg", "workload=job", "utils.echo",
+            user=user)
+    assert r.returncode == rc, r.err
+    assert says in r.err, r.err
+    assert not api.requests
+
+
+def test_manifests_only_pass_a_server_side_dry_run(tmp_path, api, certs):
+    """What `--dryrun --manifests | kubectl apply --dry-run=server -f -` does:
+    each object POSTed to its collection with dryRun=All, every one accepted."""
+    import http.client
+    import yaml
+    collections = {("v1", "Secret"): "/api/v1/namespaces/default/secrets",
+                   ("v1", "Service"): "/api/v1/namespaces/default/services",
+                   ("batch/v1", "Job"): "/apis/batch/v1/namespaces/default/jobs"}
+    for path in collections.values():
+        api.route("POST", re.escape(path) + r"\?dryRun=All", created)
+    r = trun("run", "-s", "kubernetes", "--dryrun", "--manifests", "-cfg", "workload=job",
+             "dist.ddp", "-j", "2x1", "--script", "train.py",
+             env=base_env(HOME=tmp_path, KUBECONFIG="", TRUNCONFIG=""), cwd=tmp_path)
+    assert r.returncode == 0, r.err
+    objects = list(yaml.safe_load_all(r.out))
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    for obj in objects:
+        path = collections[(obj["apiVersion"], obj["kind"])] + "?dryRun=All"
+        conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=ctx, timeout=30)
+        conn.request("POST", path, json.dumps(obj), {"Content-Type": "application/json",
+                                                     "Authorization": f"Bearer {TOKEN}"})
+        reply = conn.getresponse()
+        assert reply.status == 201, (path, reply.read())
+        assert json.loads(reply.read())["metadata"]["name"] == obj["metadata"]["name"]
+        conn.close()
+    assert [q["path"] for q in api.requests] == [
+        collections[(o["apiVersion"], o["kind"])] + "?dryRun=All" for o in objects]
+    assert [o["kind"] for o in objects] == ["Secret", "Service", "Job"]

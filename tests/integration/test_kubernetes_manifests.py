@@ -231,3 +231,41 @@ def test_dryrun_yaml_is_what_kubectl_apply_reads(tmp_path):
     assert set(objects[0]) >= {"apiVersion", "kind", "metadata", "stringData"}
     for obj in objects[1:]:
         assert set(obj) >= {"apiVersion", "kind", "metadata", "spec"}
+
+
+def manifests_only(tmp_path, *args):
+    return trun("run", "-s", "kubernetes", "--dryrun", "--manifests", *args, env=env(tmp_path),
+                cwd=tmp_path)
+
+
+@pytest.mark.parametrize("workload", ["volcano", "jobset", "job", "auto"])
+def test_manifests_only_prints_the_objects_and_nothing_else(tmp_path, workload):
+    args = ["-cfg", f"queue=default,workload={workload}", "dist.ddp", "-j", "2x1", "--script",
+            "train.py"]
+    r = manifests_only(tmp_path, *args)
+    assert r.returncode == 0, r.err
+    # Every line belongs to a YAML document of an API object: no banner, no comment.
+    assert r.out.startswith("---\n") and "===" not in r.out and "\n#" not in r.out, r.out
+    objects = list(yaml.safe_load_all(r.out))
+    assert all(isinstance(o, dict) and o["apiVersion"] and o["kind"] for o in objects), objects
+    check(objects)
+    # The same objects --dryrun shows after its banner (names are random per run).
+    assert [(o["apiVersion"], o["kind"]) for o in objects] == [
+        (o["apiVersion"], o["kind"]) for o in manifests(tmp_path, *args)]
+    if workload == "auto":
+        assert "workload=auto: these are a JobSet" in r.err and "workload=job" in r.err, r.err
+    else:
+        assert r.err == "", r.err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["-s", "kubernetes", "-cfg", "queue=q", "utils.echo"], "--manifests goes with --dryrun"),
+    (["-s", "kubernetes", "--dryrun", "--json", "-cfg", "queue=q", "utils.echo"],
+     "--manifests goes with --dryrun, without --json"),
+    (["-s", "local", "--dryrun", "utils.echo"],
+     "the local scheduler has none (use -s kubernetes"),
+])
+def test_manifests_only_refuses_what_it_cannot_print(tmp_path, args, says):
+    r = trun("run", "--manifests", *args, env=env(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2, r.err
+    assert says in r.err and r.out == "", r.err

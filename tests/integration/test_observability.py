@@ -8,7 +8,7 @@ import subprocess
 import threading
 import time
 
-from conftest import FIXTURES, TRUN, base_env, trun, worker
+from conftest import FIXTURES, TRUN, base_env, free_port, trun, worker
 
 
 def read_events(path):
@@ -87,7 +87,10 @@ def test_a_timer_file_that_is_not_a_fifo_is_left_alone(tmp):
 def test_events_of_a_run_with_one_restart(tmp):
     events = tmp / "events.jsonl"
     r = trun("--nproc-per-node", 2, "--max-restarts", 1, "--event-log-file", events,
-             "--rdzv-id", "evjob", *worker("exit:5@0#0", "sleep:30@1#0"))
+             # A --master-port keeps the one node static, so the run id given
+             # is kept (an implied standalone gets a uuid, as torchrun's).
+             "--master-port", free_port(), "--rdzv-id", "evjob",
+             *worker("exit:5@0#0", "sleep:30@1#0"))
     assert r.returncode == 0, r.err
     evs = read_events(events)
     seq = names(evs)
@@ -207,7 +210,8 @@ def test_health_and_metrics_during_a_run_and_after_a_worker_dies(tmp):
     d.mkdir()
     events = tmp / "events.jsonl"
     a = Agent("--nproc-per-node", 2, "--max-restarts", 1, "--health-check-port", 0,
-              "--health-check-addr", "127.0.0.1", "--event-log-file", events, "--rdzv-id", "hjob",
+              "--health-check-addr", "127.0.0.1", "--event-log-file", events,
+              "--master-port", free_port(), "--rdzv-id", "hjob",
               FIXTURES / "health_worker.py", d)
     try:
         until(lambda: (d / "up.0.0").exists() and (d / "up.0.1").exists(), "attempt 0")

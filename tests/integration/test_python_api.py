@@ -230,22 +230,45 @@ import hashlib, logging
 def f(n, *, tag):
     print(f"hello {tag} from", os.environ["RANK"], flush=True)
     print("to stderr", file=sys.stderr, flush=True)
+    logging.getLogger("mylib").warning("warned %s", os.environ["RANK"])
+    logging.getLogger("mylib").debug("not forwarded")
     return bytes([int(os.environ["RANK"])]) * n
 
 r = trun.launch(f, 100 * 2**20, tag="big", hostnames=["localhost"], workers_per_host=2,
                 backend=None, log_dir=sys.argv[0] + ".logs")
 print("SIZES", [len(v) for v in r.results["localhost"]], [v[-1] for v in r.by_ranks()])
 
+# torchrunx's variables; the files' level WARNING: INFO lines reach no file,
+# yet every file is there.
+del os.environ["TRUN_LOG_DIR"]
+os.environ.update(TORCHRUNX_LOG_DIR=sys.argv[0] + ".trx", TORCHRUNX_LOG_LEVEL="WARNING")
+trun.Launcher(hostnames=["localhost"], workers_per_host=2, backend=None).run(f, 1, tag="trx")
+
 seen = []
 class Keep(logging.Handler):
     def emit(self, rec):
         seen.append((rec.hostname, rec.local_rank, rec.rank, rec.getMessage()))
+        if rec.local_rank == 0:
+            seen0.add((rec.levelname, rec.name, rec.getMessage(),
+                       getattr(rec, "worker_logger", None)))
+seen0 = set()
 r = trun.Launcher(hostnames=["localhost"], workers_per_host=2, backend=None, log_dir="")
 r.set_logging_handlers(lambda: [Keep()])
 r.run(f, 3, tag="quiet")
 print("HANDLED", sorted(x for x in seen if x[1] is not None and "hello" in x[3]))
+print("RANK0", sorted(seen0))
 """)
     assert p.returncode == 0, p.all
+    assert ("RANK0 [('ERROR', 'trun.localhost.0', 'to stderr', None), "
+            "('INFO', 'trun.localhost.0', 'hello quiet from 0', None), "
+            "('WARNING', 'trun.localhost.0', 'mylib:warned 0', 'mylib')]") in p.stdout, p.all
+    assert re.search(r"^\[localhost:1\] WARNING: mylib:warned 1$", p.stderr, re.M), p.all
+    (trx,) = (tmp / "launch.py.trx").iterdir()
+    logs = {f.name: f.read_text() for f in trx.iterdir()}
+    assert sorted(logs) == ["localhost.log", "localhost[0].log", "localhost[1].log"], logs
+    assert logs["localhost.log"] == "", logs
+    assert ":WARNING: mylib:warned 1\n" in logs["localhost[1].log"], logs
+    assert "hello" not in logs["localhost[1].log"], logs
     assert "SIZES [104857600, 104857600] [0, 1]" in p.stdout, p.all
     assert re.search(r"^\[localhost:1\] hello big from 1$", p.stdout, re.M), p.all
     assert re.search(r"^\[localhost:0\] to stderr$", p.stderr, re.M), p.all

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, PYTHON, TORCH2, base_env, trun
+from conftest import FIXTURES, PYTHON, TORCH2, base_env, free_port, trun
 from test_launch import compare_envs
 
 SCRIPT = str(FIXTURES / "dump_env.py")
@@ -137,6 +137,8 @@ CORPUS = [
      {}),
     ("static-node-rank-one-of-one", "--node-rank 1 --master-port 29511 {s}", {}),
     ("standalone-two-nodes", "--standalone --nnodes 2 {s}", {}),
+    ("static-node-rank-out-of-range",
+     "--master-addr 10.1.1.1 --master-port 29511 --nnodes 2 --node-rank 2 {s}", {}),
     ("signals", "--signals-to-handle SIGTERM,SIGUSR1 {s}", {}),
     ("shutdown-timeout", "--shutdown-timeout 5 {s}", {}),
     ("duplicate-filters", "--duplicate-stdout-filters a,b --tee 3 {s}", {}),
@@ -145,28 +147,6 @@ CORPUS = [
      "--rdzv-conf=join_timeout=900,last_call_timeout=60 {s}", {}),
     ("no-script", "--nproc-per-node 2", {}),
 ]
-
-# Lines where trun decides otherwise on purpose, with the reason; what trun
-# does is asserted instead of torchrun's decision. Keys: "refuse" (trun
-# refuses what torchrun accepts and then hangs or times out), or a dict of
-# config values that differ.
-DIFFERENCES = {
-    # torchrun keeps --nnodes 2 with --standalone and waits forever on a port
-    # no other node knows; trun says so.
-    "standalone-two-nodes": "refuse",
-    # torchrun's static agent of node rank 1 of 1 waits for a node 0 that
-    # never comes, until its timeout; trun says so.
-    "static-node-rank-one-of-one": "refuse",
-    # trun's config states what torch's static rendezvous waits for: MAX
-    # nodes (torch's LaunchConfig keeps MIN, which its static backend ignores).
-    "static-range": {"min_nodes": 2},
-    # The lone node of --standalone starts at once; torchrun waits
-    # last_call_timeout for a second node that cannot come.
-    "standalone-range": {"max_nodes": 1},
-    # trun keeps a given --rdzv-id where --standalone is only implied (its
-    # log folder and events name it); torchrun replaces it with a uuid.
-    "role-and-id": {"run_id": "myjob"},
-}
 
 COMPARED = ("min_nodes", "max_nodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint",
             "max_restarts", "monitor_interval", "start_method", "role", "numa_binding")
@@ -179,7 +159,6 @@ def argv_of(line):
 def test_the_corpus_is_large_and_unique():
     assert len(CORPUS) >= 60
     assert len({case[0] for case in CORPUS}) == len(CORPUS)
-    assert set(DIFFERENCES) <= {case[0] for case in CORPUS}
 
 
 def corpus_env(extra):
@@ -221,21 +200,15 @@ def trun_decision(line, extra):
 def test_trun_decides_as_torchrun(torchrun_decisions, name, line, extra):
     theirs = torchrun_decisions[name]
     ours = trun_decision(line, extra)
-    difference = DIFFERENCES.get(name)
-    if difference == "refuse":
-        assert theirs["ok"], theirs
-        assert not ours["ok"], ours
-        return
     assert ours["ok"] == theirs["ok"], f"trun: {ours}\ntorchrun: {theirs}"
     if not ours["ok"]:
         return
     expected = {k: theirs[k] for k in COMPARED}
-    expected.update(difference or {})
     assert {k: ours[k] for k in expected} == expected
-    if UUID.match(theirs["run_id"]) and "run_id" not in (difference or {}):
+    if UUID.match(theirs["run_id"]):
         assert UUID.match(ours["run_id"]), ours["run_id"]
     else:
-        assert ours["run_id"] == (difference or {}).get("run_id", theirs["run_id"])
+        assert ours["run_id"] == theirs["run_id"]
     # torch gives --node-rank to the static backend alone.
     if theirs["rdzv_backend"] == "static":
         assert ours["node_rank"] == theirs["node_rank"]
@@ -245,6 +218,23 @@ def test_trun_decides_as_torchrun(torchrun_decisions, name, line, extra):
     if theirs["worker_argv"] is not None:
         # The interpreter's path aside (torchrun's is sys.executable).
         assert ours["worker_argv"][1:] == theirs["worker_argv"][1:]
+
+
+@pytest.mark.parametrize("flags,warning", [
+    (["--standalone", "--nnodes", "2", "--rdzv-conf", "join_timeout=2"],
+     "--standalone with --nnodes 2:2: no other node can reach a standalone store"),
+    (["--node-rank", "1", "--master-port", "{port}", "--rdzv-conf", "timeout=2"],
+     "--node-rank 1 is outside 0..0 for --nnodes 1"),
+], ids=["standalone-two-nodes", "node-rank-one-of-one"])
+def test_lines_torchrun_accepts_but_cannot_run_wait_as_its_do_and_say_why(flags, warning):
+    """torchrun accepts these and waits for a node that cannot come; trun
+    decides the same (the corpus above), warns at once, and ends at the
+    join timeout with the rendezvous named."""
+    port = str(free_port())
+    r = trun(*[f.replace("{port}", port) for f in flags], "--no-python", "true", timeout=60)
+    assert r.returncode == 1, (r.returncode, r.err)
+    assert warning in r.err, r.err
+    assert "join_timeout" in r.err, r.err
 
 
 # ---- end to end: the workers' environments -------------------------------------

@@ -1,0 +1,1 @@
+"""Helpers for building a Launcher from other tools' settings (torchrunx's ``integrations``)."""
