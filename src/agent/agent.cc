@@ -197,16 +197,20 @@ class LocalAgent::Impl {
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
 
-    TRUN_RETURN_IF_ERROR(telemetry_.Start(io_,
-                                          {.console_events = config_.event_log_handler == "console",
-                                           .event_file = config_.event_log_file,
-                                           .health_port = config_.health_check_port,
-                                           .health_addr = config_.health_check_addr,
-                                           .run_id = config_.rdzv_id,
-                                           .role = config_.role,
-                                           .hostname = hostname_,
-                                           .max_restarts = config_.max_restarts},
-                                          [this] { return Health(); }));
+    TRUN_RETURN_IF_ERROR(telemetry_.Start(
+        io_,
+        {.console_events = config_.event_log_handler == "console",
+         .event_file = config_.event_log_file,
+         .health_port = config_.health_check_port,
+         .health_addr = config_.health_check_addr,
+         .run_id = config_.rdzv_id,
+         .role = config_.role,
+         .hostname = hostname_,
+         .max_restarts = config_.max_restarts,
+         // A token of the agent's own guards
+         // nothing a user could prove.
+         .job_token = config_.rdzv.job_token_own ? std::string() : config_.rdzv.job_token},
+        [this] { return Health(); }));
     if (config_.file_timer) TRUN_RETURN_IF_ERROR(StartWatchdog());
 
     // The rendezvous hosts the workers' store (torch's

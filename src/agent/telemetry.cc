@@ -119,6 +119,7 @@ Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
                         std::function<GroupHealth()> health) {
   options_ = std::move(options);
   health_ = std::move(health);
+  stacks_gate_ = StacksGate(options_.job_token);
   auto sink = EventSink::Open(options_.console_events, options_.event_file);
   if (!sink.ok()) return sink.status();
   sink_ = std::move(*sink);
@@ -140,7 +141,7 @@ Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
                             server.status().message()));
     }
     http_ = std::move(*server);
-    log::Info("health check at http://{}:{}/health, metrics at /metrics",
+    log::Info("health check at http://{}:{}/health, metrics at /metrics, stacks at /stacks",
               options_.health_addr.empty() ? options_.hostname : options_.health_addr,
               http_->port());
   }
@@ -347,12 +348,39 @@ HttpResponse Telemetry::Serve(const HttpRequest& req) {
     Collect();
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = metrics_.Render();
+  } else if (req.path == "/stacks") {
+    return ServeStacks(req);
   } else if (req.path == "/") {
-    r.body = "trun agent: /health (200 while the worker group is healthy, else 503), /metrics\n";
+    r.body =
+        "trun agent: /health (200 while the worker group is healthy, else 503), /metrics, "
+        "/stacks (every worker's Python stacks)\n";
   } else {
     r.status = 404;
-    r.body = "not found; try /health or /metrics\n";
+    r.body = "not found; try /health, /metrics or /stacks\n";
   }
+  return r;
+}
+
+HttpResponse Telemetry::ServeStacks(const HttpRequest& req) {
+  HttpResponse r;
+  const auto now = StacksGate::Clock::now();
+  if (!stacks_gate_.Admit(QueryValue(req.target, "nonce"), QueryValue(req.target, "proof"), now)) {
+    r.status = 401;
+    r.headers.emplace_back("X-Trun-Nonce", stacks_gate_.Challenge(now));
+    r.body =
+        "this job has a job token: ask again with ?nonce=NONCE&proof=PROOF, NONCE this reply's "
+        "X-Trun-Nonce, PROOF hex(HMAC-SHA-256(token, \"trun-job-token-v1\\nhttp\\n\" NONCE)); "
+        "`trun stack` does so with TRUN_JOB_TOKEN\n";
+    return r;
+  }
+  GroupHealth h = health_();
+  std::vector<StackTarget> targets;
+  for (const auto& w : h.workers) targets.push_back({w.rank, w.local_rank, w.pid, w.state});
+  StacksMeta meta{options_.hostname, options_.run_id, h.node_rank, h.round};
+  r.content_type = "application/json";
+  r.body =
+      ReadStacks(targets, meta).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
   return r;
 }
 

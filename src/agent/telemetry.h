@@ -25,6 +25,7 @@
 #include "agent/file_timer.h"
 #include "agent/http.h"
 #include "agent/metrics.h"
+#include "agent/stacks.h"
 #include "common/status.h"
 #include "rendezvous/rendezvous.h"
 
@@ -39,6 +40,8 @@ struct TelemetryOptions {
   std::string role;
   std::string hostname;
   int max_restarts = 0;
+  // The job token GET /stacks asks proof of (stacks.h); "" for none.
+  std::string job_token;
 };
 
 // The agent's state as /health shows it.
@@ -106,6 +109,7 @@ class Telemetry {
  private:
   void Emit(std::string_view name, nlohmann::ordered_json fields);
   HttpResponse Serve(const HttpRequest& req);
+  HttpResponse ServeStacks(const HttpRequest& req);
   // Copies counters kept elsewhere (store, watchdog, HTTP, logs) into the
   // registry, just before it is rendered.
   void Collect();
@@ -115,6 +119,7 @@ class Telemetry {
   EventSink sink_;
   MetricsRegistry metrics_;
   std::unique_ptr<HttpServer> http_;
+  StacksGate stacks_gate_{""};
   const FileTimerServer* timers_ = nullptr;
   std::optional<rendezvous::Round> round_;
   std::optional<std::chrono::steady_clock::time_point> rdzv_started_;

@@ -1,5 +1,5 @@
-// The subcommands that ask about submitted apps (status, log, cancel, delete, list,
-// describe) and about what there is (builtins, runopts, configure).
+// The subcommands that ask about submitted apps (status, log, stack, cancel,
+// delete, list, describe) and about what there is (builtins, runopts, configure).
 #include "cli/app_commands.h"
 
 #include <fmt/format.h>
@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <regex>
 #include <thread>
 
+#include "agent/stacks.h"
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
 #include "common/exit_code.h"
@@ -98,6 +101,58 @@ int StatusCommand(const Args& args) {
   if (f->Has("--roles")) roles = Split(f->Get("--roles"), ',');
   specs::AppStatus st = d->ToAppStatus();
   Print(f->Has("--json") ? st.ToJson(roles).dump() + "\n" : st.Format(roles) + "\n");
+  return 0;
+}
+
+int StackCommand(const Args& args) {
+  auto f = ParseFlags("stack", {kHelp, {{"--json"}, false}, {{"--health"}, true}}, args);
+  if (!f.ok()) return ReportError(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun stack [--json] HANDLE\n"
+        "       trun stack [--json] --health HOST:PORT[,HOST:PORT...]\n\n"
+        "Every worker's Python stack, all threads, read from outside the workers (nothing\n"
+        "they can observe), labelled with rank, local rank, host, pid, state and CPU time.\n"
+        "  HANDLE            a running app of trun run (local: read on this host)\n"
+        "  --health ADDRS    a launcher job: the health servers of its agents\n"
+        "                    (--health-check-port); asked all at once, with the job token\n"
+        "                    of TRUN_JOB_TOKEN where the job has one\n"
+        "  --json            the documents (docs/events.md, \"Stacks\"), a JSON array\n");
+  }
+  std::vector<nlohmann::json> nodes;
+  if (f->Has("--health")) {
+    if (!f->positionals.empty()) {
+      return ReportError(Status::InvalidArgument(
+          "stack: give either an app handle or --health HOST:PORT,..., not both"));
+    }
+    const char* token = std::getenv("TRUN_JOB_TOKEN");
+    std::vector<std::future<Result<nlohmann::json>>> asked;
+    for (const auto& address : Split(f->Get("--health"), ',')) {
+      asked.push_back(std::async(std::launch::async, [address, token] {
+        return agent::FetchStacks(address, token ? token : "", std::chrono::seconds(2));
+      }));
+    }
+    int failed = 0;
+    for (auto& a : asked) {
+      auto doc = a.get();
+      if (!doc.ok()) {
+        log::Error("{}", doc.status().message());
+        ++failed;
+        continue;
+      }
+      nodes.push_back(std::move(*doc));
+    }
+    if (failed > 0 && nodes.empty()) return kExitFailed;
+  } else {
+    auto handle = OnePositional("stack", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
+    if (!handle.ok()) return ReportError(handle.status());
+    auto app = OpenApp(*handle);
+    if (!app.ok()) return ReportError(app.status());
+    auto docs = app->scheduler->Stacks(app->handle.app_id);
+    if (!docs.ok()) return ReportError(docs.status());
+    nodes = std::move(*docs);
+  }
+  Print(f->Has("--json") ? nlohmann::json(nodes).dump() + "\n" : agent::FormatStacks(nodes));
   return 0;
 }
 

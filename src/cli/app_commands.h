@@ -21,6 +21,7 @@ namespace trun::cli {
 
 int StatusCommand(const Args& args);
 int LogCommand(const Args& args);
+int StackCommand(const Args& args);
 int CancelCommand(const Args& args);
 int DeleteCommand(const Args& args);
 int ListCommand(const Args& args);

@@ -79,6 +79,7 @@ constexpr Command kCommands[] = {
     {"run", "run a component (dist.ddp, utils.sh, a YAML file) on a scheduler", RunCommand},
     {"status", "the state of a submitted app", StatusCommand},
     {"log", "the logs of an app's replicas", LogCommand},
+    {"stack", "every worker's Python stack, of an app or a launcher job", StackCommand},
     {"cancel", "stop a submitted app", CancelCommand},
     {"delete", "cancel an app and remove it from its scheduler", DeleteCommand},
     {"list", "the apps a scheduler knows", ListCommand},

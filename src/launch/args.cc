@@ -739,6 +739,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   const bool trun_store = c.rdzv_backend == "static" || c.rdzv_backend == "c10d";
   if ((c.standalone || (trun_store && c.max_nodes == 1)) && c.rdzv.job_token.empty()) {
     c.rdzv.job_token = store::NewJobToken();
+    c.rdzv.job_token_own = true;
   } else if (trun_store && c.max_nodes > 1 && c.rdzv.job_token.empty()) {
     log::Warning(
         "this job of up to {} nodes has no job token: any process that reaches its rendezvous "

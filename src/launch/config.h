@@ -66,6 +66,9 @@ struct RdzvSettings {
   // The job token the agents prove to the rendezvous's store (store/auth.h):
   // job_token_file, job_token or $TRUN_JOB_TOKEN; "" for none. Never logged.
   std::string job_token;
+  // The token is one the agent made for itself (a one-node job given none):
+  // nobody else knows it, so it guards only trun's store keys.
+  bool job_token_own = false;
 };
 
 struct LaunchConfig {

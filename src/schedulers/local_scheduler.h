@@ -46,6 +46,9 @@ class LocalScheduler : public Scheduler {
   // Cancels, then removes the app's directory (state, request, logs).
   Status Delete(const std::string& app_id) override;
   Result<std::vector<ListAppResponse>> List() override;
+  // Reads the workers below each running replica (agent/stacks.h's
+  // RankedDescendants): the same user's processes, on this host.
+  Result<std::vector<nlohmann::json>> Stacks(const std::string& app_id) override;
 
  protected:
   Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) override;

@@ -122,6 +122,11 @@ class Scheduler {
 
   virtual Result<std::vector<ListAppResponse>> List() = 0;
 
+  // Every worker's Python stacks of a running app, one document per node
+  // (agent/stacks.h). Unsupported where the scheduler cannot reach the
+  // app's processes from here.
+  virtual Result<std::vector<nlohmann::json>> Stacks(const std::string& app_id);
+
  protected:
   virtual Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) = 0;
 

@@ -51,6 +51,14 @@ bool AuthProofMatches(std::string_view token, std::string_view nonce, std::strin
   return proof.size() == want.size() && sodium_memcmp(proof.data(), want.data(), want.size()) == 0;
 }
 
+std::string HttpAuthProof(std::string_view token, std::string_view nonce) {
+  return AuthProof(token, fmt::format("http\n{}", nonce));
+}
+
+bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof) {
+  return AuthProofMatches(token, fmt::format("http\n{}", nonce), proof);
+}
+
 std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,
                          std::string_view nonce) {
   std::string message = fmt::format("store\n{}\n{}", agent_nonce, nonce);

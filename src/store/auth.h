@@ -64,6 +64,13 @@ std::string AuthProof(std::string_view token, std::string_view nonce);
 // Whether `proof` is AuthProof(token, nonce), in constant time.
 bool AuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof);
 
+// The proof a client of an agent's HTTP server shows for the agent's nonce
+// (GET /stacks, docs/events.md): AuthProof(token, "http\n" NONCE). No other
+// exchange proves a message of that form, so neither side of the store's
+// can be made to compute it, nor it theirs.
+std::string HttpAuthProof(std::string_view token, std::string_view nonce);
+bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof);
+
 // The store's answer to a good proof: "ok " + STORE_PROOF (above).
 std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,
                          std::string_view nonce);

@@ -693,6 +693,71 @@ def test_health_port_attack_leaves_the_job_unchanged(tmp_path, trained, attack):
     assert grown <= 16 * 1024, f"trun grew {grown} KiB"
 
 
+def _stacks_reply(port, target):
+    """Status, X-Trun-Nonce and body of one GET on the agent's health port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    nonce = re.search(rb"(?im)^x-trun-nonce: *([0-9a-f]+)", head)
+    return int(head.split(b" ", 2)[1]), nonce and nonce.group(1).decode(), body.decode()
+
+
+def _stacks_proof(nonce, token=TOKEN, context="http\n"):
+    msg = ("trun-job-token-v1\n" + context + nonce).encode()
+    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(tmp_path):
+    """GET /stacks of a job with a token: no proof, a wrong, replayed,
+    made-up, oversized or cross-protocol one (the store's proof) is 401 with
+    no worker in it; a flood of nonce requests costs the agent 16 MiB or
+    less and forgets the oldest nonces; a good proof still opens, once."""
+    a = TokenAgent(tmp_path, "stacks", "--standalone", "--nproc-per-node", 1,
+                   "--health-check-port", 0, "--health-check-addr", "127.0.0.1",
+                   "--no-python", "sleep", "600")
+    try:
+        port = int(a.wait_for(r"health check at http://[^ ]*:(\d+)/health").group(1))
+        status, nonce, body = _stacks_reply(port, "/stacks")
+        assert status == 401 and nonce and '"pid"' not in body
+        good = f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce)}"
+        made_up = secrets.token_hex(32)
+        for target in [
+            f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce, token='guess')}",
+            good,  # the wrong proof above used its nonce up
+            f"/stacks?nonce={made_up}&proof={_stacks_proof(made_up)}",
+            f"/stacks?nonce={'a' * 7000}&proof={'b' * 64}",
+            "/stacks?nonce=&proof=&&&==&nonce",
+            "/stacks?nonce=%00&proof=%0d%0a",
+        ]:
+            status, _, body = _stacks_reply(port, target)
+            assert status in (401, 431), (target[:80], status)
+            assert '"pid"' not in body and '"workers"' not in body
+        _, nonce, _ = _stacks_reply(port, "/stacks")
+        status, _, _ = _stacks_reply(
+            port, f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce, context='')}")
+        assert status == 401  # a proof of the store's exchange is not one of this
+
+        before = _kib(a.proc.pid, "VmRSS")
+        first = _stacks_reply(port, "/stacks")[1]
+        for _ in range(300):
+            _stacks_reply(port, "/stacks")
+        _, last, _ = _stacks_reply(port, "/stacks")
+        grown = _kib(a.proc.pid, "VmHWM") - before
+        assert grown <= 16 * 1024, f"trun grew {grown} KiB"
+        assert _stacks_reply(port, f"/stacks?nonce={first}&proof={_stacks_proof(first)}")[0] == 401
+        good = f"/stacks?nonce={last}&proof={_stacks_proof(last)}"
+        status, _, body = _stacks_reply(port, good)
+        assert status == 200 and json.loads(body)["workers"][0]["rank"] == 0
+        assert _stacks_reply(port, good)[0] == 401  # replayed
+        assert a.proc.poll() is None, a.text()
+    finally:
+        a.proc.kill()
+        a.proc.wait()
+
+
 def _hello(token="x" * 32, **fields):
     body = json.dumps({"token": token, "rank": 0, "attempt": 0, "host_index": 0, **fields})
     return struct.pack("!BQ", 1, len(body)) + body.encode()

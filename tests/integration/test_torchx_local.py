@@ -305,3 +305,35 @@ def test_utils_components_run(jobs):
     assert (jobs.tmp / "from_stdin_0").exists() and (jobs.tmp / "from_stdin_1").exists()
     logs = jobs.trun("list").out
     assert logs.count("SUCCEEDED") == 5
+
+
+def test_trun_stack_of_a_running_app_shows_every_rank(jobs):
+    """Two replicas (trun agents) of one worker each; the last rank sleeps in
+    a function of its script's own while rank 0 waits in all_reduce."""
+    script = FIXTURES / "stack_worker.py"
+    sleep_line = next(i for i, line in enumerate(script.read_text().splitlines(), 1)
+                      if "SLEEP_LINE" in line)
+    handle = jobs.submit("-s", "local", "dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
+                         "--script", script)
+    deadline = time.monotonic() + 120
+    while True:
+        r = jobs.trun("stack", "--json", handle)
+        assert r.returncode == 0, r.err
+        workers = {w["rank"]: (node, w) for node in json.loads(r.out) for w in node["workers"]}
+        frames = {rank: w["threads"][0]["frames"] if w["threads"] else []
+                  for rank, (_, w) in workers.items()}
+        if (sorted(frames) == [0, 1] and frames[1][:1]
+                and frames[1][0]["function"] == "stuck_before_the_collective"
+                and any(f["function"] == "all_reduce" for f in frames[0])):
+            break
+        assert time.monotonic() < deadline, r.out
+        time.sleep(0.5)
+    assert (frames[1][0]["file"], frames[1][0]["line"]) == (str(script), sleep_line)
+    # One document per replica, each with its own worker.
+    assert sorted(node["node_rank"] for node, _ in workers.values()) == [0, 1]
+    text = jobs.trun("stack", handle).out
+    assert "rank 0 (local_rank 0, host " in text and "rank 1 (local_rank 0, host " in text
+    assert f'line {sleep_line}, in stuck_before_the_collective' in text
+    jobs.trun("cancel", handle)
+    r = jobs.trun("stack", handle)
+    assert r.returncode != 0 and "CANCELLED" in r.err

@@ -1,0 +1,373 @@
+#include "agent/stacks.h"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "common/strings.h"
+#include "proc/pystack.h"
+#include "store/auth.h"
+
+namespace trun::agent {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The bounds of a descent through /proc: a job's tree is a few levels deep.
+constexpr int kMaxDepth = 6;
+constexpr size_t kMaxDescendants = 4096;
+
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child = 0;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
+}
+
+void Descend(pid_t pid, int depth, std::vector<pid_t>* out) {
+  if (depth > kMaxDepth) return;
+  for (pid_t child : Children(pid)) {
+    if (out->size() >= kMaxDescendants) return;
+    out->push_back(child);
+    Descend(child, depth + 1, out);
+  }
+}
+
+// RANK and LOCAL_RANK of a process's environment, as torchrun sets them.
+std::optional<std::pair<int, int>> Ranks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::optional<int> rank, local_rank;
+  std::string var;
+  while (std::getline(in, var, '\0')) {
+    if (var.rfind("RANK=", 0) == 0) rank = std::atoi(var.c_str() + 5);
+    if (var.rfind("LOCAL_RANK=", 0) == 0) local_rank = std::atoi(var.c_str() + 11);
+  }
+  if (!rank) return std::nullopt;
+  return std::make_pair(*rank, local_rank.value_or(0));
+}
+
+ojson ThreadJson(const proc::PyThreadStack& t) {
+  ojson frames = ojson::array();
+  for (const auto& f : t.frames) {
+    frames.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+  }
+  return {{"native_id", t.native_id},
+          {"thread_id", t.thread_id},
+          {"name", t.name},
+          {"partial", t.partial},
+          {"frames", std::move(frames)}};
+}
+
+ojson WorkerJson(const StackTarget& t) {
+  ojson w;
+  w["rank"] = t.rank;
+  w["local_rank"] = t.local_rank;
+  w["pid"] = t.pid;
+  w["status"] = t.status;
+  w["process_state"] = nullptr;
+  w["cpu_seconds"] = nullptr;
+  w["python"] = nullptr;
+  w["error"] = nullptr;
+  w["threads"] = ojson::array();
+  if (t.pid <= 0 || (!t.status.empty() && t.status != "running")) return w;
+  if (auto stat = proc::ReadProcStat(t.pid); stat.ok()) {
+    w["process_state"] = std::string(1, stat->state);
+    w["cpu_seconds"] = stat->cpu_seconds;
+  }
+  auto stacks = proc::ReadPythonStacks(t.pid);
+  if (!stacks.ok()) {
+    w["error"] = stacks.status().message();
+    return w;
+  }
+  w["python"] = stacks->version;
+  for (const auto& th : stacks->threads) w["threads"].push_back(ThreadJson(th));
+  return w;
+}
+
+template <typename T>
+T Get(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+using Clock = std::chrono::steady_clock;
+
+int MsLeft(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<int64_t>(0, left.count()));
+}
+
+// One HTTP/1.1 GET of `target` (the server closes after its reply), its
+// whole reply as bytes.
+Result<std::string> HttpGet(const std::string& host, const std::string& port,
+                            const std::string& target, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: cannot resolve the host: {}", host, port, gai_strerror(rc)));
+  }
+  int fd = -1;
+  Status failed = Status::Unavailable(fmt::format("{}:{}: no address to connect to", host, port));
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      failed = Status::Unavailable(
+          fmt::format("{}:{}: cannot connect: {}", host, port, std::strerror(errno)));
+      close(fd);
+      fd = -1;
+      continue;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, MsLeft(deadline)) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+      failed = Status::Unavailable(fmt::format("{}:{}: cannot connect: {}", host, port,
+                                               err ? std::strerror(err) : "timed out"));
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return failed;
+  const std::string request = fmt::format(
+      "GET {} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n", target, host, port);
+  size_t sent = 0;
+  std::string reply;
+  char buf[65536];
+  while (true) {
+    pollfd p{fd, static_cast<short>(sent < request.size() ? POLLOUT : POLLIN), 0};
+    if (poll(&p, 1, MsLeft(deadline)) != 1) {
+      close(fd);
+      return Status::Timeout(fmt::format("{}:{}: no whole reply in time", host, port));
+    }
+    if (sent < request.size()) {
+      ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN) break;
+      if (n > 0) sent += static_cast<size_t>(n);
+      continue;
+    }
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EAGAIN) continue;
+    if (n <= 0) break;
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (reply.empty()) {
+    return Status::Unavailable(fmt::format("{}:{}: closed without a reply", host, port));
+  }
+  return reply;
+}
+
+struct Reply {
+  int status = 0;
+  std::string nonce;  // X-Trun-Nonce
+  std::string body;
+};
+
+Reply ParseReply(const std::string& bytes) {
+  Reply r;
+  auto head_end = bytes.find("\r\n\r\n");
+  std::string head = bytes.substr(0, head_end);
+  if (head_end != std::string::npos) r.body = bytes.substr(head_end + 4);
+  std::istringstream lines(head);
+  std::string line;
+  if (std::getline(lines, line)) {
+    auto sp = line.find(' ');
+    if (sp != std::string::npos) r.status = std::atoi(line.c_str() + sp + 1);
+  }
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (name == "x-trun-nonce") r.nonce = std::string(Trim(line.substr(colon + 1)));
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
+                                   std::chrono::milliseconds timeout) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "'{}': expected an agent's health address HOST:PORT (its --health-check-port)", address));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string port = address.substr(colon + 1);
+  const auto deadline = Clock::now() + timeout;
+  auto ask = [&](const std::string& target) -> Result<Reply> {
+    auto bytes = HttpGet(host, port, target, deadline);
+    if (!bytes.ok()) return bytes.status();
+    return ParseReply(*bytes);
+  };
+  auto r = ask("/stacks");
+  if (r.ok() && r->status == 401 && !r->nonce.empty()) {
+    if (token.empty()) {
+      return Status::PermissionDenied(fmt::format(
+          "{}: the job has a job token and /stacks asks for it: set TRUN_JOB_TOKEN to the job's",
+          address));
+    }
+    r = ask(
+        fmt::format("/stacks?nonce={}&proof={}", r->nonce, store::HttpAuthProof(token, r->nonce)));
+    if (r.ok() && r->status == 401) {
+      return Status::PermissionDenied(fmt::format(
+          "{}: the agent refused the job token: is TRUN_JOB_TOKEN this job's?", address));
+    }
+  }
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
+    return Status::IOError(fmt::format("{}: /stacks answered {}: {}", address, r->status,
+                                       Trim(std::string_view(r->body).substr(0, 200))));
+  }
+  try {
+    return nlohmann::json::parse(r->body);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::IOError(fmt::format("{}: /stacks is not JSON: {}", address, e.what()));
+  }
+}
+
+ojson ReadStacks(const std::vector<StackTarget>& targets, const StacksMeta& meta) {
+  ojson doc;
+  doc["hostname"] = meta.hostname;
+  doc["run_id"] = meta.run_id;
+  doc["node_rank"] = meta.node_rank ? ojson(*meta.node_rank) : ojson(nullptr);
+  doc["round"] = meta.round ? ojson(*meta.round) : ojson(nullptr);
+  doc["workers"] = ojson::array();
+  for (const auto& t : targets) doc["workers"].push_back(WorkerJson(t));
+  return doc;
+}
+
+std::vector<StackTarget> RankedDescendants(pid_t root) {
+  std::vector<pid_t> pids;
+  Descend(root, 0, &pids);
+  std::vector<StackTarget> ranked, pythons;
+  for (pid_t pid : pids) {
+    if (auto r = Ranks(pid)) {
+      ranked.push_back({r->first, r->second, pid, ""});
+    } else if (proc::ReadPythonStacks(pid).ok()) {
+      pythons.push_back({0, 0, pid, ""});
+    }
+  }
+  if (ranked.empty()) {
+    for (size_t i = 0; i < pythons.size(); ++i) pythons[i].rank = pythons[i].local_rank = int(i);
+    return pythons;
+  }
+  // A worker's own children (a data loader's) inherit its RANK: keep the
+  // first, outermost, process of each rank (Descend lists parents first).
+  std::vector<StackTarget> out;
+  for (const auto& t : ranked) {
+    bool seen =
+        std::any_of(out.begin(), out.end(), [&](const StackTarget& o) { return o.rank == t.rank; });
+    if (!seen) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StackTarget& a, const StackTarget& b) { return a.rank < b.rank; });
+  return out;
+}
+
+std::string FormatStacks(const std::vector<nlohmann::json>& nodes) {
+  std::string out;
+  for (const auto& node : nodes) {
+    const std::string host = Get<std::string>(node, "hostname", "?");
+    auto workers = node.find("workers");
+    if (workers == node.end() || !workers->is_array()) continue;
+    for (const auto& w : *workers) {
+      std::string cpu = "?";
+      if (auto c = w.find("cpu_seconds"); c != w.end() && c->is_number()) {
+        cpu = fmt::format("{:.2f} s", c->get<double>());
+      }
+      out += fmt::format("rank {} (local_rank {}, host {}, pid {}, state {}, cpu {})",
+                         Get<int>(w, "rank", -1), Get<int>(w, "local_rank", -1), host,
+                         Get<int>(w, "pid", 0), Get<std::string>(w, "process_state", "?"), cpu);
+      const std::string status = Get<std::string>(w, "status", "");
+      if (!status.empty() && status != "running") out += fmt::format(": {}", status);
+      out += "\n";
+      if (auto err = Get<std::string>(w, "error", ""); !err.empty()) {
+        out += fmt::format("  no stack: {}\n", err);
+      }
+      auto threads = w.find("threads");
+      if (threads == w.end() || !threads->is_array()) continue;
+      for (const auto& t : *threads) {
+        out += fmt::format("  thread {} ({}){}\n", Get<int>(t, "native_id", 0),
+                           Get<std::string>(t, "name", ""),
+                           Get<bool>(t, "partial", false) ? ", partial" : "");
+        auto frames = t.find("frames");
+        if (frames == t.end() || !frames->is_array()) continue;
+        // Outermost first, as a traceback reads.
+        for (auto f = frames->rbegin(); f != frames->rend(); ++f) {
+          out += fmt::format("    File \"{}\", line {}, in {}\n", Get<std::string>(*f, "file", "?"),
+                             Get<int>(*f, "line", -1), Get<std::string>(*f, "function", "?"));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string StacksGate::Challenge(Clock::time_point now) {
+  while (!outstanding_.empty() && (outstanding_.size() >= kMaxOutstanding ||
+                                   now - outstanding_.front().second > kNonceLifetime)) {
+    outstanding_.pop_front();
+  }
+  std::string nonce = store::NewAuthNonce();
+  outstanding_.emplace_back(nonce, now);
+  return nonce;
+}
+
+bool StacksGate::Admit(std::string_view nonce, std::string_view proof, Clock::time_point now) {
+  if (open()) return true;
+  auto it = std::find_if(outstanding_.begin(), outstanding_.end(),
+                         [&](const auto& o) { return o.first == nonce; });
+  if (nonce.empty() || it == outstanding_.end()) return false;
+  const bool fresh = now - it->second <= kNonceLifetime;
+  outstanding_.erase(it);
+  return fresh && store::HttpAuthProofMatches(token_, nonce, proof);
+}
+
+std::string QueryValue(std::string_view target, std::string_view key) {
+  auto q = target.find('?');
+  if (q == std::string_view::npos) return "";
+  std::string_view query = target.substr(q + 1);
+  query = query.substr(0, query.find('#'));
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    auto eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == key) {
+      return std::string(pair.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return "";
+}
+
+}  // namespace trun::agent

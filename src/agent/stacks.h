@@ -1,0 +1,105 @@
+// Every worker's Python stacks, read from outside (proc/pystack.h), as the
+// agent's GET /stacks and `trun stack` show them; and who may ask.
+//
+// The document (JSON; docs/events.md, "Stacks"), one per node:
+//
+//   {"hostname": H, "run_id": ID, "node_rank": N|null, "round": R|null,
+//    "workers": [{"rank": 0, "local_rank": 0, "pid": 123,
+//                 "status": "running",          ; /health's, or "" outside an agent
+//                 "process_state": "S",         ; /proc/PID/stat's letter
+//                 "cpu_seconds": 1.52,          ; user + system
+//                 "python": "3.11.2" | null,
+//                 "error": null | "why no stack",
+//                 "threads": [{"native_id": 123, "thread_id": 1407..., "name": "python3",
+//                              "partial": false,
+//                              "frames": [{"function": "inner", "file": "train.py",
+//                                          "line": 6}, ...]}]}]}   ; innermost first
+//
+// With a job token, GET /stacks is a challenge and a proof
+// (store/auth.h's HttpAuthProof): a request without a good proof is 401
+// with a fresh nonce in `X-Trun-Nonce`; the client asks again with
+// `?nonce=NONCE&proof=PROOF`. A nonce is good once and for 30 s; at most
+// 64 are outstanding (a newer one forgets the oldest), so a client that
+// only asks for nonces costs the agent a bounded few KiB.
+//
+// Thread-safety: StacksGate is owned by the agent's loop thread; the free
+// functions are safe from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trun::agent {
+
+// A worker whose stacks are wanted.
+struct StackTarget {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  std::string status;  // running | succeeded | failed | stopped, "" if unknown
+};
+
+struct StacksMeta {
+  std::string hostname;
+  std::string run_id;
+  std::optional<int> node_rank;
+  std::optional<int64_t> round;
+};
+
+// Reads each running target (a target that is not running is listed with
+// its status and no threads) and makes the document above.
+nlohmann::ordered_json ReadStacks(const std::vector<StackTarget>& targets, const StacksMeta& meta);
+
+// The workers below process `root` (its descendants, by /proc/PID/task/*/
+// children): each whose environment names a RANK, with that rank and
+// LOCAL_RANK; where none does (a plain program), every descendant that
+// is a Python. Processes that cannot be read are left out.
+std::vector<StackTarget> RankedDescendants(pid_t root);
+
+// The documents of every node as text for people: per worker a heading
+// (host, rank, local rank, pid, state, CPU), then each thread's frames,
+// outermost last, as Python's tracebacks name them.
+std::string FormatStacks(const std::vector<nlohmann::json>& nodes);
+
+class StacksGate {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kMaxOutstanding = 64;
+  static constexpr std::chrono::seconds kNonceLifetime{30};
+
+  // `token` "": the job has none and every request is let in.
+  explicit StacksGate(std::string token) : token_(std::move(token)) {}
+
+  bool open() const { return token_.empty(); }
+  // A fresh nonce to prove the token for.
+  std::string Challenge(Clock::time_point now);
+  // Whether `proof` proves the token for `nonce`, an outstanding nonce not
+  // older than kNonceLifetime; the nonce is used up either way.
+  bool Admit(std::string_view nonce, std::string_view proof, Clock::time_point now);
+
+ private:
+  std::string token_;
+  std::deque<std::pair<std::string, Clock::time_point>> outstanding_;
+};
+
+// GET /stacks of the agent whose health server is `address` (HOST:PORT,
+// [V6]:PORT), proving `token` when it asks for one; the whole exchange
+// within `timeout`. Every failure names the address and what to do.
+Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
+                                   std::chrono::milliseconds timeout);
+
+// The value of `key` in a request target's query ("/stacks?nonce=a&proof=b"),
+// "" when absent.
+std::string QueryValue(std::string_view target, std::string_view key);
+
+}  // namespace trun::agent

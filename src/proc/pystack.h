@@ -1,0 +1,104 @@
+// Reading a running Python process's stacks from the outside, as a debugger
+// would: no cooperation from the process and nothing it can observe (no
+// signal, no ptrace stop, no injected code, no change to its environment or
+// argv). The agent reads its own workers this way: it is their ancestor and
+// runs as the same user, which is what process_vm_readv(2) asks (ptrace
+// access mode PTRACE_MODE_ATTACH_REALCREDS; Yama's ptrace_scope 1 would also
+// allow an ancestor).
+//
+// How, step by step:
+//   1. The interpreter: the ELF file of /proc/PID/exe, or else of the first
+//      mapping of /proc/PID/maps named libpython3*.so* (opened through
+//      /proc/PID/root, so a worker in a chroot is read from outside it). Its
+//      symbol tables (.dynsym, then .symtab) give `_PyRuntime` (the runtime
+//      state) and `Py_Version` (PY_VERSION_HEX, 8 bytes). The load bias is 0
+//      for ET_EXEC; for ET_DYN it is the start of the file's mapping at file
+//      offset 0 (matched by device and inode) less the first PT_LOAD's page.
+//   2. The offsets. Python 3.14 publishes them: `_PyRuntime` begins with
+//      `_Py_DebugOffsets` (Include/internal/pycore_debug_offsets.h), an array
+//      of little-endian uint64: [0] the cookie "xdebugpy", [1] version,
+//      [2] free_threaded, then groups of {size, field offsets...}; the indices
+//      used are kDebugOffsets314 in pystack.cc. Python 3.11 publishes none:
+//      its offsets are fixed by its headers (x86-64, default build):
+//        _PyRuntimeState: interpreters.head @40
+//        PyInterpreterState: next @0, threads.head @16
+//        PyThreadState: next @8, cframe @56, thread_id @152,
+//                       native_thread_id @160; _PyCFrame: current_frame @8
+//        _PyInterpreterFrame: f_code @32, previous @48, prev_instr @56
+//        PyCodeObject: co_firstlineno @72, co_filename @112, co_name @120,
+//                      co_qualname @128, co_linetable @136,
+//                      co_code_adaptive @184
+//        PyASCIIObject: length @16, state @32 (bits 2-4 kind, 5 compact,
+//                       6 ascii), size 48; PyCompactUnicodeObject size 72
+//        PyBytesObject: ob_size @16, ob_sval @32; PyTypeObject: tp_name @24
+//      pystack_test.cc checks them against a running /usr/bin/python3.11.
+//   3. The walk: runtime -> interpreters (linked by next) -> thread states
+//      (threads.head, linked by next, newest first) -> the current
+//      interpreter frame -> previous ... Each frame's code object (3.14: the
+//      f_executable stack reference with its tag bits cleared) must be of a
+//      type named "code"; other frames (3.14's interpreter entry frames) are
+//      skipped.
+//   4. The line: the byte offset of the frame's instruction in
+//      co_code_adaptive (3.11: prev_instr, the last one started; 3.14:
+//      instr_ptr, the one executing) through co_linetable, the location
+//      table of Objects/locations.md: LineForOffset below.
+//
+// A process changes while it is read. Every read is bounded (strings, frames
+// per thread, threads, interpreters), a failed read (the memory went away,
+// the process exited) ends that thread's walk with `partial` set, and a read
+// that fails as a whole is retried a few times. It never blocks on the
+// process: process_vm_readv does not wait for it.
+//
+// Thread-safety: free functions over their arguments; safe from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trun::proc {
+
+struct PyFrame {
+  std::string function;  // co_qualname ("Model.forward")
+  std::string file;      // co_filename
+  int line = -1;         // -1: the instruction has no line
+};
+
+struct PyThreadStack {
+  uint64_t thread_id = 0;       // threading.get_ident()
+  pid_t native_id = 0;          // threading.get_native_id(), the kernel's tid
+  std::string name;             // /proc/PID/task/TID/comm, "" if unknown
+  std::vector<PyFrame> frames;  // innermost first
+  bool partial = false;         // the walk stopped early (see the header)
+};
+
+struct PyProcessStack {
+  pid_t pid = 0;
+  std::string version;                 // "3.11.2"
+  std::vector<PyThreadStack> threads;  // the main thread first
+};
+
+// Every thread's Python stack of process `pid`. NotFound: no such process;
+// Unsupported: not a Python this reader knows (the message says which);
+// PermissionDenied: not ours to read.
+Result<PyProcessStack> ReadPythonStacks(pid_t pid);
+
+// What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...)
+// and the CPU time it used, user and system, children excluded.
+struct ProcStat {
+  char state = '?';
+  double cpu_seconds = 0;
+};
+Result<ProcStat> ReadProcStat(pid_t pid);
+
+// The source line of the instruction at `byte_offset` in a code object whose
+// location table (co_linetable, 3.11 to 3.14's format) is `table` and whose
+// first line is `first_line`; -1 where the table gives none.
+int LineForOffset(std::string_view table, int first_line, int byte_offset);
+
+}  // namespace trun::proc

@@ -1,0 +1,168 @@
+#include "proc/pystack.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+namespace trun::proc {
+namespace {
+
+// A Python with a known stack: the main thread sleeps in inner() (line 6)
+// called by outer() (line 8), a second thread sleeps in helper_loop()
+// (line 3). It prints "ready" once both are there.
+constexpr const char* kScript =
+    "import sys, threading, time\n"                                               // 1
+    "def helper_loop():\n"                                                        // 2
+    "    time.sleep(600)\n"                                                       // 3
+    "def inner():\n"                                                              // 4
+    "    print('ready', flush=True)\n"                                            // 5
+    "    time.sleep(600)\n"                                                       // 6
+    "def outer():\n"                                                              // 7
+    "    inner()\n"                                                               // 8
+    "threading.Thread(target=helper_loop, name='helper', daemon=True).start()\n"  // 9
+    "outer()\n";                                                                  // 10
+
+class KnownStack {
+ public:
+  // Starts `argv` (a Python that runs kScript) and waits for its "ready".
+  explicit KnownStack(std::vector<std::string> argv) {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(p[1], 1);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(p[1]);
+    std::string out;
+    char buf[64];
+    ssize_t n;
+    while (out.find("ready") == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+    // Kept open: the process may print more, and must not die of SIGPIPE.
+    out_fd_ = p[0];
+    ready_ = out.find("ready") != std::string::npos;
+    // The main thread printed before it called sleep: give it time to get
+    // there (and the helper to start sleeping).
+    usleep(300 * 1000);
+  }
+  ~KnownStack() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    close(out_fd_);
+  }
+  pid_t pid() const { return pid_; }
+  bool ready() const { return ready_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  bool ready_ = false;
+};
+
+void ExpectKnownStack(pid_t pid, const std::string& version_prefix) {
+  auto stacks = ReadPythonStacks(pid);
+  ASSERT_TRUE(stacks.ok()) << stacks.status().ToString();
+  EXPECT_EQ(stacks->pid, pid);
+  EXPECT_EQ(stacks->version.rfind(version_prefix, 0), 0u) << stacks->version;
+  ASSERT_EQ(stacks->threads.size(), 2u);
+  const auto& main = stacks->threads[0];
+  EXPECT_EQ(main.native_id, pid);
+  EXPECT_FALSE(main.partial);
+  ASSERT_EQ(main.frames.size(), 3u);
+  EXPECT_EQ(main.frames[0].function, "inner");
+  EXPECT_EQ(main.frames[0].line, 6);
+  EXPECT_EQ(main.frames[0].file, "<string>");
+  EXPECT_EQ(main.frames[1].function, "outer");
+  EXPECT_EQ(main.frames[1].line, 8);
+  EXPECT_EQ(main.frames[2].function, "<module>");
+  EXPECT_EQ(main.frames[2].line, 10);
+  // The thread's name is the kernel's (3.14 gives it Python's, 3.11 not).
+  const PyThreadStack* helper = &stacks->threads[1];
+  EXPECT_NE(helper->native_id, pid);
+  EXPECT_FALSE(helper->name.empty());
+  ASSERT_FALSE(helper->frames.empty());
+  EXPECT_EQ(helper->frames[0].function, "helper_loop");
+  EXPECT_EQ(helper->frames[0].line, 3);
+  EXPECT_EQ(helper->frames.back().function, "Thread._bootstrap");
+}
+
+// Debian's /usr/bin/python3.11: the fixed 3.11 offsets of pystack.h.
+TEST(PyStack, ReadsPython311) {
+  if (access("/usr/bin/python3.11", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3.11";
+  KnownStack p({"/usr/bin/python3.11", "-c", kScript});
+  ASSERT_TRUE(p.ready());
+  ExpectKnownStack(p.pid(), "3.11.");
+}
+
+// The torch 2.x root's Python 3.14 (its debug offsets), read from outside
+// the chroot it runs in.
+TEST(PyStack, ReadsPython314InChroot) {
+  const char* root = "/var/cache/trun/torch2";
+  if (access((std::string(root) + "/usr/bin/python3.14").c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "no torch 2.x root at " << root;
+  }
+  KnownStack p({"/usr/sbin/chroot", root, "/usr/bin/python3.14", "-c", kScript});
+  ASSERT_TRUE(p.ready());
+  ExpectKnownStack(p.pid(), "3.14.");
+}
+
+TEST(PyStack, NotPython) {
+  KnownStack p({"/bin/sh", "-c", "echo ready; exec sleep 600"});
+  ASSERT_TRUE(p.ready());
+  auto stacks = ReadPythonStacks(p.pid());
+  ASSERT_FALSE(stacks.ok());
+  EXPECT_EQ(stacks.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(stacks.status().message().find("_PyRuntime"), std::string::npos);
+}
+
+TEST(PyStack, GoneProcess) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  auto stacks = ReadPythonStacks(pid);
+  ASSERT_FALSE(stacks.ok());
+  EXPECT_EQ(stacks.status().code(), StatusCode::kNotFound);
+}
+
+TEST(PyStack, ProcStatOfSleeper) {
+  KnownStack p({"/bin/sh", "-c", "echo ready; exec sleep 600"});
+  ASSERT_TRUE(p.ready());
+  auto stat = ReadProcStat(p.pid());
+  ASSERT_TRUE(stat.ok()) << stat.status().ToString();
+  EXPECT_EQ(stat->state, 'S');
+  EXPECT_GE(stat->cpu_seconds, 0);
+  EXPECT_LT(stat->cpu_seconds, 5);
+}
+
+// Hand-made location tables, one of each form, covering 2 units each.
+TEST(PyStack, LineTableForms) {
+  // Short form (0), one-line form 11 (+1), no-column form 13 (+3, svarint
+  // 6), long form 14 (-2: svarint 5; end line, column, end column), no
+  // location (15).
+  const std::string table = std::string("\x81\x05", 2) + std::string("\xd9\x01\x02", 3) +
+                            std::string("\xe9\x06", 2) + std::string("\xf1\x05\x00\x01\x02", 5) +
+                            std::string("\xf9", 1) + std::string("\x81\x00", 2);
+  EXPECT_EQ(LineForOffset(table, 10, 0), 10);
+  EXPECT_EQ(LineForOffset(table, 10, 2), 10);
+  EXPECT_EQ(LineForOffset(table, 10, 4), 11);
+  EXPECT_EQ(LineForOffset(table, 10, 8), 14);
+  EXPECT_EQ(LineForOffset(table, 10, 12), 12);
+  EXPECT_EQ(LineForOffset(table, 10, 16), -1);
+  EXPECT_EQ(LineForOffset(table, 10, 20), 12);
+  EXPECT_EQ(LineForOffset(table, 10, 24), -1);                     // past the table
+  EXPECT_EQ(LineForOffset(std::string("\xf1\xff", 2), 1, 0), -1);  // cut short
+}
+
+}  // namespace
+}  // namespace trun::proc
