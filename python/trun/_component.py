@@ -27,7 +27,7 @@ import sys
 import traceback
 import types
 import typing
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 SUPPORTED = "int, float, str, bool, Optional[T], list[T], tuple[T, ...] or dict[K, V] of those"
 
@@ -108,8 +108,9 @@ def _arg_problem(arg: ast.arg) -> Optional[str]:
                 f"Non-primitive element type {ast.unparse(inner)!r}"
         if container in ("Tuple", "tuple"):
             if not isinstance(inner, ast.Tuple):
-                return (f"Unsupported tuple type {ast.unparse(t)!r}: expected element types "
-                        f"(tuple[T1, T2, ...])")
+                return (f"Unsupported tuple type {ast.unparse(t)!r}: single-element tuples are "
+                        f"valid typing but not supported for components; expected element "
+                        f"types (tuple[T1, T2, ...])")
             for e in inner.elts:
                 if not _is_primitive(e) and not (isinstance(e, ast.Constant) and e.value is ...):
                     return f"Non-primitive element type {ast.unparse(e)!r}"
@@ -118,44 +119,89 @@ def _arg_problem(arg: ast.arg) -> Optional[str]:
     return f"Unsupported argument type {ast.unparse(t)!r}"
 
 
-def lint(path: str, source: str, fn_name: str) -> List[str]:
-    """TorchX's linter findings for ``fn_name`` in ``source``, as ``FILE:LINE: ...``."""
+def _module_level_defs(body: List[ast.stmt]) -> List[Any]:
+    """The functions and classes a module defines, also under `if`, `try` and
+    `with` (``if sys.version_info >= ...: def f``), not inside other definitions."""
+    out: List[Any] = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.append(node)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for part in ("body", "orelse", "finalbody"):
+                out += _module_level_defs(getattr(node, part, []))
+            for handler in getattr(node, "handlers", []):
+                out += _module_level_defs(handler.body)
+    return out
+
+
+class Finding(NamedTuple):
+    """One linter finding: what it is about (``syntax``, ``missing``: no such
+    function, ``class``, ``param``, ``return``), its line (0: the file),
+    TorchX's description, what trun adds on how to fix it, and the parameter."""
+
+    kind: str
+    line: int
+    description: str
+    fix: str = ""
+    param: str = ""
+
+
+def findings(source: str, fn_name: str, check_args: bool = True,
+             check_return: bool = True) -> List[Finding]:
+    """TorchX's linter findings for ``fn_name`` in ``source`` (its file linter's
+    checks: argument types, the return annotation)."""
     try:
-        module = ast.parse(source, filename=path)
+        module = ast.parse(source)
     except SyntaxError as e:
-        return [f"{path}:{e.lineno or 0}: syntax error: {e.msg}"]
-    fn = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-               and n.name == fn_name), None)
+        return [Finding("syntax", e.lineno or 0, e.msg)]
+    defs = _module_level_defs(module.body)
+    fn = next((n for n in defs if n.name == fn_name), None)
     if fn is None:
-        defined = [n.name for n in module.body if isinstance(n, ast.FunctionDef)]
-        return [f"{path}: Function {fn_name} not found"
-                + (f" (the file defines {', '.join(defined)})" if defined else "")]
+        defined = [n.name for n in defs if isinstance(n, ast.FunctionDef)]
+        return [Finding("missing", 0, f"Function {fn_name} not found",
+                        f" (the file defines {', '.join(defined)})" if defined else "")]
     if isinstance(fn, ast.ClassDef):
-        return [f"{path}:{fn.lineno}: {fn_name} is a class; trun runs component functions "
-                f"(def {fn_name}(...) -> specs.AppDef)"]
-    problems = []
+        return [Finding("class", fn.lineno, f"{fn_name} is a class; trun runs component "
+                                            f"functions (def {fn_name}(...) -> specs.AppDef)")]
+    found = []
     a = fn.args
     for arg in a.posonlyargs + a.args + ([a.vararg] if a.vararg else []) + a.kwonlyargs:
-        problem = _arg_problem(arg)
+        problem = _arg_problem(arg) if check_args else None
         if problem:
-            problems.append(f"{path}:{arg.lineno}: parameter {arg.arg!r}: {problem} for argument "
-                            f"{ast.unparse(arg)!r} in function {fn_name!r}; annotate it with "
-                            f"{SUPPORTED}")
-    if a.kwarg:
-        problems.append(f"{path}:{a.kwarg.lineno}: parameter {a.kwarg.arg!r}: component fn param "
-                        f"`{a.kwarg.arg}` is a '**kwargs' which is not supported; consider changing "
-                        f"the type to a dict or explicitly declare the params")
+            found.append(Finding("param", arg.lineno, f"{problem} for argument "
+                                                      f"{ast.unparse(arg)!r} in function "
+                                                      f"{fn_name!r}",
+                                 f"; annotate it with {SUPPORTED}", arg.arg))
+    if a.kwarg and check_args:
+        found.append(Finding("param", a.kwarg.lineno, f"component fn param `{a.kwarg.arg}` is "
+                                                      f"a '**kwargs' which is not supported; "
+                                                      f"consider changing the type to a dict "
+                                                      f"or explicitly declare the params",
+                             param=a.kwarg.arg))
     ret = fn.returns
     name = ret.attr if isinstance(ret, ast.Attribute) else ret.id if isinstance(ret, ast.Name) \
         else ret.value if isinstance(ret, ast.Constant) else None
-    if not name:
-        problems.append(f"{path}:{fn.lineno}: Function: {fn_name} missing return annotation or has "
-                        f"unknown annotations. Supported return annotation: AppDef "
-                        f"(write `-> specs.AppDef`)")
-    elif name != "AppDef":
-        problems.append(f"{path}:{fn.lineno}: Function: {fn_name} has incorrect return "
-                        f"annotation, supported annotation: AppDef (not {name})")
-    return problems
+    if check_return and not name:
+        found.append(Finding("return", fn.lineno, f"Function: {fn_name} missing return "
+                                                  f"annotation or has unknown annotations. "
+                                                  f"Supported return annotation: AppDef",
+                             " (write `-> specs.AppDef`)"))
+    elif check_return and name != "AppDef":
+        found.append(Finding("return", fn.lineno, f"Function: {fn_name} has incorrect return "
+                                                  f"annotation, supported annotation: AppDef",
+                             f" (not {name})"))
+    return found
+
+
+def lint(path: str, source: str, fn_name: str) -> List[str]:
+    """The findings as trun reports them: ``FILE:LINE: ...`` and how to fix it."""
+    out = []
+    for f in findings(source, fn_name):
+        where = path if f.kind == "missing" else f"{path}:{f.line}"
+        what = {"syntax": "syntax error: ",
+                "param": f"parameter {f.param!r}: "}.get(f.kind, "")
+        out.append(f"{where}: {what}{f.description}{f.fix}")
+    return out
 
 
 # ---- loading ------------------------------------------------------------------------
@@ -181,8 +227,8 @@ def load(spec: str) -> Tuple[Callable[..., Any], str]:
     problems = lint(path, source, fn_name)
     if problems:
         raise ComponentError("\n".join(problems))
-    from trun import _torchx
-    _torchx.install()
+    from trun import alias
+    alias.install()
     try:
         if module_name is None:
             # As a script would see it: its folder first on the path, so that

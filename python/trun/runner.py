@@ -23,12 +23,13 @@ import re
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from trun import specs
 from trun.components import options_argv, word
 from trun.launcher import trun_binary
+from trun.schedulers.api import DescribeAppResponse, ListAppResponse  # noqa: F401 (TorchX's)
 
 
 class TrunCommandError(RuntimeError):
@@ -48,14 +49,6 @@ class TrunInvalidInputError(TrunCommandError, ValueError):
     option, a handle; nothing was submitted."""
 
 
-@dataclass
-class ListAppResponse:
-    app_id: str
-    state: specs.AppState
-    app_handle: str = "<NOT_SET>"
-    name: str = ""
-
-
 def _cfg_word(value: Any) -> str:
     """A run option's value; a plain string with a separator in it is quoted."""
     if isinstance(value, (bool, list, tuple, dict)):
@@ -69,11 +62,30 @@ def _cfg_flag(cfg: Optional[Mapping[str, Any]]) -> List[str]:
     return ["-cfg", ",".join(pairs)] if pairs else []
 
 
-def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]]) -> List[str]:
-    """A list is the command line; a dict is keyword arguments (``--key value``)."""
-    if not isinstance(component_args, Mapping):
-        return [str(a) for a in component_args]
-    return options_argv(component_args)
+def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]],
+                    defaults: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """A list is the command line; a dict is keyword arguments (``--key value``).
+    ``defaults`` (get_runner's component_defaults for this component) come
+    first, for the parameters the arguments leave out."""
+    if isinstance(component_args, Mapping):
+        given = {k for k, v in component_args.items() if v is not None}
+        argv = options_argv(component_args)
+    else:
+        argv = [str(a) for a in component_args]
+        given = {a[2:].partition("=")[0] for a in argv if a.startswith("--")}
+    extra = {k: v for k, v in (defaults or {}).items() if k not in given}
+    return options_argv(extra) + argv
+
+
+def _check_app(app: Any) -> None:
+    """What TorchX's Runner and Scheduler refuse before a dry run, with their words
+    (trun's own validation, in the binary, comes after)."""
+    if not app.roles:
+        raise ValueError(f"No roles for app: {app.name}. Did you forget to add roles to AppDef?")
+    for role in app.roles:
+        if role.resource == specs.NULL_RESOURCE:
+            raise ValueError(f"No resource for role: {role.name} (image: {role.image}). "
+                             f"Did you forget to attach resource to the role")
 
 
 def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
@@ -91,11 +103,42 @@ def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
 
 class Runner:
     """TorchX's Runner over the trun binary (``trun`` is its path; default: the one
-    ``trun.trun_binary()`` finds)."""
+    ``trun.trun_binary()`` finds).
 
-    def __init__(self, name: str = "trun", trun: Optional[str] = None) -> None:
+    ``name`` is TorchX's session name; trun's handles always carry trun's
+    (``local://trun/ID``), so that any process finds the app. trun's
+    schedulers are the binary's: ``scheduler_factories`` may only name some
+    of them (the others are then unknown here), and ``scheduler_params``
+    (TorchX's scheduler constructor arguments, with ``TORCHX_*`` variables)
+    are kept in ``scheduler_params`` but configure nothing: trun's
+    schedulers take run options (``cfg``, ``.trunconfig``) instead.
+    ``component_defaults`` maps a component to defaults for its parameters
+    (``{"dist.ddp": {"j": "2x2"}}``), used where the arguments leave one out."""
+
+    def __init__(self, name: str = "", scheduler_factories: Optional[Mapping[str, Any]] = None,
+                 component_defaults: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                 scheduler_params: Optional[Mapping[str, Any]] = None, *,
+                 trun: Optional[str] = None) -> None:
         self._name = name
         self._trun = trun or trun_binary()
+        if scheduler_factories is None:
+            self._schedulers = list(specs.SCHEDULERS)
+        else:
+            unknown = [n for n in scheduler_factories if n not in specs.SCHEDULERS]
+            if unknown:
+                raise ValueError(f"scheduler_factories: trun has no scheduler {unknown[0]!r} "
+                                 f"(it has {', '.join(specs.SCHEDULERS)}; plug-ins in Python "
+                                 f"are not supported)")
+            self._schedulers = list(scheduler_factories)
+        self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
+        env_params = {k[len("TORCHX_"):].lower(): v for k, v in os.environ.items()
+                      if k.upper().startswith("TORCHX_")}
+        self.scheduler_params: Dict[str, Any] = {**env_params, **(scheduler_params or {})}
+
+    def _scheduler(self, scheduler: str) -> str:
+        if scheduler not in self._schedulers:
+            raise specs.UnknownSchedulerException(scheduler)
+        return scheduler
 
     # -- plumbing --
 
@@ -117,7 +160,8 @@ class Runner:
             raise
 
     def _handle(self, app_handle: str) -> str:
-        specs.parse_app_handle(app_handle)  # MalformedAppHandleException names the form
+        # MalformedAppHandleException names the form.
+        self._scheduler(specs.parse_app_handle(app_handle).scheduler_backend)
         return app_handle
 
     def _with_app_file(self, app: Any, *args: str) -> str:
@@ -144,6 +188,8 @@ class Runner:
                parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
         """The scheduler's request for ``app``, submitting nothing."""
         _no_workspace(workspace)
+        self._scheduler(scheduler)
+        _check_app(app)
         out = self._with_app_file(app, "--dryrun", "--json", "-s", scheduler, *_cfg_flag(cfg))
         return self._dryrun_info(out, cfg)
 
@@ -155,9 +201,13 @@ class Runner:
         """The request for a component (a builtin, a YAML file, ``FILE.py:FN``,
         ``module:FN``) with its command-line arguments."""
         _no_workspace(workspace)
+        self._scheduler(scheduler)
         out = self._call("run", "--dryrun", "--json", "-s", scheduler, *_cfg_flag(cfg),
-                         component, *_component_argv(component_args))
-        return self._dryrun_info(out, cfg)
+                         component, *_component_argv(component_args,
+                                                     self._component_defaults.get(component)))
+        info = self._dryrun_info(out, cfg)
+        _check_app(info.app)
+        return info
 
     def schedule(self, dryrun_info: specs.AppDryRunInfo) -> str:
         """Submits ``dryrun_info.app`` with its cfg; trun makes the request again
@@ -178,11 +228,9 @@ class Runner:
                       component_args: Union[Sequence[str], Mapping[str, Any]], scheduler: str,
                       cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
                       parent_run_id: Optional[str] = None) -> str:
-        """``trun run -s SCHEDULER COMPONENT ARGS``; returns the handle."""
-        _no_workspace(workspace)
-        out = self._call("run", "-s", scheduler, *_cfg_flag(cfg), component,
-                         *_component_argv(component_args))
-        return out.strip().splitlines()[-1]
+        """``dryrun_component`` then ``schedule``, as TorchX; returns the handle."""
+        return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
+                                                   workspace, parent_run_id))
 
     # -- following --
 
@@ -216,7 +264,23 @@ class Runner:
             if not _is_unknown_app(e):  # gone since (a cancelled JobSet is deleted)
                 raise
 
-    stop = cancel
+    def stop(self, app_handle: str) -> None:
+        """Deprecated by TorchX for :meth:`cancel` (with its warning)."""
+        warnings.warn("This method will be deprecated in the future, please use `cancel` "
+                      "instead.", PendingDeprecationWarning)
+        self.cancel(app_handle)
+
+    def delete(self, app_handle: str) -> None:
+        """Cancels the app and removes it from its scheduler (``trun delete``); as
+        TorchX, nothing for an unknown app. local: the app is forgotten; slurm
+        and kubernetes: as cancel (docs/python.md)."""
+        if self.status(app_handle) is None:
+            return
+        try:
+            self._call("delete", app_handle)
+        except TrunInvalidInputError as e:
+            if not _is_unknown_app(e):  # gone since
+                raise
 
     def describe(self, app_handle: str) -> Optional[specs.AppDef]:
         """The AppDef the app was submitted with; None for an unknown app."""
@@ -279,14 +343,15 @@ class Runner:
     def list(self, scheduler: str,
              cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
         """The apps the scheduler knows, oldest first."""
-        out = self._call("list", "--json", "-s", scheduler, *_cfg_flag(cfg))
+        out = self._call("list", "--json", "-s", self._scheduler(scheduler), *_cfg_flag(cfg))
         return [ListAppResponse(app_id=a["app_id"], state=specs.AppState[a["state"]],
                                 app_handle=a["app_handle"], name=a["name"])
                 for a in json.loads(out)]
 
     def scheduler_backends(self) -> List[str]:
-        """The schedulers of the trun binary, as ``-s`` takes them."""
-        return list(specs.SCHEDULERS)
+        """The schedulers of the trun binary (or those ``scheduler_factories`` named),
+        as ``-s`` takes them."""
+        return list(self._schedulers)
 
     def close(self) -> None:
         """Nothing to release: every call is a trun process of its own."""
@@ -326,12 +391,16 @@ def _is_unknown_app(e: TrunCommandError) -> bool:
                for ln in e.stderr.splitlines())
 
 
-def get_runner(name: Optional[str] = None, component_defaults: Optional[Dict[str, Any]] = None,
+def get_runner(name: Optional[str] = None,
+               component_defaults: Optional[Dict[str, Dict[str, Any]]] = None,
                **scheduler_params: Any) -> Runner:
-    """A Runner; ``name`` is the session (trun's handles always say ``trun``).
-    ``component_defaults`` and scheduler constructor parameters have no trun
-    counterpart (use ``.trunconfig``) and must be left out."""
-    if component_defaults or scheduler_params:
-        raise ValueError("get_runner: component_defaults and scheduler parameters are not "
-                         "supported; put defaults in .trunconfig ([component:NAME], [SCHEDULER])")
-    return Runner(name or "trun")
+    """A Runner of every trun scheduler, as TorchX's: the session is ``torchx``
+    unless ``name`` (deprecated by TorchX, with its FutureWarning) says otherwise;
+    see :class:`Runner` for ``component_defaults`` and ``scheduler_params``."""
+    if name:
+        warnings.warn(f"Custom session names are deprecated (detected explicitly set session "
+                      f"name={name}). To prevent this warning from showing again call "
+                      f"`get_runner()` without the `name` param. As an alternative, you can "
+                      f"prefix the app name with the session name.", FutureWarning)
+    return Runner(name or "torchx", component_defaults=component_defaults,
+                  scheduler_params=scheduler_params)

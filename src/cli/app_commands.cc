@@ -1,5 +1,5 @@
 // The subcommands that ask about submitted apps (status, log, stack, cancel,
-// list, describe) and about what there is (builtins, runopts, configure).
+// delete, list, describe) and about what there is (builtins, runopts, configure).
 #include "cli/app_commands.h"
 
 #include <fmt/format.h>
@@ -48,6 +48,13 @@ Result<std::string> OnePositional(const char* command, const Flags& f, const cha
   return Status::InvalidArgument(fmt::format("{}: unexpected arguments:{}", command, extra));
 }
 
+// The app whose handle is the command's one positional argument.
+Result<OpenedApp> OpenHandleArg(const char* command, const Flags& f) {
+  auto handle = OnePositional(command, f, "the app handle, SCHEDULER://SESSION/APP_ID");
+  if (!handle.ok()) return handle.status();
+  return OpenApp(*handle);
+}
+
 void Print(const std::string& s) { std::fputs(s.c_str(), stdout); }
 
 // A simple table, as Python's tabulate prints one.
@@ -86,9 +93,7 @@ int StatusCommand(const Args& args) {
         "  --json        TorchX's AppStatus.to_json() as one line\n"
         "  --roles A,B   only these roles\n");
   }
-  auto handle = OnePositional("status", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return ReportError(handle.status());
-  auto app = OpenApp(*handle);
+  auto app = OpenHandleArg("status", *f);
   if (!app.ok()) return ReportError(app.status());
   auto d = app->scheduler->Describe(app->handle.app_id);
   if (!d.ok()) return ReportError(d.status());
@@ -218,14 +223,30 @@ int CancelCommand(const Args& args) {
         "Stops every replica (SIGTERM to its process group, SIGKILL after the scheduler's stop\n"
         "timeout) and records the app CANCELLED. An app that has ended is left as it is.\n");
   }
-  auto handle = OnePositional("cancel", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return ReportError(handle.status());
-  auto app = OpenApp(*handle);
+  auto app = OpenHandleArg("cancel", *f);
   if (!app.ok()) return ReportError(app.status());
   Status s = app->scheduler->Cancel(app->handle.app_id);
   if (!s.ok()) return ReportError(s);
   auto d = app->scheduler->Describe(app->handle.app_id);
-  if (d.ok()) log::Info("{}: {}", *handle, specs::AppStateName(d->state));
+  if (d.ok()) log::Info("{}: {}", app->handle.ToString(), specs::AppStateName(d->state));
+  return 0;
+}
+
+int DeleteCommand(const Args& args) {
+  auto f = ParseFlags("delete", {kHelp}, args);
+  if (!f.ok()) return ReportError(f.status());
+  if (f->Has("--help")) {
+    return Usage(
+        "usage: trun delete HANDLE\n\n"
+        "TorchX's delete: cancels the app if it runs, then removes it from the scheduler.\n"
+        "local: its directory (state, request, logs) goes, and the app is no longer known.\n"
+        "slurm: as cancel (SLURM keeps its own records). kubernetes: as cancel for now.\n");
+  }
+  auto app = OpenHandleArg("delete", *f);
+  if (!app.ok()) return ReportError(app.status());
+  Status s = app->scheduler->Delete(app->handle.app_id);
+  if (!s.ok()) return ReportError(s);
+  log::Info("{}: deleted", app->handle.ToString());
   return 0;
 }
 
@@ -280,9 +301,7 @@ int DescribeCommand(const Args& args) {
         "usage: trun describe [--json] HANDLE\n\n"
         "The AppDef the app was submitted with, as YAML (or JSON).\n");
   }
-  auto handle = OnePositional("describe", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
-  if (!handle.ok()) return ReportError(handle.status());
-  auto app = OpenApp(*handle);
+  auto app = OpenHandleArg("describe", *f);
   if (!app.ok()) return ReportError(app.status());
   auto d = app->scheduler->Describe(app->handle.app_id);
   if (!d.ok()) return ReportError(d.status());

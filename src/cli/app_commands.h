@@ -1,5 +1,5 @@
 // The TorchX half of trun's command line after `trun run` (run_command.h):
-// the subcommands that ask about apps (status, log, cancel, list, describe)
+// the subcommands that ask about apps (status, log, cancel, delete, list, describe)
 // or about what there is (builtins, runopts, configure). Each is a row of
 // the table in commands.cc; see docs/cli.md for every flag.
 //
@@ -23,6 +23,7 @@ int StatusCommand(const Args& args);
 int LogCommand(const Args& args);
 int StackCommand(const Args& args);
 int CancelCommand(const Args& args);
+int DeleteCommand(const Args& args);
 int ListCommand(const Args& args);
 int DescribeCommand(const Args& args);
 int BuiltinsCommand(const Args& args);

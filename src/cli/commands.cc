@@ -81,6 +81,7 @@ constexpr Command kCommands[] = {
     {"log", "the logs of an app's replicas", LogCommand},
     {"stack", "every worker's Python stack, of an app or a launcher job", StackCommand},
     {"cancel", "stop a submitted app", CancelCommand},
+    {"delete", "cancel an app and remove it from its scheduler", DeleteCommand},
     {"list", "the apps a scheduler knows", ListCommand},
     {"describe", "the AppDef an app was submitted with", DescribeCommand},
     {"builtins", "the builtin components", BuiltinsCommand},

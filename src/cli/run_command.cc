@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
+#include <iterator>
 #include <thread>
 
 #include "cli/app_helpers.h"
@@ -31,8 +33,7 @@ using specs::AppState;
 
 constexpr const char* kRunUsage =
     "usage: trun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun [--json | --manifests]]\n"
-    "                [--wait] [--log]\n"
-    "                [--tee-logs]\n"
+    "                [--wait] [--log] [--tee-logs] [--stdin]\n"
     "                COMPONENT [COMPONENT ARGS...]\n"
     "\n"
     "Builds the app a component describes and submits it to a scheduler; prints the app's\n"
@@ -53,6 +54,8 @@ constexpr const char* kRunUsage =
     "  --wait                      wait for the app to end; exit 0 only if it SUCCEEDED\n"
     "  --log                       follow the replicas' logs (on stderr) until the app ends\n"
     "  --tee-logs, --tee_logs      as --log\n"
+    "  --stdin                     read TorchX's run arguments as one JSON object from stdin\n"
+    "                              (component_name, scheduler, scheduler_args, ...; docs/cli.md)\n"
     "  -h, --help                  show this help\n";
 
 const std::vector<Flag> kRunFlags = {
@@ -64,8 +67,36 @@ const std::vector<Flag> kRunFlags = {
     {{"--wait"}, false},
     {{"--log"}, false},
     {{"--tee_logs", "--tee-logs"}, false},
+    {{"--stdin"}, false},
     {{"--help", "-h"}, false},
 };
+
+// A JSON value as trun's command line spells it: bools true/false, lists
+// a,b, objects K<kv>V,K2<kv>V2; in a -cfg value (`quote`), a string holding
+// a separator is quoted.
+std::string Word(const nlohmann::ordered_json& v, char kv, bool quote) {
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    bool separator = s.find_first_of(",;=") != std::string::npos;
+    return quote && separator
+               ? (s.find('\'') == std::string::npos ? "'" + s + "'" : "\"" + s + "\"")
+               : s;
+  }
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_array()) {
+    std::string out;
+    for (const auto& e : v) out += (out.empty() ? "" : ",") + Word(e, kv, false);
+    return out;
+  }
+  if (v.is_object()) {
+    std::string out;
+    for (const auto& [k, e] : v.items()) {
+      out += (out.empty() ? "" : ",") + k + kv + Word(e, kv, false);
+    }
+    return out;
+  }
+  return v.dump();
+}
 
 std::string Summary(const specs::RoleStatus& rs) {
   int pending = 0, running = 0, succeeded = 0, failed = 0, cancelled = 0;
@@ -158,12 +189,116 @@ int Wait(schedulers::Scheduler& s, const std::string& app_id, bool live) {
 
 const std::vector<Flag>& RunFlags() { return kRunFlags; }
 
+Result<Args> RunArgsFromJson(std::string_view json) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(
+        fmt::format("run --stdin: stdin is not JSON ({}); write one object, e.g. "
+                    "{{\"component_name\": \"utils.echo\", \"scheduler\": \"local\", "
+                    "\"scheduler_args\": {{}}}}",
+                    e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument("run --stdin: expected one JSON object");
+  std::vector<std::string> problems;
+  // A field's value, null when absent (operator[] would add it).
+  auto get = [&](const char* key) {
+    return j.contains(key) ? j.at(key) : nlohmann::ordered_json();
+  };
+  auto want = [&](const char* key, bool ok, const char* what) {
+    if (j.contains(key) && !ok) problems.push_back(fmt::format("{}: expected {}", key, what));
+  };
+  for (const char* key : {"component_name", "scheduler", "scheduler_args"}) {
+    if (!j.contains(key)) problems.push_back(fmt::format("{}: missing (a required field)", key));
+  }
+  static const char* const kFields[] = {"component_name",
+                                        "scheduler",
+                                        "scheduler_args",
+                                        "scheduler_cfg",
+                                        "dryrun",
+                                        "wait",
+                                        "log",
+                                        "workspace",
+                                        "parent_run_id",
+                                        "tee_logs",
+                                        "component_args",
+                                        "component_args_str"};
+  for (const auto& [key, value] : j.items()) {
+    if (std::find_if(std::begin(kFields), std::end(kFields),
+                     [&](const char* f) { return key == f; }) == std::end(kFields)) {
+      problems.push_back(fmt::format("{}: not a field of TorchX's run arguments", key));
+    }
+  }
+  want("component_name", get("component_name").is_string(), "a string");
+  want("scheduler", get("scheduler").is_string(), "a string");
+  for (const char* key : {"scheduler_args", "scheduler_cfg", "component_args"}) {
+    want(key, get(key).is_object(), "an object");
+  }
+  for (const char* key : {"dryrun", "wait", "log", "tee_logs"}) {
+    want(key, get(key).is_boolean(), "true or false");
+  }
+  want("component_args_str", get("component_args_str").is_array(), "a list of strings");
+  if (j.contains("workspace") && get("workspace") != "") {
+    problems.push_back(
+        "workspace: trun has no workspaces (replicas run in the submitter's "
+        "directory); leave it out or \"\"");
+  }
+  if (!problems.empty()) {
+    std::string msg = "run --stdin:";
+    for (const auto& p : problems) msg += "\n  " + p;
+    return Status::InvalidArgument(msg);
+  }
+  Args out = {"--scheduler", get("scheduler").get<std::string>()};
+  std::string cfg;
+  const nlohmann::ordered_json scheduler_args = get("scheduler_args");
+  for (const auto& [k, v] : scheduler_args.items()) {
+    if (!v.is_null()) cfg += (cfg.empty() ? "" : ",") + k + "=" + Word(v, ':', true);
+  }
+  if (!cfg.empty()) out.insert(out.end(), {"-cfg", cfg});
+  for (const char* flag : {"dryrun", "wait", "log", "tee_logs"}) {
+    if (j.value(flag, false)) out.push_back(std::string("--") + flag);
+  }
+  out.push_back(get("component_name").get<std::string>());
+  const nlohmann::ordered_json component_args = get("component_args");
+  for (const auto& [k, v] : component_args.items()) {
+    if (!v.is_null()) out.insert(out.end(), {"--" + k, Word(v, '=', false)});
+  }
+  const nlohmann::ordered_json words = get("component_args_str");
+  for (const auto& w : words) {
+    out.push_back(w.is_string() ? w.get<std::string>() : w.dump());
+  }
+  return out;
+}
+
 int RunCommand(const Args& args) {
   auto flags = ParseFlags("run", kRunFlags, args, /*stop_at_positional=*/true);
   if (!flags.ok()) return ReportError(flags.status());
   if (flags->Has("--help")) {
     std::fputs(kRunUsage, stdout);
     return 0;
+  }
+  if (flags->Has("--stdin")) {
+    // As TorchX: stdin says everything, except that --dryrun (and how to
+    // print it) may be added on the command line.
+    for (const auto& arg : args) {
+      if (arg != "--stdin" && arg != "--dryrun" && arg != "--json" && arg != "--manifests") {
+        return ReportError(Status::InvalidArgument(fmt::format(
+            "run: cannot give '{}' with --stdin (the JSON object on stdin holds the run's "
+            "arguments; only --dryrun, --json and --manifests may be added)",
+            arg)));
+      }
+    }
+    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    auto from_json = RunArgsFromJson(text);
+    if (!from_json.ok()) return ReportError(from_json.status());
+    Args again = *from_json;
+    for (const char* flag : {"--dryrun", "--json", "--manifests"}) {
+      if (flags->Has(flag) && std::find(again.begin(), again.end(), flag) == again.end()) {
+        again.insert(again.begin(), flag);
+      }
+    }
+    return RunCommand(again);
   }
   auto config = specs::TrunConfig::Load();
   if (!config.ok()) return ReportError(config.status());

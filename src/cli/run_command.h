@@ -15,14 +15,25 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/flags.h"
+#include "common/status.h"
 
 namespace trun::cli {
 
 // `trun run`'s flags, as its parser knows them (for shell completion).
 const std::vector<Flag>& RunFlags();
+
+// TorchX's `run --stdin`: one JSON object of TorchX's TorchXRunArgs fields
+// (component_name, scheduler and scheduler_args required; dryrun, wait, log,
+// tee_logs, component_args, component_args_str, workspace, parent_run_id,
+// scheduler_cfg optional) as the `trun run` arguments it stands for:
+// scheduler_args as -cfg, component_args as --KEY VALUE, then
+// component_args_str. Every problem at once; an unknown field, a workspace
+// (trun has none) and a value of the wrong type are errors.
+Result<Args> RunArgsFromJson(std::string_view json);
 
 int RunCommand(const Args& args);
 

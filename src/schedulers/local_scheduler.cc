@@ -446,6 +446,17 @@ Status LocalScheduler::Cancel(const std::string& app_id) {
   return local::WriteState(dir, *st);
 }
 
+Status LocalScheduler::Delete(const std::string& app_id) {
+  TRUN_RETURN_IF_ERROR(Cancel(app_id));
+  std::error_code ec;
+  std::filesystem::remove_all(local::AppDir(app_id), ec);
+  if (ec) {
+    return Status::IOError(
+        fmt::format("delete: could not remove {}: {}", local::AppDir(app_id), ec.message()));
+  }
+  return Status::OK();
+}
+
 Result<std::vector<nlohmann::json>> LocalScheduler::Stacks(const std::string& app_id) {
   auto st = CurrentState(app_id);
   if (!st.ok()) return st.status();

@@ -43,6 +43,8 @@ class LocalScheduler : public Scheduler {
              const LogOptions& options,
              const std::function<bool(std::string_view)>& on_line) override;
   Status Cancel(const std::string& app_id) override;
+  // Cancels, then removes the app's directory (state, request, logs).
+  Status Delete(const std::string& app_id) override;
   Result<std::vector<ListAppResponse>> List() override;
   // Reads the workers below each running replica (agent/stacks.h's
   // RankedDescendants): the same user's processes, on this host.

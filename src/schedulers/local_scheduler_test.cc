@@ -156,6 +156,13 @@ TEST_F(LocalSchedulerTest, ADeadSupervisorsAppIsFailed) {
   // Cancel records CANCELLED itself when nobody else can.
   ASSERT_TRUE(s.Cancel("x-b").ok());
   EXPECT_EQ(s.Describe("x-b")->state, specs::AppState::kCancelled);
+  // Delete removes the app: it is unknown afterwards, and deleting it again
+  // says so.
+  ASSERT_TRUE(s.Delete("x-b").ok());
+  EXPECT_FALSE(fs::exists(dir_ / "trun" / "local" / "x-b"));
+  EXPECT_EQ(s.Describe("x-b").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(s.List()->empty());
+  EXPECT_EQ(s.Delete("x-b").code(), StatusCode::kNotFound);
 }
 
 TEST(LocalStateTest, RoundTrips) {

@@ -5,8 +5,8 @@
 // print in full (SubmitDryRun; `trun run --dryrun` shows it), submits that
 // request (Schedule, giving back the app id of the handle
 // SCHEDULER://SESSION/APP_ID), and later answers for the app by id: its
-// state mapped to AppState (Describe), its replicas' logs (Log), Cancel and
-// List. Everything a scheduler needs to answer later is kept where the
+// state mapped to AppState (Describe), its replicas' logs (Log), Cancel,
+// Delete and List. Everything a scheduler needs to answer later is kept where the
 // scheduler keeps it (the local scheduler: files under
 // $XDG_STATE_HOME/trun/local), so any process can ask, not only the one
 // that submitted.
@@ -113,6 +113,12 @@ class Scheduler {
   // Stops the app; CANCELLED once it has stopped. A terminal app is left as
   // it is.
   virtual Status Cancel(const std::string& app_id) = 0;
+
+  // TorchX's delete: stops the app if it runs, then removes what the
+  // scheduler keeps of it, so that it is no longer known. This default only
+  // cancels, as TorchX's does where the scheduler owns the record (SLURM's
+  // accounting); a scheduler with records of its own overrides it.
+  virtual Status Delete(const std::string& app_id) { return Cancel(app_id); }
 
   virtual Result<std::vector<ListAppResponse>> List() = 0;
 

@@ -78,6 +78,8 @@ def test_run_an_appdef_then_cancel_it_from_python(jobs, runner):
     info = runner.dryrun(app, "local", cfg={"stop_timeout": 5})
     assert info.app.roles[0].args == ["600"] and info.cfg == {"stop_timeout": 5}
     assert repr(info).startswith("app_id: nap-") and "sleep" in repr(info)
+    with pytest.raises(TypeError):  # read-only, as TorchX's
+        info.cfg["stop_timeout"] = 1
     handle = runner.schedule(info)
     deadline = time.time() + 30
     while runner.status(handle).state != specs.AppState.RUNNING and time.time() < deadline:
@@ -89,12 +91,27 @@ def test_run_an_appdef_then_cancel_it_from_python(jobs, runner):
     runner.cancel(handle)  # it has ended: nothing to do, as TorchX
     runner.cancel("local://trun/nope-123")  # unknown: likewise
     assert runner.describe(handle).roles[0].retry_policy == specs.RetryPolicy.REPLICA
+    # delete (`trun delete`): the app is forgotten; again, or unknown, is nothing.
+    runner.delete(handle)
+    assert runner.status(handle) is None and runner.describe(handle) is None
+    runner.delete(handle)
 
     # A component's request, then the same through run_component with a dict.
     info = runner.dryrun_component(f"{COMPONENT}:sleeper", {"seconds": 7}, "local")
     assert info.app.roles[0].args == ["7"] and info.app.name == "sleeper"
     handle = runner.run_component(f"{COMPONENT}:sleeper", {"seconds": 0}, "local")
     assert runner.wait(handle, wait_interval=0.1).state == specs.AppState.SUCCEEDED
+    # get_runner's component_defaults fill the parameters the arguments leave out.
+    with_defaults = Runner(component_defaults={f"{COMPONENT}:sleeper": {"seconds": "3"}},
+                           trun=TRUN)
+    assert with_defaults.dryrun_component(f"{COMPONENT}:sleeper", [], "local") \
+        .app.roles[0].args == ["3"]
+    assert with_defaults.dryrun_component(f"{COMPONENT}:sleeper", ["--seconds", "4"], "local") \
+        .app.roles[0].args == ["4"]
+    # A role without a resource is refused, as TorchX's schedulers do.
+    with pytest.raises(ValueError, match="No resource for role: r"):
+        runner.dryrun(specs.AppDef(name="x", roles=[specs.Role(
+            name="r", image="i", entrypoint="true")]), "local")
 
     # Unknown apps, malformed handles, bad input.
     assert runner.status("local://trun/nope-123") is None
@@ -108,7 +125,8 @@ def test_run_an_appdef_then_cancel_it_from_python(jobs, runner):
     assert isinstance(e.value, ValueError) and e.value.returncode == 2
     with pytest.raises(TrunInvalidInputError, match="num_replicas"):
         runner.run(specs.AppDef(name="x", roles=[specs.Role(
-            name="r", image="i", entrypoint="true", num_replicas=0)]), "local")
+            name="r", image="i", entrypoint="true", num_replicas=0,
+            resource=specs.resource(cpu=1))]), "local")
 
 
 def test_help_module_form_and_dryrun_json(jobs):

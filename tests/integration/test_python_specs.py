@@ -4,10 +4,12 @@ unchanged); the torchx import shim; trun.runner's TorchX semantics for
 unknown apps on every scheduler (a stand-in trun answers as each scheduler
 does). Fast: no app is run."""
 import json
+import os
 import re
 import subprocess
 import sys
 import textwrap
+from typing import Dict, List
 
 import pytest
 
@@ -69,13 +71,16 @@ def test_handles_macros_mounts():
 
 def test_named_resources_come_from_the_binary(monkeypatch):
     monkeypatch.setenv("TRUN_BINARY", TRUN)
-    monkeypatch.setattr(specs, "named_resources", specs._NamedResources())
+    monkeypatch.setattr(specs.api, "named_resources", specs._NamedResourcesLibrary())
     assert specs.resource(h="gpu.small") == specs.Resource(8, 1, 32768)
     p4d = specs.named_resources["aws_p4d.24xlarge"]
     assert (p4d.memMB, p4d.devices) == (1132416, {"vpc.amazonaws.com/efa": 4})
     assert p4d.capabilities == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
     assert specs.named_resources["NULL"] == specs.NULL_RESOURCE
-    with pytest.raises(KeyError, match="no named resource 'gpu.tiny'"):
+    with pytest.raises(KeyError, match="No named resource found for `gpu.smal`. "
+                                       "Did you mean `gpu.small`?"):
+        specs.resource(h="gpu.smal")
+    with pytest.raises(KeyError, match="No named resource found for `gpu.tiny`. `trun builtins"):
         specs.resource(h="gpu.tiny")
 
 
@@ -112,27 +117,41 @@ def test_json_written_by_python_is_read_by_trun(jobs):
     assert json.loads(r.out)["app"]["roles"][0]["mounts"] == d["roles"][0]["mounts"]
 
 
-def test_the_torchx_shim_is_installed_only_without_torchx(tmp_path):
-    code = ("import sys; sys.path.insert(0, %r)\n"
-            "from trun import _torchx, specs\n"
-            "print(_torchx.install())\n"
-            "import torchx.specs as s, torchx.specs.api as api\n"
-            "from torchx import specs as s2\n"
-            "from torchx.components.dist import ddp\n"
-            "from torchx.components import utils\n"
-            "from torchx.runner import get_runner\n"
-            "print(s.AppDef is specs.AppDef is api.AppDef is s2.AppDef, callable(ddp),\n"
-            "      api.AppStatusError is specs.AppStatusError, s.GiB, s.ALL, s.UNKNOWN)\n"
-            "try:\n    import torchx.schedulers\nexcept ImportError as e:\n    print('no', e.name)\n"
-            % str(ROOT / "python"))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.split("\n")[:3] == ["True", "True True True 1024 all <UNKNOWN>",
-                                          "no torchx.schedulers"], out
+def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
+    # `python -m trun.alias PROGRAM` (and `import trun.alias`) serve torchx
+    # and torchrunx as trun's own module objects; a real package always wins.
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+        import sys
+        import trun.alias, trun.specs, trun.specs.api
+        print(trun.alias.install())
+        import torchx, torchx.specs as s, torchx.specs.api as api
+        from torchx import specs as s2
+        from torchx.components.dist import ddp
+        from torchx.components import utils
+        from torchx.runner import get_runner
+        import torchrunx, trun
+        print(s is trun.specs, api is trun.specs.api, s2 is s, callable(ddp),
+              torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
+              bool(torchx.__file__), sys.argv[1:])
+        try:
+            import torchx.plugins
+        except ImportError as e:
+            print("no", e.name)
+        """))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.stdout.splitlines() == [
+        "True", "True True True True True True True ['a', '-b']", "no torchx.plugins"], out
+    # A real torchx (here: a package in the program's folder) is never shadowed.
     (tmp_path / "torchx").mkdir()
     (tmp_path / "torchx" / "__init__.py").write_text("")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.stdout.startswith("False\n") and "No module named 'torchx.specs'" in out.stderr
+    usage = subprocess.run([sys.executable, "-m", "trun.alias"], capture_output=True,
+                           text=True, env=env)
+    assert usage.returncode == 2 and "python -m trun.alias (SCRIPT | -m MODULE)" in usage.stderr
 
 
 def test_torchx_names_added():
@@ -351,7 +370,235 @@ def test_runner_unknown_apps_with_the_real_binary(jobs, monkeypatch):
     for handle in ("local://trun/nope-123", "kubernetes://trun/nocolon"):
         assert runner.status(handle) is None and runner.describe(handle) is None
         runner.cancel(handle)
+        runner.delete(handle)
         with pytest.raises(specs.UnknownAppException, match="nope-123|not a kubernetes app id"):
             runner.log_lines(handle, "r")
-    with pytest.raises(TrunInvalidInputError, match="no scheduler 'k8s'"):
+    # As TorchX: a scheduler the runner does not have, before anything runs.
+    with pytest.raises(specs.UnknownSchedulerException, match="k8s does not exist"):
         runner.status("k8s://trun/x")
+    with pytest.raises(specs.UnknownSchedulerException):
+        runner.run_component("utils.echo", [], "k8s")
+
+
+def test_run_options_as_torchx():
+    opts = specs.runopts()
+    opts.add("partition", type_=str, required=True, help="where")
+    opts.add("tags", type_=List[str], default=["a"], help="labels")
+    opts.add("env", type_=Dict[str, str], default=None, help="variables")
+    opts.add("exclusive", type_=bool, default=False, help="whole nodes")
+    with pytest.raises(ValueError, match="must not specify default"):
+        opts.add("x", type_=str, default="d", required=True, help="")
+    with pytest.raises(TypeError, match="must be of type"):
+        opts.add("x", type_=int, default="d", help="")
+    # The last `,`/`;` before a key ends a list; quotes keep separators.
+    assert opts.cfg_from_str("tags=v1;v2,partition=gpu,unknown=1") == \
+        {"tags": ["v1", "v2"], "partition": "gpu"}
+    assert opts.cfg_from_str("env=A:1,B:2;exclusive=YES,partition='a,b=c'") == \
+        {"env": {"A": "1", "B": "2"}, "exclusive": True, "partition": "a,b=c"}
+    with pytest.raises(ValueError, match="not a valid bool literal"):
+        opts.cfg_from_str("exclusive=maybe")
+    assert opts.cfg_from_str("") == {}
+    # resolve: defaults filled, camelCase keys found, required and types checked.
+    assert opts.resolve({"partition": "p"}) == \
+        {"partition": "p", "tags": ["a"], "env": None, "exclusive": False}
+    assert opts.resolve({"partition": "p", "tags": ["t"]})["tags"] == ["t"]
+    assert opts.get("partition") is opts.get("Partition") is not None
+    with pytest.raises(specs.InvalidRunConfigException, match="Required run option: partition") \
+            as e:
+        opts.resolve({})
+    assert e.value.cfg_key == "partition"
+    with pytest.raises(specs.InvalidRunConfigException,
+                       match=r"tags, must be of type: typing.List\[str\], but was: \[1\]"):
+        opts.resolve({"partition": "p", "tags": [1]})
+    assert opts.cfg_from_json_repr('{"tags": [1, 2], "nope": 1}') == {"tags": ["1", "2"]}
+    merged = opts | specs.runopts()
+    assert [k for k, _ in merged] == ["partition", "tags", "env", "exclusive"] and len(merged) == 4
+    assert "usage:\n        partition=PARTITION,[tags=TAGS]" in repr(opts)
+    assert (specs.cases.snake_to_camel("job_dir_path"), specs.cases.camel_to_snake("jobDir")) == \
+        ("jobDirPath", "job_dir")
+    assert (specs.get_type_name(int), specs.get_type_name(List[str])) == \
+        ("int", "typing.List[str]")
+
+
+def test_torchx_specs_additions(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    assert specs.TORCHX_HOME("a", "b") == tmp_path / "home" / "a" / "b"
+    assert (tmp_path / "home" / "a" / "b").is_dir()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "x.py").write_text("x")
+    (tmp_path / "one.txt").write_text("1")
+    specs.Workspace({str(tmp_path / "proj"): "p", str(tmp_path / "one.txt"): "o.txt"}) \
+        .merge_into(tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "x.py").read_text() == "x"
+    assert (tmp_path / "out" / "o.txt").read_text() == "1"
+
+    r = specs.Resource(1, 0, 64, tags={"torchx/named_resources.name": "gpu_4",
+                                       "torchx/named_resources.is_fractional": True})
+    assert (r.get_resource_name(), r.is_fractional()) == ("gpu_4", True)
+    assert (specs.Resource(1, 0, 64).get_resource_name(), specs.Resource(1, 0, 64)
+            .is_fractional()) == (None, False)
+    key = specs.CapabilityKey("aws", "bw", int)
+    key.set(r, 400)
+    assert r.capabilities["aws.bw"] == 400 and key.get(r) == 400
+    r.capabilities["aws.bw"] = True
+    with pytest.raises(TypeError, match="capability `aws.bw` expected `int`, got `bool`"):
+        key.get(r)
+    assert (specs.NA, specs.app_metadata.ROLES_PREFIX) == ("<<NA>>", "torchx/roles.")
+    with pytest.warns(FutureWarning, match="resource\\(h=name\\)"):
+        specs.get_named_resources("NULL")
+
+    # Lazy overrides: resolved on access, once, in place; a failure keeps the producer.
+    calls = []
+    role = specs.Role("r", "img", overrides={"image": lambda: calls.append(1) or "late"})
+    assert (role.image, role.image, len(calls)) == ("late", "late", 1)
+    assert role.overrides["image"]() == "late"
+
+    async def entry():
+        return "main.py"
+
+    role.overrides["entrypoint"] = entry()
+    assert role.entrypoint == "main.py"
+    assert specs.to_dict(specs.AppDef("a", [role]))["roles"][0]["image"] == "late"
+
+    def boom():
+        raise RuntimeError("boom")
+
+    failing = specs.Role("r", "img", overrides={"image": boom})
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.image
+    assert failing.overrides["image"] is boom
+    copied = specs.macros.Values("i", "id", "0", "E").apply(
+        specs.Role("r", "img", args=["${app_id}"], overrides={"entrypoint": lambda: "e"}))
+    assert (copied.args, copied.entrypoint) == (["id"], "e")
+
+    # AppState, AppStatus: TorchX's repr (YAML) and format (one line per replica,
+    # a failed one with its structured error's details).
+    assert repr(specs.AppState.FAILED) == "FAILED (5)"
+    error = json.dumps({"message": {"message": "OOM in step 7", "errorCode": 3,
+                                    "extraInfo": {"timestamp": 0}}})
+    status = specs.AppStatus(specs.AppState.FAILED, roles=[specs.RoleStatus("t", [
+        specs.ReplicaStatus(1, specs.AppState.SUCCEEDED, "t", "h1"),
+        specs.ReplicaStatus(0, specs.AppState.FAILED, "t", "h0", structured_error_msg=error)])])
+    text = status.format()
+    assert text.index("*t[0]:FAILED (exitcode: 3)") < text.index(" t[1]:SUCCEEDED")
+    assert "hostname: h0" in text and "error_msg: OOM in step 7" in text
+    assert "timestamp: 1970-01-01" in text or "timestamp: 1969-12-31" in text
+    assert repr(status).startswith("AppStatus:\n") and "state: FAILED (5)" in repr(status)
+    info = specs.AppDryRunInfo({"r": 1}, str)
+    with pytest.raises(TypeError):
+        info.cfg["x"] = 1
+
+
+def test_torchx_components_and_schedulers_additions(monkeypatch):
+    from trun.components import dist
+    from trun.schedulers import get_scheduler_factories
+    from trun.schedulers.api import ListAppResponse, Stream, split_lines
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    assert (dist.parse_nnodes("4"), dist.parse_nnodes("2x3"), dist.parse_nnodes("1:2x3")) == \
+        ((1, 1, 4, "1"), (2, 2, 3, "2"), (1, 2, 3, "1:2"))
+    for bad in ("1x", "x2", ":3", ":2x1", "1x2:3"):
+        with pytest.raises(ValueError, match="Invalid format for -j"):
+            dist.parse_nnodes(bad)
+    assert dist.get_role_name(None, "pkg.train") == "train"
+    from trun.components.structured_arg import StructuredJArgument, StructuredNameArgument
+    name = StructuredNameArgument.parse_from
+    assert (str(name("exp/", script="a/train.py")), str(name("run", m="pkg.mod"))) == \
+        ("exp/train", "default-experiment/run")
+    with pytest.raises(ValueError, match="Both main module and script set"):
+        name("/", m="a", script="b")
+    assert str(StructuredJArgument.parse_from("gpu.large", "2")) == "2x4"
+    with pytest.warns(UserWarning, match="does not equal the number of GPUs"):
+        StructuredJArgument.parse_from("gpu.large", "2x3")
+    with pytest.raises(ValueError, match="`cpu.small` is not a GPU instance"):
+        StructuredJArgument.parse_from("cpu.small", "2")
+    assert list(get_scheduler_factories()) == ["local", "slurm", "kubernetes"]
+    assert Stream("stderr") is Stream.STDERR and split_lines("a\nb") == ["a\n", "b"]
+    assert ListAppResponse is trun_runner.ListAppResponse
+    with pytest.warns(FutureWarning, match="Custom session names are deprecated"):
+        assert trun_runner.get_runner("mine")._name == "mine"
+    assert trun_runner.get_runner(cache_size=1)._name == "torchx"
+    assert trun_runner.get_runner(cache_size=1).scheduler_params["cache_size"] == 1
+    with pytest.raises(ValueError, match="trun has no scheduler 'local_cwd'"):
+        Runner(scheduler_factories={"local_cwd": None}, trun="/bin/false")
+
+
+def test_component_test_case_validates_with_the_binary(monkeypatch):
+    from trun.components import component_test_base, utils
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    case = component_test_base.ComponentTestCase()
+    case.validate(utils, "echo")
+    with pytest.raises(AssertionError, match="Function nope not found"):
+        case.validate(utils, "nope")
+
+
+def test_builders_parse_component_arguments_as_torchx():
+    from typing import Annotated, Optional
+    from trun.specs import builders, file_linter
+
+    def comp(name: str, *rest: str, n: int = 1, tags: Optional[List[int]] = None,
+             env: Optional[Dict[str, str]] = None, debug: bool = False,
+             cn: Annotated[str, "-cn"] = "c") -> specs.AppDef:
+        """Runs it.
+
+        Args:
+            name: the job's name
+            n: how many
+        """
+        return specs.AppDef(name, [specs.Role(name, "img", args=[str(n), *rest, cn],
+                                              env=env or {})])
+
+    args = builders.component_args_from_str(
+        comp, ["--name=x", "-n", "3", "--tags", "1,2", "--env", "A=1,B=a,b", "--debug", "True",
+               "-cn", "z", "--", "a", "--b"])
+    assert args == builders.ComponentArgs(
+        {"name": "x"}, ["a", "--b"],
+        {"n": 3, "tags": [1, 2], "env": {"A": "1", "B": "a,b"}, "debug": True, "cn": "z"})
+    app = builders.materialize_appdef(comp, ["--name", "y"], cmpnt_defaults={"n": "2"},
+                                      config={"cn": "from-config"})
+    assert app.roles[0].args == ["2", "from-config"]
+    # Arguments win over config; a missing required parameter is argparse's error.
+    assert builders.parse_args(comp, ["--name", "y", "-cn", "cli"], config={"cn": "cfg"}).cn \
+        == "cli"
+    with pytest.raises(SystemExit):
+        builders.parse_args(comp, [])
+    help_text = builders._create_args_parser(comp).format_help()
+    assert "Runs it." in help_text and "the job's name (required)" in help_text
+    assert "how many (default: 1)" in help_text
+    assert file_linter.get_fn_docstring(comp)[1]["env"] == " "
+    with pytest.raises(TypeError, match="must return|returns `AppDef`"):
+        builders.materialize_appdef(lambda x=1: 1, [])
+
+
+def test_file_linter_validates_as_torchx(tmp_path):
+    from trun.specs import file_linter
+    path = tmp_path / "comp.py"
+    path.write_text(textwrap.dedent("""\
+        import sys
+        from trun import specs
+
+        def bad(a, b: tuple[str], *rest: str) -> int:
+            '''Summary.
+
+            More.
+            '''
+
+        if sys.version_info >= (3, 8):
+            def good(a: int) -> specs.AppDef:
+                ...
+        """))
+    messages = file_linter.validate(str(path), "bad")
+    assert [(m.line, m.description) for m in messages] == [
+        (4, "Missing type annotation for argument 'a' in function 'bad'"),
+        (4, "Unsupported tuple type 'tuple[str]': single-element tuples are valid typing but "
+            "not supported for components; expected element types (tuple[T1, T2, ...]) for "
+            "argument 'b: tuple[str]' in function 'bad'"),
+        (4, "Function: bad has incorrect return annotation, supported annotation: AppDef")]
+    assert file_linter.validate(str(path), "bad", [file_linter.ReturnTypeValidator()]) == \
+        messages[2:]
+    assert file_linter.validate(str(path), "bad", []) == []
+    assert file_linter.validate(str(path), "good") == []  # defined under `if`
+    assert [m.description for m in file_linter.validate(str(path), "nope")] == \
+        ["Function nope not found"]
+    path.write_text("def (")
+    assert file_linter.validate(str(path), "x")[0].description == "invalid syntax"

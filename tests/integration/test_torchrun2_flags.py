@@ -286,8 +286,8 @@ def test_bash_completion_completes(tmp_path):
 def test_bash_completion_names_every_subcommand_and_builtin(tmp_path):
     script = completion("bash")
     subcommands = complete_in_bash(tmp_path, script, ["trun", ""])
-    for name in ["run", "status", "log", "cancel", "list", "describe", "builtins", "runopts",
-                 "configure", "store", "version"]:
+    for name in ["run", "status", "log", "cancel", "delete", "list", "describe", "builtins",
+                 "runopts", "configure", "store", "version"]:
         assert name in subcommands
     r = trun("builtins")
     assert r.returncode == 0, r.err

@@ -49,6 +49,8 @@ BAD_SPEC = "name: x\nroles:\n  - name: r\n    entrypoint: e\n    num_replicas: t
     (["cancel"], "missing the app handle"),
     (["cancel", "local://trun/nope-1", "local://trun/nope-2"], "unexpected arguments"),
     (["cancel", "local://trun/nope-123"], "no local app"),
+    (["delete"], "delete: missing the app handle"),
+    (["delete", "local://trun/nope-123"], "no local app 'nope-123'"),
     (["list", "extra"], "unexpected argument 'extra'"),
     (["runopts", "nope"], "no scheduler 'nope'"),
     (["builtins", "--print", "utils.ech"], "did you mean 'utils.echo'"),
@@ -98,8 +100,8 @@ def test_config_file_problems(jobs):
 
 
 def test_help_exits_0(jobs):
-    for cmd in ("run", "status", "log", "cancel", "list", "describe", "builtins", "runopts",
-                "configure"):
+    for cmd in ("run", "status", "log", "cancel", "delete", "list", "describe", "builtins",
+                "runopts", "configure"):
         r = jobs.trun(cmd, "--help")
         assert r.returncode == 0 and r.out.startswith(f"usage: trun {cmd}"), (cmd, r.out)
     r = jobs.trun("run", "utils.echo", "--help")

@@ -294,10 +294,17 @@ def test_utils_components_run(jobs):
                  ["utils.binary", "--entrypoint", "echo", "bin"]):
         r = jobs.trun("run", "--wait", *args)
         assert r.returncode == 0, (args, r.err)
+    # TorchX's `run --stdin`: the run's arguments as one JSON object.
+    r = jobs.trun("run", "--stdin", input=json.dumps({
+        "component_name": "utils.sh", "scheduler": "local", "wait": True,
+        "scheduler_args": {"stop_timeout": 5}, "component_args": {"num_replicas": 2},
+        "component_args_str": ["touch", "from_stdin_${replica_id}"]}).encode())
+    assert r.returncode == 0, r.err
     assert (jobs.tmp / "touched").exists()
     assert (jobs.tmp / "copied.txt").read_text() == "payload"
+    assert (jobs.tmp / "from_stdin_0").exists() and (jobs.tmp / "from_stdin_1").exists()
     logs = jobs.trun("list").out
-    assert logs.count("SUCCEEDED") == 4
+    assert logs.count("SUCCEEDED") == 5
 
 
 def test_trun_stack_of_a_running_app_shows_every_rank(jobs):

@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 from trun import specs
 from trun.components import builtin
+
+# What `debug=True` adds to every replica's environment (TorchX's, and the
+# builtin's: `trun run dist.ddp --debug true`).
+_TORCH_DEBUG_FLAGS: Dict[str, str] = {
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "NCCL_DESYNC_DEBUG": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+}
+
+
+def parse_nnodes(j: str) -> Tuple[int, int, int, str]:
+    """``-j`` as TorchX reads it: ``[[MIN:]MAXx]NPROC`` into (min nodes, max nodes,
+    processes per node, the nodes as written); ``"4"`` is one node of 4."""
+    m = re.fullmatch(r"(?:(\d+)(?::(\d+))?x)?(\d+)", j)
+    if m is None:
+        raise ValueError(f"Invalid format for -j, usage example: 1:2x4 or 1x4 or 4. Given: {j}")
+    low, high, nproc = m.group(1) or "1", m.group(2), m.group(3)
+    return int(low), int(high or low), int(nproc), f"{low}:{high}" if high else low
+
+
+def get_role_name(script: Optional[str], m: Optional[str]) -> str:
+    """The role's name: the script's file name without extension, else the
+    module's last part."""
+    if script:
+        return Path(script).stem
+    if m:
+        return m.rpartition(".")[2]
+    raise ValueError("failed to compute role_name")
 
 
 def ddp(*script_args: str, script: Optional[str] = None, m: Optional[str] = None,
