@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <chrono>
 #include <cstring>
@@ -10,6 +11,8 @@
 #include <optional>
 
 #include "agent/file_timer.h"
+#include "agent/hang.h"
+#include "agent/stacks.h"
 #include "agent/telemetry.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
@@ -43,7 +46,11 @@ struct Worker {
   int exitcode = 0;      // exit code, or -signal; valid once !running
   bool stopped = false;  // exited after the agent asked it to stop
   std::string watchdog;  // the expired timer the watchdog acted on, if it did
+  std::string hang;      // where --hang-action fail found it hung, if it did
   WorkerOutput output;
+  // What trun's pumps read from it, for --hang-timeout; shared with the
+  // pumps' callbacks, which may outlive the attempt.
+  std::shared_ptr<uint64_t> output_bytes = std::make_shared<uint64_t>(0);
 };
 
 }  // namespace
@@ -288,9 +295,12 @@ class LocalAgent::Impl {
                            : nodes > 1
                                ? fmt::format("[{}:{}{}]:", round.group_rank, config_.role, lr)
                                : fmt::format("[{}{}]:", config_.role, lr);
-      TRUN_RETURN_IF_ERROR(w.output.SetUp(
-          config_, *attempt_files_, lr, prefix, devnull_,
-          [this](bool is_stderr, size_t bytes) { telemetry_.LogBytes(is_stderr, bytes); }));
+      TRUN_RETURN_IF_ERROR(
+          w.output.SetUp(config_, *attempt_files_, lr, prefix, devnull_,
+                         [this, counted = w.output_bytes](bool is_stderr, size_t bytes) {
+                           *counted += bytes;
+                           telemetry_.LogBytes(is_stderr, bytes);
+                         }));
       proc::SpawnOptions opts;
       opts.argv = config_.worker_argv;
       opts.env = WorkerEnv(agent_env_, config_, timers_ ? timers_->path() : "",
@@ -321,7 +331,116 @@ class LocalAgent::Impl {
       proc::WatchPipe(io_, w.output.err);
     }
     log::Debug("attempt {} started {} workers", round.number, n);
+    StartHangWatch();
     return Status::OK();
+  }
+
+  // ---- --hang-timeout (hang.h) ---------------------------------------------
+
+  static double SteadySeconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void StartHangWatch() {
+    hang_summary_.clear();
+    hang_groups_.clear();
+    hang_fail_at_.reset();
+    hang_failing_ = false;
+    if (config_.hang_timeout_s <= 0) return;
+    progress_.emplace(config_.hang_timeout_s);
+    OnProgressSample();
+  }
+
+  // About once a second while the workers run.
+  void OnProgressSample() {
+    if (state_ != State::kRunning || !progress_) return;
+    ProgressSample sample;
+    sample.at = SteadySeconds();
+    for (const auto& w : workers_) {
+      sample.cpu_seconds.push_back(w.running ? TreeCpuSeconds(w.pid) : 0);
+      sample.output_bytes.push_back(*w.output_bytes);
+    }
+    const double now = sample.at;
+    if (!progress_->Stalled(std::move(sample))) {
+      hang_fail_at_.reset();
+    } else if (hang_summary_.empty()) {
+      ReportHang(now);
+    } else if (hang_fail_at_ && now >= *hang_fail_at_) {
+      FailHung();
+    }
+    if (state_ != State::kRunning) return;
+    hang_timer_.expires_after(std::chrono::seconds(1));
+    hang_timer_.async_wait([this](std::error_code ec) {
+      if (!ec) OnProgressSample();
+    });
+  }
+
+  // The one report of the attempt: where each rank is, the odd ones with
+  // their stacks.
+  void ReportHang(double now) {
+    std::vector<StackTarget> targets;
+    for (const auto& w : workers_) {
+      if (w.running) targets.push_back({w.global_rank, w.local_rank, w.pid, "running"});
+    }
+    const auto doc =
+        ReadStacks(targets, {hostname_, config_.rdzv_id, round_->group_rank, round_->number});
+    hang_groups_ = GroupStacks(RankStacksOf(doc));
+    hang_summary_ = HangSummary(hang_groups_);
+    log::Error(
+        "no progress for {:g} s: no worker used more than {:g}% of a core or wrote output; where "
+        "each rank is:",
+        config_.hang_timeout_s, kIdleCpuFraction * 100);
+    for (const auto& g : hang_groups_) {
+      log::Error("{}", HangLine(g));
+      if (!g.odd) continue;
+      auto odd = doc;
+      odd["workers"] = nlohmann::ordered_json::array();
+      for (const auto& w : doc["workers"]) {
+        if (std::count(g.ranks.begin(), g.ranks.end(), w.value("rank", -1))) {
+          odd["workers"].push_back(w);
+        }
+      }
+      log::Error("{}", FormatStacks({nlohmann::json(odd)}));
+    }
+    telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
+    if (!config_.hang_fail) return;
+    const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
+                                   [](const HangGroup& g) { return g.odd; });
+    // A node whose ranks all wait names nobody: the node that runs the odd
+    // rank should fail first, so that its root cause is the job's. This one
+    // fails after one more timeout without progress.
+    if (named) return FailHung();
+    hang_fail_at_ = now + config_.hang_timeout_s;
+  }
+
+  // --hang-action fail: the odd ranks (else every rank here) hung; the
+  // attempt fails as on a worker failure.
+  void FailHung() {
+    const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
+                                   [](const HangGroup& g) { return g.odd; });
+    std::vector<int> hung;
+    std::string where;
+    for (const auto& g : hang_groups_) {
+      if (named && !g.odd) continue;
+      where += fmt::format("{}{} {}", where.empty() ? "" : "; ", FormatRanks(g.ranks), g.where);
+      for (int rank : g.ranks) {
+        for (auto& w : workers_) {
+          if (w.running && w.global_rank == rank) {
+            w.hang = fmt::format("no progress for {:g} s; {}", config_.hang_timeout_s, g.where);
+            hung.push_back(rank);
+          }
+        }
+      }
+    }
+    if (hung.empty()) return;
+    hang_failing_ = true;
+    restart_cause_ = "failure";
+    restart_reason_ = fmt::format("hung for {:g} s: {}", config_.hang_timeout_s, where);
+    log::Error("--hang-action fail: stopping the workers ({})", restart_reason_);
+    telemetry_.GroupStopping("hang", restart_reason_, SIGTERM);
+    rdzv_->Failed(restart_reason_);
+    StopWorkers(SIGTERM, [this] { AfterFailure(); });
   }
 
   // ---- events ---------------------------------------------------------------
@@ -365,7 +484,17 @@ class LocalAgent::Impl {
           failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
                                    static_cast<size_t>(config_.failure_lines));
       if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
-    } else if (state_ == State::kStopping && !failures_.empty() && w.exitcode != 0) {
+    } else if (state_ == State::kStopping && !w.hang.empty()) {
+      // Stopped because it hung (--hang-action fail): the root cause.
+      failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                                   w.output.error_file, exited_at,
+                                                   w.output.Tail(true)));
+      failures_.back().message += "\n  hung: " + w.hang;
+      failures_.back().last_lines =
+          failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
+                                   static_cast<size_t>(config_.failure_lines));
+    } else if (state_ == State::kStopping && (!failures_.empty() || hang_failing_) &&
+               w.exitcode != 0) {
       // A sibling stopped because of that failure: torchrun 2.x lists it.
       failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                                    w.output.error_file, exited_at,
@@ -427,6 +556,7 @@ class LocalAgent::Impl {
       h.restarts = round_->failures;
     }
     h.attempts = attempts_;
+    h.hang = hang_summary_;
     for (const auto& w : workers_) {
       WorkerHealth wh;
       wh.local_rank = w.local_rank;
@@ -565,6 +695,7 @@ class LocalAgent::Impl {
 
   void Stop() {
     stopped_ = true;
+    hang_timer_.cancel();
     if (rdzv_) rdzv_->Shutdown();
     signals_.cancel();
     io_.stop();
@@ -603,6 +734,14 @@ class LocalAgent::Impl {
   int exit_code_ = kExitCannot;
   std::vector<Worker> workers_;
   std::vector<WorkerFailure> failures_;
+
+  // --hang-timeout, per attempt.
+  asio::steady_timer hang_timer_{io_};
+  std::optional<ProgressWindow> progress_;
+  std::vector<HangGroup> hang_groups_;  // the report's, once made
+  std::string hang_summary_;            // its one line; "" before it
+  std::optional<double> hang_fail_at_;  // when a node that names nobody fails
+  bool hang_failing_ = false;           // --hang-action fail stops the workers
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)

@@ -265,9 +265,14 @@ ojson ReadStacks(const std::vector<StackTarget>& targets, const StacksMeta& meta
   return doc;
 }
 
-std::vector<StackTarget> RankedDescendants(pid_t root) {
+std::vector<pid_t> Descendants(pid_t root) {
   std::vector<pid_t> pids;
   Descend(root, 0, &pids);
+  return pids;
+}
+
+std::vector<StackTarget> RankedDescendants(pid_t root) {
+  const std::vector<pid_t> pids = Descendants(root);
   std::vector<StackTarget> ranked, pythons;
   for (pid_t pid : pids) {
     if (auto r = Ranks(pid)) {

@@ -66,6 +66,10 @@ nlohmann::ordered_json ReadStacks(const std::vector<StackTarget>& targets, const
 // is a Python. Processes that cannot be read are left out.
 std::vector<StackTarget> RankedDescendants(pid_t root);
 
+// Every process below `root` (by /proc/PID/task/*/children), parents
+// before their children; bounded in depth and number.
+std::vector<pid_t> Descendants(pid_t root);
+
 // The documents of every node as text for people: per worker a heading
 // (host, rank, local rank, pid, state, CPU), then each thread's frames,
 // outermost last, as Python's tracebacks name them.

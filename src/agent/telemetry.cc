@@ -112,6 +112,7 @@ std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
   j["restarts"] = h.restarts;
   j["max_restarts"] = o.max_restarts;
   j["workers"] = std::move(workers);
+  j["hang"] = h.hang.empty() ? ojson(nullptr) : ojson(h.hang);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -264,6 +265,15 @@ void Telemetry::GroupFailed(std::string_view reason) {
   Emit("trun.group.failed", {{"reason", reason},
                              {"restarts", round_ ? round_->failures : 0},
                              {"max_restarts", options_.max_restarts}});
+}
+
+void Telemetry::GroupHung(double idle_s, const std::vector<HangGroup>& groups,
+                          const std::string& summary) {
+  ojson list = ojson::array();
+  for (const auto& g : groups) {
+    list.push_back({{"ranks", g.ranks}, {"where", g.where}, {"odd", g.odd}});
+  }
+  Emit("trun.group.hung", {{"idle_seconds", idle_s}, {"summary", summary}, {"groups", list}});
 }
 
 void Telemetry::WatchdogExpired(const TimerRequest& timer, int local_rank, double sent_at,

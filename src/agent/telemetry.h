@@ -23,6 +23,7 @@
 
 #include "agent/events.h"
 #include "agent/file_timer.h"
+#include "agent/hang.h"
 #include "agent/http.h"
 #include "agent/metrics.h"
 #include "agent/stacks.h"
@@ -62,6 +63,9 @@ struct GroupHealth {
   int64_t restarts = 0;  // failed rounds, job-wide
   int attempts = 0;      // groups this agent started
   std::vector<WorkerHealth> workers;
+  // The attempt's hang report in one line (hang.h's HangSummary); "" while
+  // none was made.
+  std::string hang;
 };
 
 // 200 (healthy) or 503, and the JSON body.
@@ -101,6 +105,8 @@ class Telemetry {
   void Restarting(std::string_view cause, std::string_view reason);
   void GroupSucceeded();
   void GroupFailed(std::string_view reason);
+  // --hang-timeout found no progress for `idle_s`: where each rank is.
+  void GroupHung(double idle_s, const std::vector<HangGroup>& groups, const std::string& summary);
   void WatchdogExpired(const TimerRequest& timer, int local_rank, double sent_at, int error);
   void Shutdown(int exit_code);
   // Bytes of worker output that passed through the agent.

@@ -113,6 +113,13 @@ constexpr OptionRow kOptions[] = {
      "Lines of the failed worker's output, per stream, printed before the failure table "
      "(default 20; 0 for none).",
      false, true, true},
+    {"--hang-timeout,--hang_timeout", "hang_timeout",
+     "Seconds without progress (no worker using CPU or writing output) after which the agent "
+     "reports where each rank is (default none: off).",
+     false, true, true},
+    {"--hang-action,--hang_action", "hang_action",
+     "What a hang does: report (default) or fail, which ends the attempt as a failure.", false,
+     true, true},
     {"--print-completion,--print_completion", "print_completion",
      "Print a completion script for bash, zsh or tcsh and exit.", false, true},
 };
@@ -629,6 +636,24 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("failure_lines")) {
     if (auto n = ParseNonNegative("--failure-lines", value("failure_lines"), p)) {
       c.failure_lines = *n;
+    }
+  }
+  if (given("hang_timeout")) {
+    auto d = ParseDouble(value("hang_timeout"));
+    if (!d || !(*d > 0)) {
+      p.Add(fmt::format("--hang-timeout: expected seconds > 0, got '{}'", value("hang_timeout")));
+    } else {
+      c.hang_timeout_s = *d;
+    }
+  }
+  if (given("hang_action")) {
+    const std::string action = value("hang_action");
+    if (action != "report" && action != "fail") {
+      p.Add(fmt::format("--hang-action: expected report or fail, got '{}'", action));
+    } else if (!given("hang_timeout")) {
+      p.Add("--hang-action needs --hang-timeout SECONDS (without it nothing is judged hung)");
+    } else {
+      c.hang_fail = action == "fail";
     }
   }
   if (given("monitor_interval")) {

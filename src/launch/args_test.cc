@@ -283,6 +283,29 @@ TEST(ArgsTest, RdzvConf) {
   EXPECT_FALSE(Parse({"--rdzv-conf", "join_timeout=soon", "--no-python", "true"}).ok());
 }
 
+TEST(ArgsTest, HangTimeoutAndAction) {
+  auto off = Parse({"--no-python", "true"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->config.hang_timeout_s, 0);
+  EXPECT_FALSE(off->config.hang_fail);
+
+  auto on = Parse({"--hang-timeout", "2.5", "--hang_action", "fail", "--no-python", "true"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->config.hang_timeout_s, 2.5);
+  EXPECT_TRUE(on->config.hang_fail);
+
+  auto bad = Parse({"--hang-timeout", "0", "--hang-action", "kill", "--no-python", "true"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--hang-timeout: expected seconds > 0, got '0'"),
+            std::string::npos);
+  EXPECT_NE(bad.status().message().find("--hang-action: expected report or fail, got 'kill'"),
+            std::string::npos);
+
+  auto alone = Parse({"--hang-action", "fail", "--no-python", "true"});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("--hang-action needs --hang-timeout"), std::string::npos);
+}
+
 // Two mistakes in the flags, three in --rdzv-conf and a bad endpoint: one run,
 // one message, a line each.
 TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {

@@ -87,6 +87,10 @@ struct LaunchConfig {
   // Lines of a failed worker's output, per stream, printed before the
   // failure table (--failure-lines).
   int failure_lines = 20;
+  // --hang-timeout: seconds without progress before a hang is reported
+  // (agent/hang.h); 0: off. --hang-action fail: the hang fails the attempt.
+  double hang_timeout_s = 0;
+  bool hang_fail = false;
   double monitor_interval = 0.1;  // accepted; failure detection never waits for it
   std::string start_method = "spawn";
   std::string event_log_handler = "null";

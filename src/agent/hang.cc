@@ -1,0 +1,165 @@
+#include "agent/hang.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "agent/stacks.h"
+
+namespace trun::agent {
+
+bool ProgressWindow::Stalled(ProgressSample sample) {
+  samples_.push_back(std::move(sample));
+  const ProgressSample& now = samples_.back();
+  // Keep the newest sample that is at least the timeout old, and what is
+  // newer: the window the rule judges.
+  while (samples_.size() > 2 && now.at - samples_[1].at >= timeout_s_) samples_.pop_front();
+  const ProgressSample& old = samples_.front();
+  const double window = now.at - old.at;
+  if (samples_.size() < 2 || window < timeout_s_) return false;
+  if (old.cpu_seconds.size() != now.cpu_seconds.size() ||
+      old.output_bytes.size() != now.output_bytes.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < now.cpu_seconds.size(); ++i) {
+    if (now.cpu_seconds[i] - old.cpu_seconds[i] > kIdleCpuFraction * window) return false;
+  }
+  return old.output_bytes == now.output_bytes;
+}
+
+double TreeCpuSeconds(pid_t pid) {
+  double total = 0;
+  auto add = [&](pid_t p) {
+    if (auto st = proc::ReadProcStat(p); st.ok()) total += st->cpu_seconds;
+  };
+  add(pid);
+  for (pid_t child : Descendants(pid)) add(child);
+  return total;
+}
+
+namespace {
+
+bool InCollective(const RankStack& s) {
+  return std::any_of(s.frames.begin(), s.frames.end(), [](const proc::PyFrame& f) {
+    return f.file.find("torch/distributed/") != std::string::npos;
+  });
+}
+
+bool InLibrary(const proc::PyFrame& f) {
+  return f.file.empty() || f.file.starts_with("<") ||
+         f.file.find("/site-packages/") != std::string::npos ||
+         f.file.find("/dist-packages/") != std::string::npos ||
+         f.file.find("/lib/python3") != std::string::npos;
+}
+
+std::string FrameAt(const proc::PyFrame& f) {
+  const size_t slash = f.file.rfind('/');
+  return fmt::format("{} at {}:{}", f.function,
+                     slash == std::string::npos ? f.file : f.file.substr(slash + 1), f.line);
+}
+
+// What makes two stacks the same place.
+std::string Signature(const RankStack& s) {
+  if (s.frames.empty()) return "!" + s.error;
+  std::string sig;
+  for (const auto& f : s.frames) sig += fmt::format("{}\n{}\n{}\n", f.function, f.file, f.line);
+  return sig;
+}
+
+}  // namespace
+
+std::string Where(const RankStack& s) {
+  if (s.frames.empty()) return "no stack: " + (s.error.empty() ? "no Python frames" : s.error);
+  std::string out = "in " + FrameAt(s.frames.front());
+  if (InLibrary(s.frames.front())) {
+    auto own = std::find_if(s.frames.begin(), s.frames.end(),
+                            [](const proc::PyFrame& f) { return !InLibrary(f); });
+    if (own != s.frames.end()) out += ", called from " + FrameAt(*own);
+  }
+  return out;
+}
+
+std::vector<HangGroup> GroupStacks(const std::vector<RankStack>& stacks) {
+  std::map<std::string, size_t> index;
+  std::vector<HangGroup> groups;
+  std::vector<bool> waiting;
+  for (const auto& s : stacks) {
+    auto [it, fresh] = index.try_emplace(Signature(s), groups.size());
+    if (fresh) {
+      groups.push_back({{}, Where(s), false});
+      waiting.push_back(InCollective(s));
+    }
+    groups[it->second].ranks.push_back(s.rank);
+  }
+  const bool some_wait = std::find(waiting.begin(), waiting.end(), true) != waiting.end();
+  const bool all_wait = std::find(waiting.begin(), waiting.end(), false) == waiting.end();
+  if (some_wait && !all_wait) {
+    for (size_t i = 0; i < groups.size(); ++i) groups[i].odd = !waiting[i];
+  } else if (groups.size() > 1) {
+    size_t largest = 0;
+    for (const auto& g : groups) largest = std::max(largest, g.ranks.size());
+    const auto ties = std::count_if(groups.begin(), groups.end(),
+                                    [&](const HangGroup& g) { return g.ranks.size() == largest; });
+    if (ties == 1) {
+      for (auto& g : groups) g.odd = g.ranks.size() != largest;
+    }
+  }
+  for (auto& g : groups) std::sort(g.ranks.begin(), g.ranks.end());
+  std::sort(groups.begin(), groups.end(), [](const HangGroup& a, const HangGroup& b) {
+    return a.odd != b.odd ? a.odd : a.ranks.front() < b.ranks.front();
+  });
+  return groups;
+}
+
+std::string FormatRanks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ", ";
+    out += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string HangLine(const HangGroup& g) {
+  std::string out = FormatRanks(g.ranks);
+  if (g.odd) {
+    out += g.ranks.size() == 1 ? " is not where the others are" : " are not where the others are";
+  }
+  return out + ": " + g.where;
+}
+
+std::string HangSummary(const std::vector<HangGroup>& groups) {
+  std::string out;
+  for (const auto& g : groups) out += (out.empty() ? "" : "; ") + HangLine(g);
+  return out;
+}
+
+std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc) {
+  std::vector<RankStack> out;
+  auto workers = doc.find("workers");
+  if (workers == doc.end() || !workers->is_array()) return out;
+  for (const auto& w : *workers) {
+    RankStack s;
+    s.rank = w.value("rank", -1);
+    if (auto e = w.find("error"); e != w.end() && e->is_string()) s.error = e->get<std::string>();
+    auto threads = w.find("threads");
+    if (threads != w.end() && threads->is_array() && !threads->empty()) {
+      // The main thread, listed first.
+      for (const auto& f : (*threads)[0].value("frames", nlohmann::ordered_json::array())) {
+        s.frames.push_back({f.value("function", "?"), f.value("file", "?"), f.value("line", -1)});
+      }
+    } else if (s.error.empty()) {
+      s.error = "not running";
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace trun::agent
