@@ -619,21 +619,25 @@ Result<ProcStat> ReadProcStat(pid_t pid) {
   std::string text;
   if (!std::getline(in, text))
     return Status::NotFound("process " + std::to_string(pid) + " is gone");
-  // The command name in parentheses may hold spaces and parentheses: the
-  // fields start after the last ')'.
-  auto close_paren = text.rfind(')');
-  if (close_paren == std::string::npos) {
+  auto unexpected = [pid] {
     return Status::Internal("/proc/" + std::to_string(pid) + "/stat: unexpected text");
-  }
+  };
+  // The command name in parentheses may hold spaces and parentheses: the
+  // fields start after the last ')', with the state (field 3).
+  auto close_paren = text.rfind(')');
+  if (close_paren == std::string::npos) return unexpected();
   std::istringstream fields(text.substr(close_paren + 1));
   ProcStat out;
   std::string skip;
   fields >> out.state;
-  // Fields 4-13 (ppid ... cmajflt), then utime and stime (14, 15).
+  // Fields 4-13 (ppid ... cmajflt), then utime and stime (14, 15), then
+  // 16-21 (cutime ... itrealvalue), then starttime (22).
   for (int i = 0; i < 10; ++i) fields >> skip;
   unsigned long long utime = 0, stime = 0;
   fields >> utime >> stime;
-  if (!fields) return Status::Internal("/proc/" + std::to_string(pid) + "/stat: unexpected text");
+  for (int i = 0; i < 6; ++i) fields >> skip;
+  fields >> out.start_time;
+  if (!fields) return unexpected();
   out.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   return out;
 }

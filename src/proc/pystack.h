@@ -88,11 +88,13 @@ struct PyProcessStack {
 // PermissionDenied: not ours to read.
 Result<PyProcessStack> ReadPythonStacks(pid_t pid);
 
-// What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...)
-// and the CPU time it used, user and system, children excluded.
+// What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...),
+// the CPU time it used, user and system, children excluded, and when it
+// started (clock ticks after boot: with the pid, it names one process).
 struct ProcStat {
   char state = '?';
   double cpu_seconds = 0;
+  uint64_t start_time = 0;
 };
 Result<ProcStat> ReadProcStat(pid_t pid);
 

@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "common/files.h"
-#include "common/strings.h"
+#include "proc/pystack.h"
 #include "schedulers/scheduler.h"
 
 namespace trun::schedulers::local {
@@ -201,23 +201,12 @@ Status WriteState(const std::string& app_dir, const State& s) {
   return WriteFileAtomic(app_dir + "/state.json", ToJson(s).dump(2) + "\n", kPrivateFile);
 }
 
-std::vector<std::string> ProcStat(pid_t pid) {
-  if (pid <= 0) return {};
-  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid));
-  if (!stat.ok()) return {};
-  // The command name may hold spaces and parentheses: fields start after
-  // the last ')'.
-  size_t close = stat->rfind(')');
-  if (close == std::string::npos || close + 2 > stat->size()) return {};
-  return Split(std::string_view(*stat).substr(close + 2), ' ');
-}
-
 uint64_t ProcessStartTime(pid_t pid) {
-  auto fields = ProcStat(pid);
+  if (pid <= 0) return 0;
+  auto stat = proc::ReadProcStat(pid);
   // A zombie has finished; it is not running anything.
-  if (fields.size() < 20 || fields[0] == "Z") return 0;
-  auto v = ParseInt(fields[19]);
-  return v ? static_cast<uint64_t>(*v) : 0;
+  if (!stat.ok() || stat->state == 'Z') return 0;
+  return stat->start_time;
 }
 
 bool ProcessIs(pid_t pid, uint64_t start_time) {

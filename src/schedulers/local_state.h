@@ -114,9 +114,6 @@ Result<State> StateFromJson(const nlohmann::json& j);
 Result<State> ReadState(const std::string& app_dir);
 Status WriteState(const std::string& app_dir, const State& s);
 
-// The fields of /proc/<pid>/stat after the command name: [0] the state,
-// [1] the parent's pid, ..., [19] the start time. Empty when it is gone.
-std::vector<std::string> ProcStat(pid_t pid);
 // The process's start time in clock ticks after boot; 0 when it is gone.
 uint64_t ProcessStartTime(pid_t pid);
 // Whether `pid` is still the process that started at `start_time`.

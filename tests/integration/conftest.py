@@ -148,6 +148,21 @@ def live_processes_with(token):
     return found
 
 
+def read_until_hangup(fd):
+    """Everything a pseudo-terminal's master `fd` still holds, up to the
+    other side's hang-up, as text."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the terminal's other side is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out.decode(errors="replace")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import EXAMPLES, TORCH2, TRUN, base_env, torchrun, trun, worker
+from conftest import EXAMPLES, TORCH2, TRUN, base_env, read_until_hangup, torchrun, trun, worker
 
 
 def test_first_failure_stops_siblings_and_prints_the_table():
@@ -65,17 +65,9 @@ def test_a_terminal_gets_the_workers_straight_and_no_last_words():
     if pid == 0:
         os.execve(TRUN, [TRUN, "--nproc-per-node", "1", "--no-python", "sh", "-c",
                          "test -t 1 && test -t 2 && echo on-a-tty; exit 3"], base_env())
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
+    text = read_until_hangup(fd)
+    os.close(fd)
     _, status = os.waitpid(pid, 0)
-    text = out.decode(errors="replace")
     assert os.WEXITSTATUS(status) == 1, text
     assert "on-a-tty" in text and "Root Cause" in text, text
     assert "last lines of rank" not in text, text

@@ -269,7 +269,7 @@ def test_bash_completion_completes(tmp_path):
     assert c("--virtual_l") == ["--virtual_local_rank"]
     assert "--print-completion" in c("--") and "--shutdown_timeout" in c("--")
     # Subcommands, from the subcommand table (local-supervisor is internal).
-    assert c("st") == ["status", "store"]
+    assert c("st") == ["stack", "status", "store"]
     assert c("ru") == ["run", "runopts"]
     assert "local-supervisor" not in c("")
     # Builtin components after `trun run`, also after its flags.
@@ -286,8 +286,8 @@ def test_bash_completion_completes(tmp_path):
 def test_bash_completion_names_every_subcommand_and_builtin(tmp_path):
     script = completion("bash")
     subcommands = complete_in_bash(tmp_path, script, ["trun", ""])
-    for name in ["run", "status", "log", "cancel", "delete", "list", "describe", "builtins",
-                 "runopts", "configure", "store", "version"]:
+    for name in ["run", "status", "log", "cancel", "delete", "stack", "list", "describe",
+                 "builtins", "runopts", "configure", "store", "version"]:
         assert name in subcommands
     r = trun("builtins")
     assert r.returncode == 0, r.err
@@ -337,7 +337,7 @@ def test_zsh_completion_completes(tmp_path):
     assert r.returncode == 0, r.stderr
     answers = [a.split("\n") for a in r.stdout.split("---\n")[:-1]]
     assert answers == [["--nproc-per-node", "--nproc_per_node", ""],
-                       ["store", "status", "<files>", ""],
+                       ["store", "status", "stack", "<files>", ""],
                        ["dist.ddp", "dist.spmd", "<files>", ""],
                        ["utils.echo", "<files>", ""],
                        ["--standalone", ""],

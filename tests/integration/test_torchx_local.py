@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, TRUN, live_processes_with
+from conftest import EXAMPLES, FIXTURES, TRUN, live_processes_with, read_until_hangup
 from torchx_helpers import free_port, jobs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.once(
@@ -223,16 +223,7 @@ def test_ctrl_c_stops_waiting_not_the_app(jobs):
     handle = re.search(r"local://trun/[\w.-]+", text).group(0)
     os.write(fd, b"\x03")
     _, status = os.waitpid(pid, 0)
-    note = b""
-    while True:  # everything the terminal still holds, up to the hang-up
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        note += chunk
-    note = note.decode(errors="replace")
+    note = read_until_hangup(fd)
     os.close(fd)
     assert os.WEXITSTATUS(status) == 130
     assert f"stopped waiting; {handle} keeps running" in note, note
