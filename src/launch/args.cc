@@ -778,8 +778,10 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   if (given("master_addr")) c.master_addr = value("master_addr");
   if (given("master_port")) {
     auto n = ParsePythonInt(value("master_port"));
-    if (!n || *n <= 0 || *n > 65535) {
-      p.Add(fmt::format("--master-port: expected a port 1-65535, got '{}'", value("master_port")));
+    // 0, as torch's TCPStore reads it, is a free port: what one node needs,
+    // and what the other nodes of a larger job cannot know (warned below).
+    if (!n || *n < 0 || *n > 65535) {
+      p.Add(fmt::format("--master-port: expected a port 0-65535, got '{}'", value("master_port")));
     } else {
       c.master_port = static_cast<int>(*n);
       c.master_port_given = true;
@@ -877,6 +879,12 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
           c.node_rank, c.rdzv_backend);
     }
     c.node_rank = 0;
+  }
+  if (c.rdzv_backend == "static" && c.master_port_given && c.master_port == 0 &&
+      c.max_nodes > 1 && c.rdzv_endpoint.empty()) {
+    log::Warning(
+        "--master-port 0: node 0's store listens on a free port that no other node knows, as "
+        "under torchrun; give every node the same port (e.g. --master-port 29500)");
   }
   if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);

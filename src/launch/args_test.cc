@@ -253,6 +253,15 @@ TEST(ArgsTest, StaticKeepsMinAndAcceptsAnyRankAsTorchrun) {
   EXPECT_EQ(one->config.rdzv_backend, "static");
 }
 
+// torch's TCPStore reads port 0 as a free one; a negative port is a mistake.
+TEST(ArgsTest, MasterPortZeroIsAFreePort) {
+  auto p = Parse({"--master-port", "0", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.rdzv_backend, "static");
+  EXPECT_EQ(p->config.master_port, 0);
+  EXPECT_FALSE(Parse({"--master-port", "-1", "--no-python", "true"}).ok());
+}
+
 // torchrun keeps --nnodes under --standalone.
 TEST(ArgsTest, StandaloneKeepsNnodesAsTorchrun) {
   auto p = Parse({"--standalone", "--nnodes", "2", "--no-python", "true"});

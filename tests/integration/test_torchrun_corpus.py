@@ -142,6 +142,7 @@ CORPUS = [
     ("run-path", "--run-path {s} x", {}),
     ("role-and-id", "--role trainer --max-restarts 2 --rdzv-id myjob {s}", {}),
     ("static-one-node-port", "--master-port 29511 --nproc-per-node 2 {s}", {}),
+    ("static-one-node-free-port", "--master-port 0 --nproc-per-node 2 {s}", {}),
     ("static-node1", "--master-addr 10.1.1.1 --master-port 29511 --nnodes 2 --node-rank 1 {s}",
      {}),
     ("static-node-rank-one-of-one", "--node-rank 1 --master-port 29511 {s}", {}),
