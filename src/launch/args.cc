@@ -880,8 +880,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
     c.node_rank = 0;
   }
-  if (c.rdzv_backend == "static" && c.master_port_given && c.master_port == 0 &&
-      c.max_nodes > 1 && c.rdzv_endpoint.empty()) {
+  if (c.rdzv_backend == "static" && c.master_port_given && c.master_port == 0 && c.max_nodes > 1 &&
+      c.rdzv_endpoint.empty()) {
     log::Warning(
         "--master-port 0: node 0's store listens on a free port that no other node knows, as "
         "under torchrun; give every node the same port (e.g. --master-port 29500)");
