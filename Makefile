@@ -64,8 +64,12 @@ torch2: deps
 # (pytest's exit 5, no test selected, is not a failure here.)
 INTEGRATION_WORKERS ?= 3
 XDIST = -n $(INTEGRATION_WORKERS) --dist loadfile
+# $(3) names the pass: its parallel part's per-test times go to
+# $(BUILD)/junit-$(3).xml, summed per file at the end (scripts/slowest-files.py).
 define integration_pass
-	@PYTHON_EXEC=$(1) $(PYTEST) $(XDIST) -m "not timing$(2)" tests/integration; a=$$?; \
+	@PYTHON_EXEC=$(1) $(PYTEST) $(XDIST) --junitxml=$(BUILD)/junit-$(3).xml -m "not timing$(2)" \
+		tests/integration; a=$$?; \
+	$(PYTHON) scripts/slowest-files.py $(BUILD)/junit-$(3).xml; \
 	echo "== ... and the tests marked 'timing', one at a time"; \
 	PYTHON_EXEC=$(1) $(PYTEST) -m "timing$(2)" tests/integration; b=$$?; \
 	[ $$a = 0 ] && { [ $$b = 0 ] || [ $$b = 5 ]; }
@@ -73,11 +77,11 @@ endef
 
 integration-test-113: build
 	@echo "== integration tests with torch 1.13 ($(PYTHON)): every test"
-	$(call integration_pass,$(PYTHON),)
+	$(call integration_pass,$(PYTHON),,113)
 
 integration-test-2: build torch2
 	@echo "== integration tests with torch 2.x ($(TORCH2_ROOT)): the generation-sensitive tests (not 'once')"
-	$(call integration_pass,$(CURDIR)/tools/torch2-python, and not once)
+	$(call integration_pass,$(CURDIR)/tools/torch2-python, and not once,2)
 
 # Both run even if one fails.
 integration-test: build torch2
