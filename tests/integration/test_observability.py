@@ -28,7 +28,7 @@ def test_watchdog_kills_an_overrunning_worker_at_its_deadline(tmp):
              "garbage@1", "overrun:1@1", "release:0.2@0", "sleep:60@0",
              env=base_env(TORCHELASTIC_ENABLE_FILE_TIMER=1), timeout=90)
     assert r.returncode == 1, r.err
-    assert time.monotonic() - t0 < 30  # not the workers' 60 s sleeps
+    assert time.monotonic() - t0 < 50  # not the workers' 60 s sleeps (30 s met a loaded machine)
 
     # The failure table names the watchdog; the released timer killed nobody.
     table = r.err[r.err.index("Root Cause"):]
