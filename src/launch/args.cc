@@ -753,18 +753,20 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
         "--duplicate-stdout-filters/--duplicate-stderr-filters write filtered_*.log into the log "
         "dir, but --log-dir /dev/null keeps no files; give a real --log-dir or drop the filters");
   }
-  // torchrun: an empty filter is none.
+  // torchrun: an empty filter is none; any integer is a local rank to show,
+  // so one that no worker has (-1, or past --nproc-per-node) shows nobody,
+  // which is how some scripts silence the console.
   if (given("local_ranks_filter") && !value("local_ranks_filter").empty()) {
     std::set<int> ranks;
     bool bad = false;
     for (auto& r : Split(value("local_ranks_filter"), ',')) {
       auto n = ParsePythonInt(r);
-      if (!n || *n < 0)
+      if (!n)
         bad = true;
-      else
+      else if (*n >= 0 && *n <= std::numeric_limits<int>::max())
         ranks.insert(static_cast<int>(*n));
     }
-    if (bad || ranks.empty()) {
+    if (bad) {
       p.Add(fmt::format(
           "--local-ranks-filter: expected comma-separated local ranks like 0,1, got '{}'",
           value("local_ranks_filter")));

@@ -409,6 +409,25 @@ TEST(ArgsTorchrun2Test, ValuesTorchrunAccepts) {
   EXPECT_EQ(r->config.signals_to_handle, (std::vector<int>{SIGUSR1}));
 }
 
+// torchrun takes any integer as a local rank to show: one no worker has
+// shows nobody.
+TEST(ArgsTorchrun2Test, ALocalRanksFilterOfNoWorkerShowsNobody) {
+  // "-1,7" reads as an option to argparse, as to trun: attached, it is a value.
+  for (std::vector<std::string> filter : {std::vector<std::string>{"--local-ranks-filter", "-1"},
+                                          {"--local-ranks-filter", "99999999999"},
+                                          {"--local-ranks-filter=-1,7"}}) {
+    filter.insert(filter.end(), {"--no-python", "true"});
+    auto r = Parse(filter);
+    ASSERT_TRUE(r.ok()) << testing::PrintToString(filter) << ": " << r.status().message();
+    ASSERT_TRUE(r->config.local_ranks_filter.has_value()) << testing::PrintToString(filter);
+    EXPECT_EQ(r->config.local_ranks_filter->count(0), 0u) << testing::PrintToString(filter);
+  }
+  auto r = Parse({"--local-ranks-filter", "1,-1", "--no-python", "true"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r->config.local_ranks_filter, (std::set<int>{1}));
+  EXPECT_FALSE(Parse({"--local-ranks-filter", "1,x", "--no-python", "true"}).ok());
+}
+
 // The cluster's environment fills only what the user left entirely unsaid
 // (issue 28's review): explicit static flags are a static job, --nnodes 1 a
 // standalone one, as under torchrun.

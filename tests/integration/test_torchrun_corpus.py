@@ -133,6 +133,7 @@ CORPUS = [
     ("backend-unknown", "--nnodes 2 --rdzv-backend zookeeper --rdzv-endpoint h:1 {s}", {}),
     ("local-ranks-filter-bad", "--local-ranks-filter a {s}", {}),
     ("local-ranks-filter", "--local-ranks-filter 0,1 --nproc-per-node 2 {s}", {}),
+    ("local-ranks-filter-nobody", "--local-ranks-filter -1 --nproc-per-node 2 {s}", {}),
     ("redirects-tee", "-r 3 -t 1 {s}", {}),
     ("redirects-map", "-r 0:3,1:2 --nproc-per-node 2 {s}", {}),
     ("tee-bad", "-t x {s}", {}),
