@@ -24,7 +24,8 @@ export CCACHE_MAXSIZE ?= 5G
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 .PHONY: all deps configure build torch2 test unit-test sanitize-test fuzz integration-test \
-	integration-test-113 integration-test-2 demo bench format clean install-python
+	integration-test-113 integration-test-2 integration-parallel-113 \
+	integration-parallel-2 integration-timing-113 integration-timing-2 demo bench format clean install-python
 
 all: build
 
@@ -64,30 +65,43 @@ torch2: deps
 # (pytest's exit 5, no test selected, is not a failure here.)
 INTEGRATION_WORKERS ?= 3
 XDIST = -n $(INTEGRATION_WORKERS) --dist loadfile
-# $(3) names the pass: its parallel part's per-test times go to
-# $(BUILD)/junit-$(3).xml, summed per file at the end (scripts/slowest-files.py).
-define integration_pass
-	@PYTHON_EXEC=$(1) $(PYTEST) $(XDIST) --junitxml=$(BUILD)/junit-$(3).xml -m "not timing$(2)" \
-		tests/integration; a=$$?; \
-	$(PYTHON) scripts/slowest-files.py $(BUILD)/junit-$(3).xml; \
-	echo "== ... and the tests marked 'timing', one at a time"; \
-	PYTHON_EXEC=$(1) $(PYTEST) -m "timing$(2)" tests/integration; b=$$?; \
-	[ $$a = 0 ] && { [ $$b = 0 ] || [ $$b = 5 ]; }
-endef
+PYTHON_113 = $(PYTHON)
+PYTHON_2 = $(CURDIR)/tools/torch2-python
+ONLY_113 =
+ONLY_2 = and not once
+TITLE_113 = torch 1.13 ($(PYTHON)): every test
+TITLE_2 = torch 2.x ($(TORCH2_ROOT)): the generation-sensitive tests (not 'once')
 
-integration-test-113: build
-	@echo "== integration tests with torch 1.13 ($(PYTHON)): every test"
-	$(call integration_pass,$(PYTHON),,113)
+# A pass's parallel part; its per-test times go to $(BUILD)/junit-G.xml,
+# summed per file at its end (scripts/slowest-files.py).
+integration-parallel-113 integration-parallel-2: integration-parallel-%: build
+	@echo "== integration tests with $(TITLE_$*)"
+	@PYTHON_EXEC=$(PYTHON_$*) $(PYTEST) $(XDIST) --junitxml=$(BUILD)/junit-$*.xml \
+		-m "not timing $(ONLY_$*)" tests/integration; a=$$?; \
+	$(PYTHON) scripts/slowest-files.py $(BUILD)/junit-$*.xml; [ $$a = 0 ] || [ $$a = 5 ]
 
-integration-test-2: build torch2
-	@echo "== integration tests with torch 2.x ($(TORCH2_ROOT)): the generation-sensitive tests (not 'once')"
-	$(call integration_pass,$(CURDIR)/tools/torch2-python, and not once,2)
+integration-timing-113 integration-timing-2: integration-timing-%: build
+	@echo "== integration tests with $(word 1,$(TITLE_$*)) $(word 2,$(TITLE_$*)), those marked 'timing', one at a time"
+	@PYTHON_EXEC=$(PYTHON_$*) $(PYTEST) -m "timing $(ONLY_$*)" tests/integration; b=$$?; \
+	[ $$b = 0 ] || [ $$b = 5 ]
 
-# Both run even if one fails.
-integration-test: build torch2
-	@$(MAKE) --no-print-directory integration-test-113; a=$$?; \
-	$(MAKE) --no-print-directory integration-test-2; b=$$?; \
+# One generation's pass; the timing tests run even if the rest failed.
+integration-test-113 integration-test-2: integration-test-%: build
+	@[ $* = 113 ] || $(MAKE) --no-print-directory torch2
+	@$(MAKE) --no-print-directory integration-parallel-$*; a=$$?; \
+	$(MAKE) --no-print-directory integration-timing-$*; b=$$?; \
 	[ $$a = 0 ] && [ $$b = 0 ]
+
+# Both generations (make test): their parallel parts side by side, since
+# both mostly wait, each one's output shown whole when it ends
+# (--output-sync); then every timing test, one at a time. All run even if
+# some fail.
+integration-test: build torch2
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target \
+		integration-parallel-113 integration-parallel-2; a=$$?; \
+	$(MAKE) --no-print-directory integration-timing-113; b=$$?; \
+	$(MAKE) --no-print-directory integration-timing-2; c=$$?; \
+	[ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
 
 # The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize-test: deps
@@ -109,7 +123,7 @@ fuzz: deps
 # Every stage, each timed; a table of the times at the end
 # (scripts/test-stages.sh), so that the next slow stage is seen.
 test:
-	@./scripts/test-stages.sh deps build sanitize-test fuzz torch2 integration-test-113 integration-test-2
+	@./scripts/test-stages.sh deps build sanitize-test fuzz torch2 integration-test
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun
