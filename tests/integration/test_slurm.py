@@ -372,6 +372,13 @@ def test_srun_inside_an_allocation_needs_no_flags(cluster):
     out = (cluster.work / f"slurm-{r.out.strip()}.out").read_text()
     assert "RESULT world=2" in out, out
 
+    # A one-node step: torchrun's implied standalone (a store of its own on
+    # a free port), not the allocation's rendezvous (issue 28).
+    r = cluster.slurm("salloc", "-N", 1, "srun", TRUN, "--nproc-per-node", 2, "--tee", 3, DDP,
+                      "--steps", 3, timeout=180)
+    assert r.returncode == 0, (r.out, r.err)
+    assert r.out.count("RESULT world=2") == 1, r.out
+
     # Several tasks per node would be several agents per node: named, exit 2.
     r = cluster.slurm("salloc", "-N", 1, "-n", 2, "srun", TRUN, "--nproc-per-node", 1, DDP,
                       timeout=120)
