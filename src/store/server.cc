@@ -7,11 +7,9 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -19,6 +17,7 @@
 #include "store/admission.h"
 #include "store/auth.h"
 #include "store/encode.h"
+#include "store/keyspace.h"
 #include "store/pressure.h"
 
 namespace trun::store {
@@ -116,12 +115,14 @@ Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spe
   return std::optional<std::vector<Network>>(std::move(out));
 }
 
-class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
+class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>,
+                          public KeyspaceListener {
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
         acceptor_(io),
         accept_retry_(io),
+        keys_(*this, options_.limits.max_value_bytes),
         partial_sweep_(io),
         partial_(options_.max_partial_bytes) {}
 
@@ -143,14 +144,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     connections_.clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
-    waiters_.clear();
-    watchers_.clear();
+    keys_.ForgetEveryone();
   }
 
   int port() const { return port_; }
-  size_t num_keys() const { return data_.size(); }
+  size_t num_keys() const { return keys_.num_keys(); }
   size_t num_connections() const { return connections_.size(); }
-  size_t num_waits() const { return live_waits_; }
+  size_t num_waits() const { return keys_.num_waits(); }
   void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect) {
     observed_prefix_ = std::move(prefix);
     observer_ = std::move(observer);
@@ -158,28 +158,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   std::optional<std::string> Lookup(const std::string& key) const {
-    auto it = data_.find(key);
-    if (it == data_.end()) return std::nullopt;
-    return it->second;
+    const std::string* v = keys_.Find(key);
+    if (v == nullptr) return std::nullopt;
+    return *v;
   }
 
-  size_t EraseAllBut(const std::string& keep_prefix) {
-    size_t erased =
-        std::erase_if(data_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
-    erased +=
-        std::erase_if(queues_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
-    return erased;
-  }
+  size_t EraseAllBut(const std::string& keep_prefix) { return keys_.EraseAllBut(keep_prefix); }
 
   void LocalSet(const std::string& key, std::string value) {
     current_conn_ = 0;
-    SetValue(key, std::move(value));
+    keys_.Set(key, std::move(value));
   }
 
   std::string LocalCompareSet(const std::string& key, const std::string& expected,
                               std::string desired) {
     current_conn_ = 0;
-    return CompareSet(key, expected, std::move(desired));
+    return keys_.CompareSet(key, expected, std::move(desired));
   }
 
   size_t connection_buffer_bytes() const {
@@ -188,32 +182,41 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return n;
   }
 
-  size_t num_wait_index_entries() const {
-    size_t n = 0;
-    for (const auto& [key, list] : waiters_) n += list.waiters.size();
-    return n;
+  size_t num_wait_index_entries() const { return keys_.num_wait_index_entries(); }
+
+  // KeyspaceListener: what a request did for the other clients.
+  void WaitDone(uint64_t owner) override {
+    auto it = connections_.find(owner);
+    if (it == connections_.end()) return;
+    std::string o;
+    PutU8(o, kWaitStopWaiting);
+    it->second->Send(o);
+  }
+
+  void Watched(const std::vector<uint64_t>& watchers, uint8_t event, const std::string& key,
+               std::string_view old_value, std::string_view new_value) override {
+    std::string o;
+    PutU8(o, event);
+    PutBytes(o, key);
+    PutBytes(o, old_value);
+    PutBytes(o, new_value);
+    for (uint64_t id : watchers) {
+      // A send may drop another watcher's connection: look each one up.
+      auto it = connections_.find(id);
+      if (it != connections_.end()) it->second->Send(o);
+    }
+  }
+
+  // Tells the observer, after the request that made the change has been
+  // handled: it may then change keys itself without re-entering a handler.
+  void Changed(const std::string& key, const std::string& value) override {
+    if (!observer_ || !key.starts_with(observed_prefix_)) return;
+    asio::post(acceptor_.get_executor(),
+               [cb = observer_, conn = current_conn_, key, value] { cb(conn, key, value); });
   }
 
  private:
   struct Connection;
-
-  // One WAIT still missing some of its keys. It sits in the index under each
-  // key it misses, and in its connection's list, until it is answered,
-  // cancelled or its connection goes.
-  struct Waiter {
-    std::weak_ptr<Connection> conn;
-    std::vector<std::string> keys;  // the keys it missed on arrival
-    size_t missing = 0;
-    bool done = false;
-  };
-  // The waiters of one key. Cancelled waiters are not searched for and
-  // erased one by one (a WAIT of 100K ranks on one key, all cancelled, would
-  // be quadratic); they are counted, and the list is compacted when half of
-  // it is dead, which keeps both time and memory linear.
-  struct WaitList {
-    std::vector<std::shared_ptr<Waiter>> waiters;
-    size_t dead = 0;
-  };
 
   struct Connection : std::enable_shared_from_this<Connection> {
     Connection(Impl& server, tcp::socket s)
@@ -359,15 +362,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     // Refused: its last answer is on its way, then it is closed, and
     // nothing more it sent is read.
     bool closing = false;
-    asio::ip::address peer;                      // where it comes from, set at accept
-    bool stranger = false;                       // kept to the allowlist's strangers_prefix
-    bool used_other_keys = false;                // a request outside that prefix
-    std::string auth_nonce;                      // the job token's nonce, until used
-    bool proven = false;                         // showed the job token (auth.h)
-    std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
-    std::vector<std::string> watched;            // v1 WATCH_KEY registrations
-    size_t judged_args = 0;                      // args of the unfinished request already judged
-    bool spoke = false;                          // sent a byte since accept
+    asio::ip::address peer;        // where it comes from, set at accept
+    bool stranger = false;         // kept to the allowlist's strangers_prefix
+    bool used_other_keys = false;  // a request outside that prefix
+    std::string auth_nonce;        // the job token's nonce, until used
+    bool proven = false;           // showed the job token (auth.h)
+    size_t judged_args = 0;        // args of the unfinished request already judged
+    bool spoke = false;            // sent a byte since accept
   };
 
   void Accept() {
@@ -716,174 +717,12 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
     partial_.Remove(c->id);
     silent_.erase(c->id);
-    RetireWaits(*c);
-    for (auto& key : c->watched) {
-      auto it = watchers_.find(key);
-      if (it == watchers_.end()) continue;
-      it->second.erase(c.get());
-      if (it->second.empty()) watchers_.erase(it);
-    }
-    c->watched.clear();
+    keys_.Forget(c->id);
     c->Close();
     connections_.erase(c->id);
     if (on_disconnect_) {
       asio::post(acceptor_.get_executor(), [cb = on_disconnect_, id = c->id] { cb(id); });
     }
-  }
-
-  bool Exists(const std::string& key) const {
-    if (data_.count(key)) return true;
-    auto q = queues_.find(key);
-    return q != queues_.end() && !q->second.empty();
-  }
-
-  // A waiter whose keys all exist: answer it.
-  void Complete(const std::shared_ptr<Waiter>& w) {
-    w->done = true;
-    --live_waits_;
-    if (auto c = w->conn.lock()) {
-      std::erase(c->waits, w);
-      std::string o;
-      PutU8(o, kWaitStopWaiting);
-      c->Send(o);
-    }
-  }
-
-  // CANCEL_WAIT or a closed connection: its waiters will never be answered.
-  void RetireWaits(Connection& c) {
-    for (auto& w : c.waits) {
-      if (w->done) continue;
-      w->done = true;
-      --live_waits_;
-      for (const auto& key : w->keys) {
-        auto it = waiters_.find(key);
-        if (it == waiters_.end()) continue;
-        WaitList& list = it->second;
-        if (++list.dead * 2 < list.waiters.size()) continue;
-        std::erase_if(list.waiters, [](const auto& x) { return x->done; });
-        list.dead = 0;
-        if (list.waiters.empty()) waiters_.erase(it);
-      }
-    }
-    c.waits.clear();
-  }
-
-  // A key appeared or changed: every WAIT that was missing it has one key
-  // fewer to wait for.
-  void WakeWaiters(const std::string& key) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) return;
-    auto list = std::move(it->second.waiters);
-    waiters_.erase(it);
-    // Sending may drop a connection, which retires its waiters: they are
-    // then marked done here and skipped; the list is ours, not the index's.
-    for (auto& w : list) {
-      if (w->done || --w->missing > 0) continue;
-      Complete(w);
-    }
-  }
-
-  // QUEUE_PUSH: one item can satisfy one blocking pop, so, as torch, wake
-  // the first waiter this completes and leave the rest waiting.
-  void WakeOneWaiter(const std::string& key) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) return;
-    auto& list = it->second.waiters;
-    std::shared_ptr<Waiter> woken;
-    size_t i = 0;
-    while (i < list.size() && !woken) {
-      auto& w = list[i++];
-      if (w->done) continue;
-      if (--w->missing == 0) woken = w;
-    }
-    list.erase(list.begin(), list.begin() + static_cast<ptrdiff_t>(i));
-    it->second.dead = std::min(it->second.dead, list.size());
-    if (list.empty()) waiters_.erase(it);
-    // The index is settled before the reply, which may drop a connection.
-    if (woken) Complete(woken);
-  }
-
-  void NotifyWatchers(const std::string& key, uint8_t event, std::string_view old_value,
-                      std::string_view new_value) {
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return;
-    std::string o;
-    PutU8(o, event);
-    PutBytes(o, key);
-    PutBytes(o, old_value);
-    PutBytes(o, new_value);
-    // A send may drop its connection and so change the set: copy it first.
-    std::vector<std::shared_ptr<Connection>> targets;
-    for (Connection* c : it->second) targets.push_back(c->shared_from_this());
-    for (auto& c : targets) c->Send(o);
-  }
-
-  void SetValue(const std::string& key, std::string value) {
-    auto it = data_.find(key);
-    bool created = it == data_.end();
-    if (!watchers_.empty()) {
-      NotifyWatchers(key, created ? kWatchKeyCreated : kWatchKeyUpdated,
-                     created ? std::string_view() : std::string_view(it->second), value);
-    }
-    data_[key] = std::move(value);
-    WakeWaiters(key);
-    Notify(key);
-  }
-
-  // Tells the observer, after the request that made the change has been
-  // handled: it may then change keys itself without re-entering a handler.
-  void Notify(const std::string& key) {
-    if (!observer_ || !key.starts_with(observed_prefix_)) return;
-    asio::post(acceptor_.get_executor(), [cb = observer_, conn = current_conn_, key,
-                                          value = data_[key]] { cb(conn, key, value); });
-  }
-
-  std::string CompareSet(const std::string& key, const std::string& expected, std::string desired) {
-    auto it = data_.find(key);
-    if (it == data_.end()) {
-      if (!expected.empty()) return expected;
-      std::string result = desired;
-      SetValue(key, std::move(desired));
-      return result;
-    }
-    if (it->second == expected) SetValue(key, std::move(desired));
-    return data_[key];
-  }
-
-  // BARRIER, as torch's servers do it: the key holds a count of arrivals as
-  // decimal ASCII, as ADD keeps it. The arrival that brings it to the world
-  // size is answered at once and wakes every waiter of the key; an earlier
-  // one waits on the key like a WAIT, and is answered by that wake-up (or by
-  // a SET of the key, as in torch, where the two share one index), or gives
-  // up with CANCEL_WAIT. The earlier arrivals wake nobody: a WAIT on the key
-  // itself would otherwise release the barrier's own waiters. Returns true
-  // when this arrival is to be answered now; false when it waits or when
-  // its connection was dropped.
-  bool Barrier(const std::shared_ptr<Connection>& c, const std::string& key, int64_t world_size) {
-    auto it = data_.find(key);
-    int64_t count = 1;
-    if (it != data_.end()) {
-      auto cur = ParseInt(it->second);
-      if (!cur) {
-        Drop(c, fmt::format("BARRIER on non-integer key '{}'", key));
-        return false;
-      }
-      count = static_cast<int64_t>(static_cast<uint64_t>(*cur) + 1);
-    }
-    data_[key] = std::to_string(count);
-    Notify(key);
-    if (count >= world_size) {
-      WakeWaiters(key);
-      return !c->closed;
-    }
-    auto w = std::make_shared<Waiter>();
-    w->conn = c;
-    w->missing = 1;
-    w->keys.push_back(key);
-    waiters_[key].waiters.push_back(w);
-    c->waits.push_back(std::move(w));
-    ++live_waits_;
-    return false;
   }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) {
@@ -901,161 +740,111 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         PutU32(o, r.word);
         break;
       case Op::kSet:
-        SetValue(a[0], std::move(a[1]));
+        keys_.Set(a[0], std::move(a[1]));
         return;
       case Op::kCompareSet:
-        PutBytes(o, CompareSet(a[0], a[1], std::move(a[2])));
+        PutBytes(o, keys_.CompareSet(a[0], a[1], std::move(a[2])));
         break;
       case Op::kGet: {
-        auto it = data_.find(a[0]);
-        PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
+        const std::string* v = keys_.Find(a[0]);
+        PutBytes(o, v == nullptr ? std::string_view() : std::string_view(*v));
         break;
       }
       case Op::kAdd: {
-        auto it = data_.find(a[0]);
-        int64_t v = r.number;
-        if (it != data_.end()) {
-          auto cur = ParseInt(it->second);
-          if (!cur) return Drop(c, fmt::format("ADD to non-integer key '{}'", a[0]));
-          v = static_cast<int64_t>(static_cast<uint64_t>(*cur) + static_cast<uint64_t>(v));
-        }
-        SetValue(a[0], std::to_string(v));
-        PutI64(o, v);
+        auto v = keys_.Add(a[0], r.number);
+        if (!v.ok()) return Drop(c, v.status().message());
+        PutI64(o, *v);
         break;
       }
-      case Op::kCheck: {
-        bool all = true;
-        for (auto& k : a) all = all && Exists(k);
-        PutU8(o, all ? kCheckReady : kCheckNotReady);
+      case Op::kCheck:
+        PutU8(o, keys_.AllExist(a) ? kCheckReady : kCheckNotReady);
         break;
-      }
-      case Op::kWait: {
-        auto w = std::make_shared<Waiter>();
-        w->conn = c;
-        for (auto& k : a) {
-          if (!Exists(k)) {
-            ++w->missing;
-            waiters_[k].waiters.push_back(w);
-            w->keys.push_back(std::move(k));
-          }
-        }
-        if (w->missing > 0) {
-          c->waits.push_back(std::move(w));
-          ++live_waits_;
-          return;  // answered by WakeWaiters
-        }
+      case Op::kWait:
+        if (!keys_.Wait(c->id, a)) return;  // answered by WaitDone
         PutU8(o, kWaitStopWaiting);
         break;
-      }
       case Op::kGetNumKeys: {
-        size_t n = data_.size();
-        if (untrun) {
-          n -= static_cast<size_t>(std::count_if(
-              data_.begin(), data_.end(), [](const auto& kv) { return IsTrunKey(kv.first); }));
-        }
+        size_t n = untrun ? keys_.CountKeys(IsTrunKey) : keys_.num_keys();
         PutI64(o, static_cast<int64_t>(n));
         break;
       }
       case Op::kWatchKey:
-        watchers_[a[0]].insert(c.get());
-        c->watched.push_back(a[0]);
+        keys_.Watch(c->id, a[0]);
         PutU8(o, kWatchCallbackRegistered);
         break;
-      case Op::kDeleteKey: {
-        auto it = data_.find(a[0]);
-        bool found = it != data_.end();
-        if (found) {
-          std::string old = std::move(it->second);
-          data_.erase(it);
-          if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyDeleted, old, "");
-        }
-        PutI64(o, found ? 1 : 0);
+      case Op::kDeleteKey:
+        PutI64(o, keys_.Delete(a[0]) ? 1 : 0);
         break;
-      }
-      case Op::kAppend: {
-        auto it = data_.find(a[0]);
-        if (it != data_.end() &&
-            it->second.size() + a[1].size() > options_.limits.max_value_bytes) {
-          return Drop(c, fmt::format("APPEND would grow '{}' over the value limit", a[0]));
-        }
-        std::string old = it == data_.end() ? std::string() : it->second;
-        std::string& v = data_[a[0]];
-        v += a[1];
-        if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyAppended, old, v);
-        WakeWaiters(a[0]);
-        Notify(a[0]);
+      case Op::kAppend:
+        if (Status st = keys_.Append(a[0], a[1]); !st.ok()) return Drop(c, st.message());
         return;
-      }
       case Op::kMultiGet: {
         size_t size = 0;
         for (auto& k : a) {
-          auto it = data_.find(k);
-          size += 8 + (it == data_.end() ? 0 : it->second.size());
+          const std::string* v = keys_.Find(k);
+          size += 8 + (v == nullptr ? 0 : v->size());
         }
         if (!c->CanQueue(size)) {
           return Drop(c, fmt::format("MULTI_GET reply of {} bytes is over the reply limit", size));
         }
         o.reserve(size);
         for (auto& k : a) {
-          auto it = data_.find(k);
-          PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
+          const std::string* v = keys_.Find(k);
+          PutBytes(o, v == nullptr ? std::string_view() : std::string_view(*v));
         }
         break;
       }
       case Op::kMultiSet:
-        for (size_t i = 0; i + 1 < a.size(); i += 2) SetValue(a[i], std::move(a[i + 1]));
+        for (size_t i = 0; i + 1 < a.size(); i += 2) keys_.Set(a[i], std::move(a[i + 1]));
         return;
       case Op::kCancelWait:
-        RetireWaits(*c);
+        keys_.CancelWaits(c->id);
         PutU8(o, kWaitCanceled);
         break;
       case Op::kQueuePush:
-        queues_[a[0]].push_back(std::move(a[1]));
-        WakeOneWaiter(a[0]);
+        keys_.Push(a[0], std::move(a[1]));
         return;
       case Op::kQueuePop: {
         // i64 items in the queue before the pop; then the item, if any.
-        auto it = queues_.find(a[0]);
-        int64_t n = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+        std::string item;
+        int64_t n = keys_.Pop(a[0], &item);
         PutI64(o, n);
-        if (n > 0) {
-          PutBytes(o, it->second.front());
-          it->second.pop_front();
-          if (it->second.empty()) queues_.erase(it);
-        }
+        if (n > 0) PutBytes(o, item);
         break;
       }
-      case Op::kQueueLen: {
-        auto it = queues_.find(a[0]);
-        PutI64(o, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      case Op::kQueueLen:
+        PutI64(o, keys_.QueueLength(a[0]));
         break;
-      }
       case Op::kListKeys: {
         // i64 count, then every key as bytes, in no particular order (torch's
         // servers walk their hash map too); `init/` included, queues not.
         // torch's client keeps the keys that start with its prefix "/".
         // A client without the job token, where the store asks for one, is
         // not shown trun's keys (admission.h).
+        auto hidden = [untrun](const std::string& key) { return untrun && IsTrunKey(key); };
         size_t size = 8, n = 0;
-        for (const auto& [key, value] : data_) {
-          if (untrun && IsTrunKey(key)) continue;
+        keys_.ForEachKey([&](const std::string& key) {
+          if (hidden(key)) return;
           size += 8 + key.size();
           ++n;
-        }
+        });
         if (!c->CanQueue(size)) {
           return Drop(c, fmt::format("LIST_KEYS reply of {} bytes is over the reply limit", size));
         }
         o.reserve(size);
         PutI64(o, static_cast<int64_t>(n));
-        for (const auto& [key, value] : data_) {
-          if (!(untrun && IsTrunKey(key))) PutBytes(o, key);
-        }
+        keys_.ForEachKey([&](const std::string& key) {
+          if (!hidden(key)) PutBytes(o, key);
+        });
         break;
       }
-      case Op::kBarrier:
-        if (!Barrier(c, a[0], r.number)) return;
+      case Op::kBarrier: {
+        auto now = keys_.Barrier(c->id, a[0], r.number);
+        if (!now.ok()) return Drop(c, now.status().message());
+        if (!*now || c->closed) return;
         PutU8(o, kWaitStopWaiting);
         break;
+      }
     }
     c->Send(o);
   }
@@ -1069,12 +858,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   asio::steady_timer accept_retry_;
   bool out_of_descriptors_ = false;
   int port_ = 0;
-  size_t live_waits_ = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
-  std::unordered_map<std::string, std::string> data_;
-  std::unordered_map<std::string, std::deque<std::string>> queues_;
-  std::unordered_map<std::string, WaitList> waiters_;
-  std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
+  Keyspace keys_;
   uint64_t last_conn_id_ = 0;
   std::optional<Allowlist> allow_;
   std::string job_token_;                              // "" when none is asked for
