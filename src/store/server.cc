@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/acceptor.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
@@ -52,13 +53,6 @@ size_t DefaultMaxConnections() {
 // what makes it matter, so the store sets it.
 void ReturnLargeBuffersWhenFreed() {
   [[maybe_unused]] static const int once = mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-}
-
-// An IPv4 peer of a dual-stack socket arrives as ::ffff:a.b.c.d.
-asio::ip::address Unmapped(const asio::ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped())
-    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
-  return a;
 }
 
 }  // namespace
@@ -120,8 +114,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
-        acceptor_(io),
-        accept_retry_(io),
+        io_(io),
         keys_(*this, options_.limits.max_value_bytes),
         partial_sweep_(io),
         partial_(options_.max_partial_bytes) {}
@@ -129,16 +122,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   Status Listen() {
     // As torch's libuv server: "" or "::" is every address over IPv6 and
     // IPv4 at once, or IPv4 alone where the kernel has IPv6 off.
-    TRUN_RETURN_IF_ERROR(ListenTcp(acceptor_, options_.host, options_.port, "store"));
-    port_ = acceptor_.local_endpoint().port();
-    Accept();
+    Acceptor::Callbacks cb;
+    cb.admit = [this](const asio::ip::address& peer) { return AdmitPeer(peer); };
+    cb.open = [this] { return connections_.size(); };
+    cb.make_room = [this] { return MakeRoom(); };
+    cb.refuse = [this](tcp::socket&, const asio::ip::address& peer) { RefuseAtCap(peer); };
+    cb.serve = [this](tcp::socket s, const asio::ip::address& peer) { Serve(std::move(s), peer); };
+    auto acceptor = Acceptor::Listen(
+        io_, {options_.host, options_.port, "store", options_.max_connections}, std::move(cb));
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = std::move(*acceptor);
     return Status::OK();
   }
 
   void Close() {
-    std::error_code ec;
-    acceptor_.close(ec);
-    accept_retry_.cancel();
+    closed_ = true;
+    if (acceptor_) acceptor_->Close();
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) c->Close();
     connections_.clear();
@@ -147,7 +146,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     keys_.ForgetEveryone();
   }
 
-  int port() const { return port_; }
+  int port() const { return acceptor_->port(); }
   size_t num_keys() const { return keys_.num_keys(); }
   size_t num_connections() const { return connections_.size(); }
   size_t num_waits() const { return keys_.num_waits(); }
@@ -211,8 +210,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // handled: it may then change keys itself without re-entering a handler.
   void Changed(const std::string& key, const std::string& value) override {
     if (!observer_ || !key.starts_with(observed_prefix_)) return;
-    asio::post(acceptor_.get_executor(),
-               [cb = observer_, conn = current_conn_, key, value] { cb(conn, key, value); });
+    asio::post(io_, [cb = observer_, conn = current_conn_, key, value] { cb(conn, key, value); });
   }
 
  private:
@@ -371,75 +369,38 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     bool spoke = false;            // sent a byte since accept
   };
 
-  void Accept() {
-    acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
-      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      if (!ec) {
-        self->out_of_descriptors_ = false;
-        std::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);
-        auto c = std::make_shared<Connection>(*self, std::move(s));
-        if (!self->AdmitPeer(*c) || !self->MakeRoom(*c)) return self->Accept();
-        self->connections_.emplace(c->id, c);
-        self->silent_.insert(c->id);
-        g_accepted.fetch_add(1, std::memory_order_relaxed);
-        c->Start();
-        return self->Accept();
-      }
-      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
-          ec == asio::error::no_memory) {
-        // The pending connection stays in the backlog; accepting again at
-        // once would spin. Wait for a client to leave, log once per episode.
-        if (!self->out_of_descriptors_) {
-          log::Warning("store: cannot accept a client: {}; raise the open-file limit (ulimit -n)",
-                       ec.message());
-          self->out_of_descriptors_ = true;
-        }
-        self->accept_retry_.expires_after(std::chrono::milliseconds(100));
-        self->accept_retry_.async_wait([self](std::error_code e) {
-          if (!e && self->acceptor_.is_open()) self->Accept();
-        });
-        return;
-      }
-      self->Accept();  // e.g. a client that reset before we accepted it
-    });
-  }
-
-  // The accept handler's check, before any byte is read: where `c` comes
-  // from, whether it may stay, and whether it is kept to the strangers'
-  // prefix.
-  bool AdmitPeer(Connection& c) {
-    std::error_code ec;
-    auto ep = c.socket.remote_endpoint(ec);
-    if (ec) {
-      c.Close();
-      return false;
-    }
-    c.peer = Unmapped(ep.address());
-    if (!allow_ || Allowed(c.peer)) return true;
-    if (!allow_->strangers_prefix.empty()) {
-      c.stranger = true;
-      return true;
-    }
+  // The accept handler's check, before any byte is read: whether a client
+  // from `peer` may stay (kept to the strangers' prefix or not).
+  bool AdmitPeer(const asio::ip::address& peer) {
+    if (!allow_ || Allowed(peer) || !allow_->strangers_prefix.empty()) return true;
     CountRefusal();
-    LogRefusal(c.peer, "accept",
+    LogRefusal(peer, "accept",
                fmt::format("store: refused a client from {}: not a host of the job's current "
                            "round; {}",
-                           c.peer.to_string(), allow_->widen_hint));
-    // Never counted as accepted, so not as closed either.
-    c.closed = true;
-    c.socket.close(ec);
+                           peer.to_string(), allow_->widen_hint));
     return false;
   }
 
+  void Serve(tcp::socket s, const asio::ip::address& peer) {
+    std::error_code ignored;
+    s.set_option(tcp::no_delay(true), ignored);
+    auto c = std::make_shared<Connection>(*this, std::move(s));
+    c->peer = peer;
+    c->stranger = allow_ && !Allowed(peer);
+    connections_.emplace(c->id, c);
+    silent_.insert(c->id);
+    g_accepted.fetch_add(1, std::memory_order_relaxed);
+    c->Start();
+  }
+
   // At the connection cap: the oldest connection that has sent nothing
-  // yet gives way to `c`; where every connection has spoken, `c` is closed.
+  // yet gives way to the newcomer; where every connection has spoken, it is
+  // closed (RefuseAtCap).
   // Torch's own clients speak at once (2.x) or at their first request
   // (1.13, whose second, watching connection stays silent: only a flood
   // that fills the cap can close it, where it would otherwise meet EMFILE
   // with everyone else).
-  bool MakeRoom(Connection& c) {
-    if (connections_.size() < options_.max_connections) return true;
+  bool MakeRoom() {
     if (!silent_.empty()) {
       auto oldest = connections_.find(*silent_.begin());
       if (oldest != connections_.end()) {
@@ -450,15 +411,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         return true;
       }
     }
+    return false;
+  }
+
+  void RefuseAtCap(const asio::ip::address& peer) {
     CountRefusal();
-    LogRefusal(c.peer, "cap",
+    LogRefusal(peer, "cap",
                fmt::format("store: refused a client from {}: {} connections, the store's cap, "
                            "all in use; raise the open-file limit (ulimit -n)",
-                           c.peer.to_string(), options_.max_connections));
-    c.closed = true;
-    std::error_code ec;
-    c.socket.close(ec);
-    return false;
+                           peer.to_string(), options_.max_connections));
   }
 
   bool Allowed(const asio::ip::address& a) {
@@ -613,7 +574,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.expires_after(std::chrono::seconds(1));
     partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
       self->partial_sweep_armed_ = false;
-      if (ec || !self->acceptor_.is_open()) return;
+      if (ec || self->closed_) return;
       for (uint64_t id : self->partial_.Stalled(Clock::now())) {
         auto it = self->connections_.find(id);
         if (it == self->connections_.end()) {
@@ -721,7 +682,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     c->Close();
     connections_.erase(c->id);
     if (on_disconnect_) {
-      asio::post(acceptor_.get_executor(), [cb = on_disconnect_, id = c->id] { cb(id); });
+      asio::post(io_, [cb = on_disconnect_, id = c->id] { cb(id); });
     }
   }
 
@@ -854,10 +815,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // one thread, and the bytes are copied into the parser before anything
   // else runs.
   std::array<char, 64 * 1024> read_buf_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer accept_retry_;
-  bool out_of_descriptors_ = false;
-  int port_ = 0;
+  asio::io_context& io_;
+  std::shared_ptr<Acceptor> acceptor_;
+  bool closed_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
   Keyspace keys_;
   uint64_t last_conn_id_ = 0;
