@@ -17,7 +17,9 @@
 #include "common/strings.h"
 #include "store/admission.h"
 #include "store/auth.h"
+#include "store/connection.h"
 #include "store/encode.h"
+#include "store/handlers.h"
 #include "store/keyspace.h"
 #include "store/pressure.h"
 
@@ -57,60 +59,9 @@ void ReturnLargeBuffersWhenFreed() {
 
 }  // namespace
 
-bool Network::Contains(const asio::ip::address& a) const {
-  auto x = Unmapped(a);
-  auto n = Unmapped(address);
-  if (x.is_v4() != n.is_v4()) return false;
-  auto bytes_of = [](const asio::ip::address& ad) {
-    std::array<unsigned char, 16> b{};
-    if (ad.is_v4()) {
-      auto v = ad.to_v4().to_bytes();
-      std::copy(v.begin(), v.end(), b.begin());
-    } else {
-      b = ad.to_v6().to_bytes();
-    }
-    return b;
-  };
-  auto xb = bytes_of(x), nb = bytes_of(n);
-  int bits = prefix_length;
-  for (size_t i = 0; bits > 0 && i < xb.size(); ++i, bits -= 8) {
-    unsigned mask = bits >= 8 ? 0xffu : (0xffu << (8 - bits)) & 0xffu;
-    if ((xb[i] & mask) != (nb[i] & mask)) return false;
-  }
-  return true;
-}
-
-Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spec) {
-  if (Trim(spec) == "any") return std::optional<std::vector<Network>>();
-  std::vector<Network> out;
-  for (auto& item : Split(spec, ',')) {
-    std::string part(Trim(item));
-    if (part.empty()) continue;
-    std::string addr = part;
-    int len = -1;  // none given: one address
-    if (auto slash = part.find('/'); slash != std::string::npos) {
-      addr = part.substr(0, slash);
-      auto n = ParseInt(part.substr(slash + 1));
-      if (!n) {
-        return Status::InvalidArgument(
-            fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
-      }
-      len = *n < 0 ? 1000 : static_cast<int>(std::min<long long>(*n, 1000));
-    }
-    std::error_code ec;
-    auto a = asio::ip::make_address(addr, ec);
-    const int max = !ec && a.is_v4() ? 32 : 128;
-    if (ec || len > max) {
-      return Status::InvalidArgument(
-          fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
-    }
-    out.push_back({a, len == -1 ? max : len});
-  }
-  return std::optional<std::vector<Network>>(std::move(out));
-}
-
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>,
-                          public KeyspaceListener {
+                          public KeyspaceListener,
+                          public ConnectionHost {
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
@@ -139,7 +90,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     closed_ = true;
     if (acceptor_) acceptor_->Close();
     partial_sweep_.cancel();
-    for (auto& [id, c] : connections_) c->Close();
+    for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
@@ -214,179 +165,26 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
  private:
-  struct Connection;
-
-  struct Connection : std::enable_shared_from_this<Connection> {
-    Connection(Impl& server, tcp::socket s)
-        : server(server),
-          keep_server(server.shared_from_this()),
-          socket(std::move(s)),
-          parser(server.options_.limits),
-          id(++server.last_conn_id_) {}
-
-    void Start() {
-      // A read that fills the small buffer is followed by reads that must
-      // fail rather than wait when the socket is empty (OnBytes).
-      std::error_code ec;
-      socket.non_blocking(true, ec);
-      Read();
-    }
-
-    void Read() {
-      socket.async_read_some(asio::buffer(buf, sizeof buf),
-                             [self = shared_from_this()](std::error_code ec, size_t n) {
-                               if (ec) return self->OnReadError(ec);
-                               self->OnBytes(n);
-                             });
-    }
-
-    void OnReadError(std::error_code ec) {
-      bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
-                   ec == asio::error::connection_reset;
-      server.Drop(shared_from_this(), quiet ? "" : ec.message());
-    }
-
-    // Each connection reads into a small buffer of its own: an idle one
-    // then holds little, which is what thousands of them mostly are. A read
-    // that filled it may have left more behind; that is read at once
-    // through the server's large buffer until the socket is empty, or for
-    // at most 16 of those reads (1 MiB) before the other connections get
-    // their turn.
-    void OnBytes(size_t n) {
-      if (!Consume(buf, n)) return;
-      bool more = n == sizeof buf;
-      for (int turn = 0; more && turn < 16; ++turn) {
-        std::error_code ec;
-        size_t k = socket.read_some(asio::buffer(server.read_buf_), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-        if (ec) return OnReadError(ec);
-        if (!Consume(server.read_buf_.data(), k)) return;
-        more = k == server.read_buf_.size();
-      }
-      Read();
-    }
-
-    // Parses and handles what arrived; false when the connection is gone.
-    bool Consume(const char* data, size_t n) {
-      if (closed || closing) return false;
-      if (!spoke) {
-        spoke = true;
-        server.silent_.erase(id);
-      }
-      if (!parser.Append(data, n)) {
-        server.Drop(shared_from_this(), parser.error());
-        return false;
-      }
-      Request req;
-      while (true) {
-        auto r = parser.Next(&req);
-        if (r == RequestParser::Result::kNeedMore) break;
-        if (r == RequestParser::Result::kError) {
-          server.Drop(shared_from_this(), parser.error());
-          return false;
-        }
-        judged_args = 0;
-        server.Handle(shared_from_this(), req);
-        if (closed || closing) return false;
-      }
-      return server.JudgePending(shared_from_this()) && server.HoldPartial(shared_from_this(), n);
-    }
-
-    // Whether `n` more reply bytes fit under the limit on what a connection
-    // may have queued. Replies whose size a client chooses (MULTI_GET of one
-    // large value many times, LIST_KEYS of a large store) are checked with it
-    // before they are built, so that they are never allocated whole.
-    bool CanQueue(size_t n) const {
-      size_t queued = out.size() + sending.size();
-      return n <= server.options_.max_pending_reply_bytes &&
-             queued <= server.options_.max_pending_reply_bytes - n;
-    }
-
-    // Queues reply bytes; one write is in flight at a time, and everything
-    // queued meanwhile goes out in the next one.
-    void Send(std::string_view bytes) {
-      if (closed) return;
-      if (!CanQueue(bytes.size())) {
-        return server.Drop(shared_from_this(), "too many unread replies");
-      }
-      out.append(bytes);
-      if (!writing) Flush();
-    }
-
-    void Flush() {
-      if (out.empty() || closed) return;
-      writing = true;
-      sending.swap(out);
-      out.clear();
-      asio::async_write(
-          socket, asio::buffer(sending), [self = shared_from_this()](std::error_code ec, size_t) {
-            self->writing = false;
-            self->sending.clear();
-            if (self->sending.capacity() > kKeepBufferBytes) std::string().swap(self->sending);
-            if (ec) {
-              bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
-                           ec == asio::error::connection_reset;
-              return self->server.Drop(self, quiet ? "" : ec.message());
-            }
-            if (self->closing && self->out.empty()) return self->server.Drop(self, "");
-            self->Flush();
-          });
-    }
-
-    void Close() {
-      if (closed) return;
-      closed = true;
-      g_closed.fetch_add(1, std::memory_order_relaxed);
-      std::error_code ec;
-      socket.shutdown(tcp::socket::shutdown_both, ec);
-      socket.close(ec);
-    }
-
-    // What this connection's buffers hold, capacity included.
-    size_t BufferBytes() const {
-      return sizeof buf + parser.allocated() + out.capacity() + sending.capacity();
-    }
-
-    Impl& server;
-    // Handlers still queued after the server is destroyed must find it.
-    std::shared_ptr<Impl> keep_server;
-    tcp::socket socket;
-    RequestParser parser;
-    const uint64_t id;
-    char buf[512];
-    std::string out, sending;
-    bool writing = false;
-    bool closed = false;
-    // Refused: its last answer is on its way, then it is closed, and
-    // nothing more it sent is read.
-    bool closing = false;
-    asio::ip::address peer;        // where it comes from, set at accept
-    bool stranger = false;         // kept to the allowlist's strangers_prefix
-    bool used_other_keys = false;  // a request outside that prefix
-    std::string auth_nonce;        // the job token's nonce, until used
-    bool proven = false;           // showed the job token (auth.h)
-    size_t judged_args = 0;        // args of the unfinished request already judged
-    bool spoke = false;            // sent a byte since accept
-  };
-
   // The accept handler's check, before any byte is read: whether a client
   // from `peer` may stay (kept to the strangers' prefix or not).
   bool AdmitPeer(const asio::ip::address& peer) {
-    if (!allow_ || Allowed(peer) || !allow_->strangers_prefix.empty()) return true;
+    if (members_.Contains(peer) || members_.StrangersServed()) return true;
     CountRefusal();
     LogRefusal(peer, "accept",
                fmt::format("store: refused a client from {}: not a host of the job's current "
                            "round; {}",
-                           peer.to_string(), allow_->widen_hint));
+                           peer.to_string(), members_.allowlist()->widen_hint));
     return false;
   }
 
   void Serve(tcp::socket s, const asio::ip::address& peer) {
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(*this, std::move(s));
+    auto c =
+        std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
+                                     options_.max_pending_reply_bytes, ++last_conn_id_, read_buf_);
     c->peer = peer;
-    c->stranger = allow_ && !Allowed(peer);
+    c->stranger = !members_.Contains(peer);
     connections_.emplace(c->id, c);
     silent_.insert(c->id);
     g_accepted.fetch_add(1, std::memory_order_relaxed);
@@ -422,33 +220,18 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
                            peer.to_string(), options_.max_connections));
   }
 
-  bool Allowed(const asio::ip::address& a) {
-    for (const auto& n : allow_->networks) {
-      if (n.Contains(a)) return true;
-    }
-    if (!allow_->local_always) return false;
-    if (a.is_loopback()) return true;
-    // This host's own addresses (a worker here that reached the store
-    // through MASTER_ADDR's non-loopback address). Looked up once per peer
-    // address until the list changes.
-    auto [it, fresh] = local_cache_.try_emplace(a.to_string(), false);
-    if (fresh) it->second = IsLocalAddress(it->first);
-    return it->second;
-  }
-
  public:
   size_t SetAllowlist(std::optional<Allowlist> allow) {
-    allow_ = std::move(allow);
-    local_cache_.clear();
-    if (!allow_) {
+    members_.Set(std::move(allow));
+    if (!members_.allowlist()) {
       for (const auto& [id, c] : connections_) c->stranger = false;
       return 0;
     }
     std::vector<std::shared_ptr<Connection>> gone;
     for (const auto& [id, c] : connections_) {
-      if (Allowed(c->peer)) {
+      if (members_.Contains(c->peer)) {
         c->stranger = false;
-      } else if (!allow_->strangers_prefix.empty() && !c->used_other_keys) {
+      } else if (members_.StrangersServed() && !c->used_other_keys) {
         c->stranger = true;
       } else {
         gone.push_back(c);
@@ -509,7 +292,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     Standing s;
     s.token_asked = !job_token_.empty();
     s.proven = c.proven;
-    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
+    if (members_.allowlist()) s.strangers_prefix = members_.allowlist()->strangers_prefix;
     s.stranger = c.stranger;
     return s;
   }
@@ -525,7 +308,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       Refuse(c, "stranger",
              fmt::format("store: refused {} from {}: not a host of the job's current round, "
                          "which may use only the rendezvous's keys; {}",
-                         OpName(op), c->peer.to_string(), allow_->widen_hint));
+                         OpName(op), c->peer.to_string(), members_.allowlist()->widen_hint));
     }
   }
 
@@ -596,27 +379,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
     // A nonce is good for one proof: a replay, here or elsewhere, fails.
     std::string nonce = std::exchange(c->auth_nonce, "");
-    std::string_view offer = r.args[2];
-    auto space = offer.find(' ');
-    std::string_view proof = offer.substr(0, space);
-    std::string_view agent_nonce = space == offer.npos ? "" : offer.substr(space + 1);
-    std::string answer;
-    if (nonce.empty() || r.args[1] != nonce) {
-      answer = "refused: no fresh nonce on this connection (a replayed proof?)";
-    } else if (proof.empty()) {
-      answer = "refused: no job token";
-    } else if (!AuthProofMatches(job_token_, nonce, proof)) {
-      answer = "refused: wrong job token";
-    } else {
+    ProofAnswer a = AnswerProof(job_token_, nonce, r.args[1], r.args[2]);
+    std::string o;
+    PutBytes(o, a.answer);
+    c->Send(o);
+    if (a.ok) {
       c->proven = true;
-      std::string o;
-      PutBytes(o, AuthOkAnswer(job_token_, agent_nonce, nonce));
-      c->Send(o);
       return;
     }
-    std::string o;
-    PutBytes(o, answer);
-    c->Send(o);
+    const std::string& answer = a.answer;
     Refuse(c, answer,
            fmt::format("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
                        answer, c->peer.to_string()));
@@ -633,7 +404,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
               const std::string& line) {
     CountRefusal();
     LogRefusal(c->peer, reason, line);
-    if (c->writing || !c->out.empty()) {
+    if (c->Sending()) {
       c->closing = true;
     } else {
       Drop(c, "");
@@ -662,152 +433,47 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
   }
 
-  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
+  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) override {
     if (c->closed) return;
     if (!why.empty()) {
       g_dropped.fetch_add(1, std::memory_order_relaxed);
-      std::error_code ec;
-      auto ep = c->socket.remote_endpoint(ec);
+      asio::ip::address address;
+      std::string name = c->RemoteName(&address);
       // Limited as refusals are: a client that breaks the protocol in a
       // loop costs a line a minute.
-      LogRefusal(ec ? asio::ip::address() : Unmapped(ep.address()), why,
-                 fmt::format("store: dropped client {}: {}",
-                             ec ? std::string("?")
-                                : fmt::format("{}:{}", ep.address().to_string(), ep.port()),
-                             why));
+      LogRefusal(Unmapped(address), why, fmt::format("store: dropped client {}: {}", name, why));
     }
     partial_.Remove(c->id);
     silent_.erase(c->id);
     keys_.Forget(c->id);
-    c->Close();
+    CloseSocket(*c);
     connections_.erase(c->id);
     if (on_disconnect_) {
       asio::post(io_, [cb = on_disconnect_, id = c->id] { cb(id); });
     }
   }
 
-  void Handle(const std::shared_ptr<Connection>& c, Request& r) {
+  // A whole request: admitted (admission.h), then its handler (handlers.h).
+  void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
     bool untrun = false;
     if (!Admitted(c, r, untrun)) return;
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
-    std::string o;
-    auto& a = r.args;
-    switch (r.op) {
-      case Op::kValidate:
-        if (r.word != kValidationMagic) return Drop(c, "bad VALIDATE magic");
-        return;
-      case Op::kPing:
-        PutU32(o, r.word);
-        break;
-      case Op::kSet:
-        keys_.Set(a[0], std::move(a[1]));
-        return;
-      case Op::kCompareSet:
-        PutBytes(o, keys_.CompareSet(a[0], a[1], std::move(a[2])));
-        break;
-      case Op::kGet: {
-        const std::string* v = keys_.Find(a[0]);
-        PutBytes(o, v == nullptr ? std::string_view() : std::string_view(*v));
-        break;
-      }
-      case Op::kAdd: {
-        auto v = keys_.Add(a[0], r.number);
-        if (!v.ok()) return Drop(c, v.status().message());
-        PutI64(o, *v);
-        break;
-      }
-      case Op::kCheck:
-        PutU8(o, keys_.AllExist(a) ? kCheckReady : kCheckNotReady);
-        break;
-      case Op::kWait:
-        if (!keys_.Wait(c->id, a)) return;  // answered by WaitDone
-        PutU8(o, kWaitStopWaiting);
-        break;
-      case Op::kGetNumKeys: {
-        size_t n = untrun ? keys_.CountKeys(IsTrunKey) : keys_.num_keys();
-        PutI64(o, static_cast<int64_t>(n));
-        break;
-      }
-      case Op::kWatchKey:
-        keys_.Watch(c->id, a[0]);
-        PutU8(o, kWatchCallbackRegistered);
-        break;
-      case Op::kDeleteKey:
-        PutI64(o, keys_.Delete(a[0]) ? 1 : 0);
-        break;
-      case Op::kAppend:
-        if (Status st = keys_.Append(a[0], a[1]); !st.ok()) return Drop(c, st.message());
-        return;
-      case Op::kMultiGet: {
-        size_t size = 0;
-        for (auto& k : a) {
-          const std::string* v = keys_.Find(k);
-          size += 8 + (v == nullptr ? 0 : v->size());
-        }
-        if (!c->CanQueue(size)) {
-          return Drop(c, fmt::format("MULTI_GET reply of {} bytes is over the reply limit", size));
-        }
-        o.reserve(size);
-        for (auto& k : a) {
-          const std::string* v = keys_.Find(k);
-          PutBytes(o, v == nullptr ? std::string_view() : std::string_view(*v));
-        }
-        break;
-      }
-      case Op::kMultiSet:
-        for (size_t i = 0; i + 1 < a.size(); i += 2) keys_.Set(a[i], std::move(a[i + 1]));
-        return;
-      case Op::kCancelWait:
-        keys_.CancelWaits(c->id);
-        PutU8(o, kWaitCanceled);
-        break;
-      case Op::kQueuePush:
-        keys_.Push(a[0], std::move(a[1]));
-        return;
-      case Op::kQueuePop: {
-        // i64 items in the queue before the pop; then the item, if any.
-        std::string item;
-        int64_t n = keys_.Pop(a[0], &item);
-        PutI64(o, n);
-        if (n > 0) PutBytes(o, item);
-        break;
-      }
-      case Op::kQueueLen:
-        PutI64(o, keys_.QueueLength(a[0]));
-        break;
-      case Op::kListKeys: {
-        // i64 count, then every key as bytes, in no particular order (torch's
-        // servers walk their hash map too); `init/` included, queues not.
-        // torch's client keeps the keys that start with its prefix "/".
-        // A client without the job token, where the store asks for one, is
-        // not shown trun's keys (admission.h).
-        auto hidden = [untrun](const std::string& key) { return untrun && IsTrunKey(key); };
-        size_t size = 8, n = 0;
-        keys_.ForEachKey([&](const std::string& key) {
-          if (hidden(key)) return;
-          size += 8 + key.size();
-          ++n;
-        });
-        if (!c->CanQueue(size)) {
-          return Drop(c, fmt::format("LIST_KEYS reply of {} bytes is over the reply limit", size));
-        }
-        o.reserve(size);
-        PutI64(o, static_cast<int64_t>(n));
-        keys_.ForEachKey([&](const std::string& key) {
-          if (!hidden(key)) PutBytes(o, key);
-        });
-        break;
-      }
-      case Op::kBarrier: {
-        auto now = keys_.Barrier(c->id, a[0], r.number);
-        if (!now.ok()) return Drop(c, now.status().message());
-        if (!*now || c->closed) return;
-        PutU8(o, kWaitStopWaiting);
-        break;
-      }
-    }
-    c->Send(o);
+    Outcome out = HandleRequest(keys_, r, {c->id, untrun, c->ReplyRoom()});
+    if (out.kind == Outcome::kReply) c->Send(out.bytes);
+    if (out.kind == Outcome::kDrop) Drop(c, out.bytes);
+  }
+
+  bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) override {
+    return JudgePending(c) && HoldPartial(c, arrived);
+  }
+
+  void Spoke(const Connection& c) override { silent_.erase(c.id); }
+
+  // Closes `c`'s socket, counted once.
+  static void CloseSocket(Connection& c) {
+    if (!c.closed) g_closed.fetch_add(1, std::memory_order_relaxed);
+    c.Close();
   }
 
   ServerOptions options_;
@@ -821,9 +487,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
   Keyspace keys_;
   uint64_t last_conn_id_ = 0;
-  std::optional<Allowlist> allow_;
-  std::string job_token_;                              // "" when none is asked for
-  std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
+  Members members_;
+  std::string job_token_;  // "" when none is asked for
   uint64_t refused_ = 0;
   RefusalLimiter refusals_;
   asio::steady_timer partial_sweep_;
