@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 
 #include "store/wire_format.h"
 
@@ -208,18 +209,13 @@ TEST_F(KeyspaceTest, WatchersHearEveryKindOfChange) {
   keys.Set("other", "x");
   ASSERT_EQ(events.watched.size(), 4u);
   const auto& e = events.watched;
-  EXPECT_EQ(e[0].event, kWatchKeyCreated);
-  EXPECT_EQ(e[0].old_value, "");
-  EXPECT_EQ(e[0].new_value, "a");
-  EXPECT_EQ(e[1].event, kWatchKeyUpdated);
-  EXPECT_EQ(e[1].old_value, "a");
-  EXPECT_EQ(e[1].new_value, "b");
-  EXPECT_EQ(e[2].event, kWatchKeyAppended);
-  EXPECT_EQ(e[2].old_value, "b");
-  EXPECT_EQ(e[2].new_value, "bc");
-  EXPECT_EQ(e[3].event, kWatchKeyDeleted);
-  EXPECT_EQ(e[3].old_value, "bc");
-  EXPECT_EQ(e[3].new_value, "");
+  using Event = std::tuple<uint8_t, std::string, std::string>;
+  std::vector<Event> got;
+  for (const auto& w : e) got.emplace_back(w.event, w.old_value, w.new_value);
+  EXPECT_EQ(got, (std::vector<Event>{{kWatchKeyCreated, "", "a"},
+                                     {kWatchKeyUpdated, "a", "b"},
+                                     {kWatchKeyAppended, "b", "bc"},
+                                     {kWatchKeyDeleted, "bc", ""}}));
   auto watchers = e[0].watchers;
   std::sort(watchers.begin(), watchers.end());
   EXPECT_EQ(watchers, (std::vector<uint64_t>{5, 6}));
