@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/net.h"
+#include "common/acceptor.h"
 #include "common/strings.h"
 
 namespace trun::agent {
@@ -168,24 +168,29 @@ std::string EncodeResponse(const HttpResponse& r, bool head_only) {
 class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
  public:
   Impl(asio::io_context& io, Options options, Handler handler)
-      : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io), retry_(io) {}
+      : options_(std::move(options)), handler_(std::move(handler)), io_(io) {}
 
   Status Listen() {
-    TRUN_RETURN_IF_ERROR(ListenTcp(acceptor_, options_.host, options_.port, "health check server"));
-    port_ = acceptor_.local_endpoint().port();
-    Accept();
+    Acceptor::Callbacks cb;
+    cb.open = [this] { return conns_.size(); };
+    cb.make_room = [this] { return MakeRoom(); };
+    cb.refuse = [this](tcp::socket& s, const asio::ip::address&) { Refuse(s); };
+    cb.serve = [this](tcp::socket s, const asio::ip::address&) { Serve(std::move(s)); };
+    auto acceptor = Acceptor::Listen(
+        io_, {options_.host, options_.port, "health check server", options_.max_connections},
+        std::move(cb));
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = std::move(*acceptor);
     return Status::OK();
   }
 
   void Close() {
-    std::error_code ec;
-    acceptor_.close(ec);
-    retry_.cancel();
+    if (acceptor_) acceptor_->Close();
     for (const auto& [seq, c] : conns_) c->Close();
     conns_.clear();
   }
 
-  int port() const { return port_; }
+  int port() const { return acceptor_->port(); }
   const Stats& stats() const { return stats_; }
 
  private:
@@ -278,50 +283,33 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     bool closed = false;
   };
 
-  void Accept() {
-    acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
-      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
-          ec == asio::error::no_memory) {
-        // The client stays in the backlog; accepting again at once would spin.
-        self->retry_.expires_after(std::chrono::milliseconds(100));
-        self->retry_.async_wait([self](std::error_code e) {
-          if (!e && self->acceptor_.is_open()) self->Accept();
-        });
-        return;
-      }
-      if (!ec) self->Admit(std::move(s));
-      self->Accept();
-    });
+  // At the cap, the oldest client that is not being sent a reply (one that
+  // has not finished its request, or has had its reply and not left) makes
+  // room for the newcomer, so that idle clients cannot lock probes out: a
+  // real request arrives in one go and is answered at once.
+  bool MakeRoom() {
+    auto it = std::find_if(conns_.begin(), conns_.end(),
+                           [](const auto& entry) { return !entry.second->writing; });
+    if (it == conns_.end()) return false;
+    ++stats_.evicted;
+    Finish(std::shared_ptr<Conn>(it->second));
+    return true;
   }
 
-  void Admit(tcp::socket s) {
-    if (conns_.size() >= options_.max_connections) {
-      // The oldest client that is not being sent a reply (one that has not
-      // finished its request, or has had its reply and not left) makes room
-      // for the newcomer, so that idle clients cannot lock probes out: a
-      // real request arrives in one go and is answered at once.
-      auto it = std::find_if(conns_.begin(), conns_.end(),
-                             [](const auto& entry) { return !entry.second->writing; });
-      if (it != conns_.end()) {
-        ++stats_.evicted;
-        Finish(std::shared_ptr<Conn>(it->second));
-      }
-    }
-    if (conns_.size() >= options_.max_connections) {
-      // Every slot is sending a reply: told at once, without waiting on the
-      // client (a full socket buffer just loses the 503).
-      ++stats_.rejected;
-      ++stats_.responses[503];
-      std::error_code ec;
-      s.non_blocking(true, ec);
-      HttpResponse busy;
-      busy.status = 503;
-      busy.body = "too many connections\n";
-      asio::write(s, asio::buffer(EncodeResponse(busy, false)), ec);
-      s.close(ec);
-      return;
-    }
+  // Every slot is sending a reply: told at once, without waiting on the
+  // client (a full socket buffer just loses the 503).
+  void Refuse(tcp::socket& s) {
+    ++stats_.rejected;
+    ++stats_.responses[503];
+    std::error_code ec;
+    s.non_blocking(true, ec);
+    HttpResponse busy;
+    busy.status = 503;
+    busy.body = "too many connections\n";
+    asio::write(s, asio::buffer(EncodeResponse(busy, false)), ec);
+  }
+
+  void Serve(tcp::socket s) {
     ++stats_.connections;
     auto c = std::make_shared<Conn>(*this, std::move(s));
     conns_.emplace(c->seq, c);
@@ -346,9 +334,8 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
 
   Options options_;
   Handler handler_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_;
-  int port_ = 0;
+  asio::io_context& io_;
+  std::shared_ptr<Acceptor> acceptor_;
   std::map<uint64_t, std::shared_ptr<Conn>> conns_;  // oldest first
   uint64_t last_seq_ = 0;
   Stats stats_;

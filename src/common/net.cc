@@ -66,6 +66,12 @@ bool IsLocalAddress(const std::string& host) {
   return local;
 }
 
+asio::ip::address Unmapped(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  return a;
+}
+
 Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, int port,
                  std::string_view what) {
   using asio::ip::tcp;

@@ -21,6 +21,10 @@ std::string FqdnHostname();
 // decide which agent hosts the store.
 bool IsLocalAddress(const std::string& host);
 
+// `a`, or the IPv4 address it maps where it is one (an IPv4 peer of a
+// dual-stack socket arrives as ::ffff:a.b.c.d).
+asio::ip::address Unmapped(const asio::ip::address& a);
+
 // Opens, binds (SO_REUSEADDR) and listens `acceptor` on `host`:`port`. ""
 // or "::" is every address, IPv6 and IPv4 at once (IPv4 alone where the
 // kernel has IPv6 off), as torch's libuv store listens; anything else must

@@ -138,4 +138,17 @@ Status CheckJobToken(std::string_view token) {
   return Status::OK();
 }
 
+ProofAnswer AnswerProof(std::string_view token, std::string_view nonce,
+                        std::string_view offered_nonce, std::string_view offer) {
+  auto space = offer.find(' ');
+  std::string_view proof = offer.substr(0, space);
+  std::string_view agent_nonce = space == offer.npos ? "" : offer.substr(space + 1);
+  if (nonce.empty() || offered_nonce != nonce) {
+    return {false, "refused: no fresh nonce on this connection (a replayed proof?)"};
+  }
+  if (proof.empty()) return {false, "refused: no job token"};
+  if (!AuthProofMatches(token, nonce, proof)) return {false, "refused: wrong job token"};
+  return {true, AuthOkAnswer(token, agent_nonce, nonce)};
+}
+
 }  // namespace trun::store

@@ -75,6 +75,18 @@ bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::s
 std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,
                          std::string_view nonce);
 
+// The store's side of the exchange, step 2: `nonce` is the one this
+// connection was given ("" when none is outstanding: a nonce is good for
+// one proof), `offered_nonce` the one the proof names, `offer` the agent's
+// PROOF " " AGENT_NONCE. `answer` is the reply's value: "ok " STORE_PROOF,
+// or "refused: <why>".
+struct ProofAnswer {
+  bool ok = false;
+  std::string answer;
+};
+ProofAnswer AnswerProof(std::string_view token, std::string_view nonce,
+                        std::string_view offered_nonce, std::string_view offer);
+
 class StoreClient;
 
 // The agent's side of the exchange, on a fresh connection to the store that

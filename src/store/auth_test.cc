@@ -30,6 +30,22 @@ TEST(JobToken, CheckJobToken) {
   EXPECT_EQ(CheckJobToken("short").message().find("short"), std::string::npos);
 }
 
+TEST(JobToken, TheStoreAnswersEachProofOnce) {
+  std::string nonce = NewAuthNonce(), agent = NewAuthNonce();
+  std::string offer = AuthProof(kToken, nonce) + " " + agent;
+  ProofAnswer ok = AnswerProof(kToken, nonce, nonce, offer);
+  EXPECT_TRUE(ok.ok);
+  EXPECT_EQ(ok.answer, AuthOkAnswer(kToken, agent, nonce));
+  // No nonce outstanding (used already), or another connection's.
+  EXPECT_EQ(AnswerProof(kToken, "", nonce, offer).answer,
+            "refused: no fresh nonce on this connection (a replayed proof?)");
+  EXPECT_FALSE(AnswerProof(kToken, NewAuthNonce(), nonce, offer).ok);
+  EXPECT_EQ(AnswerProof(kToken, nonce, nonce, " " + agent).answer, "refused: no job token");
+  ProofAnswer wrong = AnswerProof("another-token-0123456789", nonce, nonce, offer);
+  EXPECT_FALSE(wrong.ok);
+  EXPECT_EQ(wrong.answer, "refused: wrong job token");
+}
+
 class JobTokenServerTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -7,18 +7,20 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "common/acceptor.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/strings.h"
 #include "store/admission.h"
 #include "store/auth.h"
+#include "store/connection.h"
 #include "store/encode.h"
+#include "store/handlers.h"
+#include "store/keyspace.h"
 #include "store/pressure.h"
 
 namespace trun::store {
@@ -55,102 +57,50 @@ void ReturnLargeBuffersWhenFreed() {
   [[maybe_unused]] static const int once = mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
-// An IPv4 peer of a dual-stack socket arrives as ::ffff:a.b.c.d.
-asio::ip::address Unmapped(const asio::ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped())
-    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
-  return a;
-}
-
 }  // namespace
 
-bool Network::Contains(const asio::ip::address& a) const {
-  auto x = Unmapped(a);
-  auto n = Unmapped(address);
-  if (x.is_v4() != n.is_v4()) return false;
-  auto bytes_of = [](const asio::ip::address& ad) {
-    std::array<unsigned char, 16> b{};
-    if (ad.is_v4()) {
-      auto v = ad.to_v4().to_bytes();
-      std::copy(v.begin(), v.end(), b.begin());
-    } else {
-      b = ad.to_v6().to_bytes();
-    }
-    return b;
-  };
-  auto xb = bytes_of(x), nb = bytes_of(n);
-  int bits = prefix_length;
-  for (size_t i = 0; bits > 0 && i < xb.size(); ++i, bits -= 8) {
-    unsigned mask = bits >= 8 ? 0xffu : (0xffu << (8 - bits)) & 0xffu;
-    if ((xb[i] & mask) != (nb[i] & mask)) return false;
-  }
-  return true;
-}
-
-Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spec) {
-  if (Trim(spec) == "any") return std::optional<std::vector<Network>>();
-  std::vector<Network> out;
-  for (auto& item : Split(spec, ',')) {
-    std::string part(Trim(item));
-    if (part.empty()) continue;
-    std::string addr = part;
-    int len = -1;  // none given: one address
-    if (auto slash = part.find('/'); slash != std::string::npos) {
-      addr = part.substr(0, slash);
-      auto n = ParseInt(part.substr(slash + 1));
-      if (!n) {
-        return Status::InvalidArgument(
-            fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
-      }
-      len = *n < 0 ? 1000 : static_cast<int>(std::min<long long>(*n, 1000));
-    }
-    std::error_code ec;
-    auto a = asio::ip::make_address(addr, ec);
-    const int max = !ec && a.is_v4() ? 32 : 128;
-    if (ec || len > max) {
-      return Status::InvalidArgument(
-          fmt::format("'{}' is not an address or CIDR (a.b.c.d/N, v6::/N) or 'any'", part));
-    }
-    out.push_back({a, len == -1 ? max : len});
-  }
-  return std::optional<std::vector<Network>>(std::move(out));
-}
-
-class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl> {
+class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>,
+                          public KeyspaceListener,
+                          public ConnectionHost {
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
-        acceptor_(io),
-        accept_retry_(io),
+        io_(io),
+        keys_(*this, options_.limits.max_value_bytes),
         partial_sweep_(io),
         partial_(options_.max_partial_bytes) {}
 
   Status Listen() {
     // As torch's libuv server: "" or "::" is every address over IPv6 and
     // IPv4 at once, or IPv4 alone where the kernel has IPv6 off.
-    TRUN_RETURN_IF_ERROR(ListenTcp(acceptor_, options_.host, options_.port, "store"));
-    port_ = acceptor_.local_endpoint().port();
-    Accept();
+    Acceptor::Callbacks cb;
+    cb.admit = [this](const asio::ip::address& peer) { return AdmitPeer(peer); };
+    cb.open = [this] { return connections_.size(); };
+    cb.make_room = [this] { return MakeRoom(); };
+    cb.refuse = [this](tcp::socket&, const asio::ip::address& peer) { RefuseAtCap(peer); };
+    cb.serve = [this](tcp::socket s, const asio::ip::address& peer) { Serve(std::move(s), peer); };
+    auto acceptor = Acceptor::Listen(
+        io_, {options_.host, options_.port, "store", options_.max_connections}, std::move(cb));
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = std::move(*acceptor);
     return Status::OK();
   }
 
   void Close() {
-    std::error_code ec;
-    acceptor_.close(ec);
-    accept_retry_.cancel();
+    closed_ = true;
+    if (acceptor_) acceptor_->Close();
     partial_sweep_.cancel();
-    for (auto& [id, c] : connections_) c->Close();
+    for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
-    waiters_.clear();
-    watchers_.clear();
+    keys_.ForgetEveryone();
   }
 
-  int port() const { return port_; }
-  size_t num_keys() const { return data_.size(); }
+  int port() const { return acceptor_->port(); }
+  size_t num_keys() const { return keys_.num_keys(); }
   size_t num_connections() const { return connections_.size(); }
-  size_t num_waits() const { return live_waits_; }
+  size_t num_waits() const { return keys_.num_waits(); }
   void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect) {
     observed_prefix_ = std::move(prefix);
     observer_ = std::move(observer);
@@ -158,28 +108,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   std::optional<std::string> Lookup(const std::string& key) const {
-    auto it = data_.find(key);
-    if (it == data_.end()) return std::nullopt;
-    return it->second;
+    const std::string* v = keys_.Find(key);
+    if (v == nullptr) return std::nullopt;
+    return *v;
   }
 
-  size_t EraseAllBut(const std::string& keep_prefix) {
-    size_t erased =
-        std::erase_if(data_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
-    erased +=
-        std::erase_if(queues_, [&](const auto& kv) { return !kv.first.starts_with(keep_prefix); });
-    return erased;
-  }
+  size_t EraseAllBut(const std::string& keep_prefix) { return keys_.EraseAllBut(keep_prefix); }
 
   void LocalSet(const std::string& key, std::string value) {
     current_conn_ = 0;
-    SetValue(key, std::move(value));
+    keys_.Set(key, std::move(value));
   }
 
   std::string LocalCompareSet(const std::string& key, const std::string& expected,
                               std::string desired) {
     current_conn_ = 0;
-    return CompareSet(key, expected, std::move(desired));
+    return keys_.CompareSet(key, expected, std::move(desired));
   }
 
   size_t connection_buffer_bytes() const {
@@ -188,257 +132,73 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return n;
   }
 
-  size_t num_wait_index_entries() const {
-    size_t n = 0;
-    for (const auto& [key, list] : waiters_) n += list.waiters.size();
-    return n;
+  size_t num_wait_index_entries() const { return keys_.num_wait_index_entries(); }
+
+  // KeyspaceListener: what a request did for the other clients.
+  void WaitDone(uint64_t owner) override {
+    auto it = connections_.find(owner);
+    if (it == connections_.end()) return;
+    std::string o;
+    PutU8(o, kWaitStopWaiting);
+    it->second->Send(o);
+  }
+
+  void Watched(const std::vector<uint64_t>& watchers, uint8_t event, const std::string& key,
+               std::string_view old_value, std::string_view new_value) override {
+    std::string o;
+    PutU8(o, event);
+    PutBytes(o, key);
+    PutBytes(o, old_value);
+    PutBytes(o, new_value);
+    for (uint64_t id : watchers) {
+      // A send may drop another watcher's connection: look each one up.
+      auto it = connections_.find(id);
+      if (it != connections_.end()) it->second->Send(o);
+    }
+  }
+
+  // Tells the observer, after the request that made the change has been
+  // handled: it may then change keys itself without re-entering a handler.
+  void Changed(const std::string& key, const std::string& value) override {
+    if (!observer_ || !key.starts_with(observed_prefix_)) return;
+    asio::post(io_, [cb = observer_, conn = current_conn_, key, value] { cb(conn, key, value); });
   }
 
  private:
-  struct Connection;
-
-  // One WAIT still missing some of its keys. It sits in the index under each
-  // key it misses, and in its connection's list, until it is answered,
-  // cancelled or its connection goes.
-  struct Waiter {
-    std::weak_ptr<Connection> conn;
-    std::vector<std::string> keys;  // the keys it missed on arrival
-    size_t missing = 0;
-    bool done = false;
-  };
-  // The waiters of one key. Cancelled waiters are not searched for and
-  // erased one by one (a WAIT of 100K ranks on one key, all cancelled, would
-  // be quadratic); they are counted, and the list is compacted when half of
-  // it is dead, which keeps both time and memory linear.
-  struct WaitList {
-    std::vector<std::shared_ptr<Waiter>> waiters;
-    size_t dead = 0;
-  };
-
-  struct Connection : std::enable_shared_from_this<Connection> {
-    Connection(Impl& server, tcp::socket s)
-        : server(server),
-          keep_server(server.shared_from_this()),
-          socket(std::move(s)),
-          parser(server.options_.limits),
-          id(++server.last_conn_id_) {}
-
-    void Start() {
-      // A read that fills the small buffer is followed by reads that must
-      // fail rather than wait when the socket is empty (OnBytes).
-      std::error_code ec;
-      socket.non_blocking(true, ec);
-      Read();
-    }
-
-    void Read() {
-      socket.async_read_some(asio::buffer(buf, sizeof buf),
-                             [self = shared_from_this()](std::error_code ec, size_t n) {
-                               if (ec) return self->OnReadError(ec);
-                               self->OnBytes(n);
-                             });
-    }
-
-    void OnReadError(std::error_code ec) {
-      bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
-                   ec == asio::error::connection_reset;
-      server.Drop(shared_from_this(), quiet ? "" : ec.message());
-    }
-
-    // Each connection reads into a small buffer of its own: an idle one
-    // then holds little, which is what thousands of them mostly are. A read
-    // that filled it may have left more behind; that is read at once
-    // through the server's large buffer until the socket is empty, or for
-    // at most 16 of those reads (1 MiB) before the other connections get
-    // their turn.
-    void OnBytes(size_t n) {
-      if (!Consume(buf, n)) return;
-      bool more = n == sizeof buf;
-      for (int turn = 0; more && turn < 16; ++turn) {
-        std::error_code ec;
-        size_t k = socket.read_some(asio::buffer(server.read_buf_), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-        if (ec) return OnReadError(ec);
-        if (!Consume(server.read_buf_.data(), k)) return;
-        more = k == server.read_buf_.size();
-      }
-      Read();
-    }
-
-    // Parses and handles what arrived; false when the connection is gone.
-    bool Consume(const char* data, size_t n) {
-      if (closed || closing) return false;
-      if (!spoke) {
-        spoke = true;
-        server.silent_.erase(id);
-      }
-      if (!parser.Append(data, n)) {
-        server.Drop(shared_from_this(), parser.error());
-        return false;
-      }
-      Request req;
-      while (true) {
-        auto r = parser.Next(&req);
-        if (r == RequestParser::Result::kNeedMore) break;
-        if (r == RequestParser::Result::kError) {
-          server.Drop(shared_from_this(), parser.error());
-          return false;
-        }
-        judged_args = 0;
-        server.Handle(shared_from_this(), req);
-        if (closed || closing) return false;
-      }
-      return server.JudgePending(shared_from_this()) && server.HoldPartial(shared_from_this(), n);
-    }
-
-    // Whether `n` more reply bytes fit under the limit on what a connection
-    // may have queued. Replies whose size a client chooses (MULTI_GET of one
-    // large value many times, LIST_KEYS of a large store) are checked with it
-    // before they are built, so that they are never allocated whole.
-    bool CanQueue(size_t n) const {
-      size_t queued = out.size() + sending.size();
-      return n <= server.options_.max_pending_reply_bytes &&
-             queued <= server.options_.max_pending_reply_bytes - n;
-    }
-
-    // Queues reply bytes; one write is in flight at a time, and everything
-    // queued meanwhile goes out in the next one.
-    void Send(std::string_view bytes) {
-      if (closed) return;
-      if (!CanQueue(bytes.size())) {
-        return server.Drop(shared_from_this(), "too many unread replies");
-      }
-      out.append(bytes);
-      if (!writing) Flush();
-    }
-
-    void Flush() {
-      if (out.empty() || closed) return;
-      writing = true;
-      sending.swap(out);
-      out.clear();
-      asio::async_write(
-          socket, asio::buffer(sending), [self = shared_from_this()](std::error_code ec, size_t) {
-            self->writing = false;
-            self->sending.clear();
-            if (self->sending.capacity() > kKeepBufferBytes) std::string().swap(self->sending);
-            if (ec) {
-              bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
-                           ec == asio::error::connection_reset;
-              return self->server.Drop(self, quiet ? "" : ec.message());
-            }
-            if (self->closing && self->out.empty()) return self->server.Drop(self, "");
-            self->Flush();
-          });
-    }
-
-    void Close() {
-      if (closed) return;
-      closed = true;
-      g_closed.fetch_add(1, std::memory_order_relaxed);
-      std::error_code ec;
-      socket.shutdown(tcp::socket::shutdown_both, ec);
-      socket.close(ec);
-    }
-
-    // What this connection's buffers hold, capacity included.
-    size_t BufferBytes() const {
-      return sizeof buf + parser.allocated() + out.capacity() + sending.capacity();
-    }
-
-    Impl& server;
-    // Handlers still queued after the server is destroyed must find it.
-    std::shared_ptr<Impl> keep_server;
-    tcp::socket socket;
-    RequestParser parser;
-    const uint64_t id;
-    char buf[512];
-    std::string out, sending;
-    bool writing = false;
-    bool closed = false;
-    // Refused: its last answer is on its way, then it is closed, and
-    // nothing more it sent is read.
-    bool closing = false;
-    asio::ip::address peer;                      // where it comes from, set at accept
-    bool stranger = false;                       // kept to the allowlist's strangers_prefix
-    bool used_other_keys = false;                // a request outside that prefix
-    std::string auth_nonce;                      // the job token's nonce, until used
-    bool proven = false;                         // showed the job token (auth.h)
-    std::vector<std::shared_ptr<Waiter>> waits;  // this connection's WAITs
-    std::vector<std::string> watched;            // v1 WATCH_KEY registrations
-    size_t judged_args = 0;                      // args of the unfinished request already judged
-    bool spoke = false;                          // sent a byte since accept
-  };
-
-  void Accept() {
-    acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
-      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      if (!ec) {
-        self->out_of_descriptors_ = false;
-        std::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);
-        auto c = std::make_shared<Connection>(*self, std::move(s));
-        if (!self->AdmitPeer(*c) || !self->MakeRoom(*c)) return self->Accept();
-        self->connections_.emplace(c->id, c);
-        self->silent_.insert(c->id);
-        g_accepted.fetch_add(1, std::memory_order_relaxed);
-        c->Start();
-        return self->Accept();
-      }
-      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
-          ec == asio::error::no_memory) {
-        // The pending connection stays in the backlog; accepting again at
-        // once would spin. Wait for a client to leave, log once per episode.
-        if (!self->out_of_descriptors_) {
-          log::Warning("store: cannot accept a client: {}; raise the open-file limit (ulimit -n)",
-                       ec.message());
-          self->out_of_descriptors_ = true;
-        }
-        self->accept_retry_.expires_after(std::chrono::milliseconds(100));
-        self->accept_retry_.async_wait([self](std::error_code e) {
-          if (!e && self->acceptor_.is_open()) self->Accept();
-        });
-        return;
-      }
-      self->Accept();  // e.g. a client that reset before we accepted it
-    });
-  }
-
-  // The accept handler's check, before any byte is read: where `c` comes
-  // from, whether it may stay, and whether it is kept to the strangers'
-  // prefix.
-  bool AdmitPeer(Connection& c) {
-    std::error_code ec;
-    auto ep = c.socket.remote_endpoint(ec);
-    if (ec) {
-      c.Close();
-      return false;
-    }
-    c.peer = Unmapped(ep.address());
-    if (!allow_ || Allowed(c.peer)) return true;
-    if (!allow_->strangers_prefix.empty()) {
-      c.stranger = true;
-      return true;
-    }
+  // The accept handler's check, before any byte is read: whether a client
+  // from `peer` may stay (kept to the strangers' prefix or not).
+  bool AdmitPeer(const asio::ip::address& peer) {
+    if (members_.Contains(peer) || members_.StrangersServed()) return true;
     CountRefusal();
-    LogRefusal(c.peer, "accept",
+    LogRefusal(peer, "accept",
                fmt::format("store: refused a client from {}: not a host of the job's current "
                            "round; {}",
-                           c.peer.to_string(), allow_->widen_hint));
-    // Never counted as accepted, so not as closed either.
-    c.closed = true;
-    c.socket.close(ec);
+                           peer.to_string(), members_.allowlist()->widen_hint));
     return false;
   }
 
+  void Serve(tcp::socket s, const asio::ip::address& peer) {
+    std::error_code ignored;
+    s.set_option(tcp::no_delay(true), ignored);
+    auto c =
+        std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
+                                     options_.max_pending_reply_bytes, ++last_conn_id_, read_buf_);
+    c->peer = peer;
+    c->stranger = !members_.Contains(peer);
+    connections_.emplace(c->id, c);
+    silent_.insert(c->id);
+    g_accepted.fetch_add(1, std::memory_order_relaxed);
+    c->Start();
+  }
+
   // At the connection cap: the oldest connection that has sent nothing
-  // yet gives way to `c`; where every connection has spoken, `c` is closed.
+  // yet gives way to the newcomer; where every connection has spoken, it is
+  // closed (RefuseAtCap).
   // Torch's own clients speak at once (2.x) or at their first request
   // (1.13, whose second, watching connection stays silent: only a flood
   // that fills the cap can close it, where it would otherwise meet EMFILE
   // with everyone else).
-  bool MakeRoom(Connection& c) {
-    if (connections_.size() < options_.max_connections) return true;
+  bool MakeRoom() {
     if (!silent_.empty()) {
       auto oldest = connections_.find(*silent_.begin());
       if (oldest != connections_.end()) {
@@ -449,44 +209,29 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         return true;
       }
     }
-    CountRefusal();
-    LogRefusal(c.peer, "cap",
-               fmt::format("store: refused a client from {}: {} connections, the store's cap, "
-                           "all in use; raise the open-file limit (ulimit -n)",
-                           c.peer.to_string(), options_.max_connections));
-    c.closed = true;
-    std::error_code ec;
-    c.socket.close(ec);
     return false;
   }
 
-  bool Allowed(const asio::ip::address& a) {
-    for (const auto& n : allow_->networks) {
-      if (n.Contains(a)) return true;
-    }
-    if (!allow_->local_always) return false;
-    if (a.is_loopback()) return true;
-    // This host's own addresses (a worker here that reached the store
-    // through MASTER_ADDR's non-loopback address). Looked up once per peer
-    // address until the list changes.
-    auto [it, fresh] = local_cache_.try_emplace(a.to_string(), false);
-    if (fresh) it->second = IsLocalAddress(it->first);
-    return it->second;
+  void RefuseAtCap(const asio::ip::address& peer) {
+    CountRefusal();
+    LogRefusal(peer, "cap",
+               fmt::format("store: refused a client from {}: {} connections, the store's cap, "
+                           "all in use; raise the open-file limit (ulimit -n)",
+                           peer.to_string(), options_.max_connections));
   }
 
  public:
   size_t SetAllowlist(std::optional<Allowlist> allow) {
-    allow_ = std::move(allow);
-    local_cache_.clear();
-    if (!allow_) {
+    members_.Set(std::move(allow));
+    if (!members_.allowlist()) {
       for (const auto& [id, c] : connections_) c->stranger = false;
       return 0;
     }
     std::vector<std::shared_ptr<Connection>> gone;
     for (const auto& [id, c] : connections_) {
-      if (Allowed(c->peer)) {
+      if (members_.Contains(c->peer)) {
         c->stranger = false;
-      } else if (!allow_->strangers_prefix.empty() && !c->used_other_keys) {
+      } else if (members_.StrangersServed() && !c->used_other_keys) {
         c->stranger = true;
       } else {
         gone.push_back(c);
@@ -547,7 +292,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     Standing s;
     s.token_asked = !job_token_.empty();
     s.proven = c.proven;
-    if (allow_) s.strangers_prefix = allow_->strangers_prefix;
+    if (members_.allowlist()) s.strangers_prefix = members_.allowlist()->strangers_prefix;
     s.stranger = c.stranger;
     return s;
   }
@@ -563,7 +308,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       Refuse(c, "stranger",
              fmt::format("store: refused {} from {}: not a host of the job's current round, "
                          "which may use only the rendezvous's keys; {}",
-                         OpName(op), c->peer.to_string(), allow_->widen_hint));
+                         OpName(op), c->peer.to_string(), members_.allowlist()->widen_hint));
     }
   }
 
@@ -612,7 +357,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.expires_after(std::chrono::seconds(1));
     partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
       self->partial_sweep_armed_ = false;
-      if (ec || !self->acceptor_.is_open()) return;
+      if (ec || self->closed_) return;
       for (uint64_t id : self->partial_.Stalled(Clock::now())) {
         auto it = self->connections_.find(id);
         if (it == self->connections_.end()) {
@@ -634,27 +379,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
     // A nonce is good for one proof: a replay, here or elsewhere, fails.
     std::string nonce = std::exchange(c->auth_nonce, "");
-    std::string_view offer = r.args[2];
-    auto space = offer.find(' ');
-    std::string_view proof = offer.substr(0, space);
-    std::string_view agent_nonce = space == offer.npos ? "" : offer.substr(space + 1);
-    std::string answer;
-    if (nonce.empty() || r.args[1] != nonce) {
-      answer = "refused: no fresh nonce on this connection (a replayed proof?)";
-    } else if (proof.empty()) {
-      answer = "refused: no job token";
-    } else if (!AuthProofMatches(job_token_, nonce, proof)) {
-      answer = "refused: wrong job token";
-    } else {
+    ProofAnswer a = AnswerProof(job_token_, nonce, r.args[1], r.args[2]);
+    std::string o;
+    PutBytes(o, a.answer);
+    c->Send(o);
+    if (a.ok) {
       c->proven = true;
-      std::string o;
-      PutBytes(o, AuthOkAnswer(job_token_, agent_nonce, nonce));
-      c->Send(o);
       return;
     }
-    std::string o;
-    PutBytes(o, answer);
-    c->Send(o);
+    const std::string& answer = a.answer;
     Refuse(c, answer,
            fmt::format("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
                        answer, c->peer.to_string()));
@@ -671,7 +404,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
               const std::string& line) {
     CountRefusal();
     LogRefusal(c->peer, reason, line);
-    if (c->writing || !c->out.empty()) {
+    if (c->Sending()) {
       c->closing = true;
     } else {
       Drop(c, "");
@@ -700,364 +433,47 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
   }
 
-  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) {
+  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) override {
     if (c->closed) return;
     if (!why.empty()) {
       g_dropped.fetch_add(1, std::memory_order_relaxed);
-      std::error_code ec;
-      auto ep = c->socket.remote_endpoint(ec);
+      asio::ip::address address;
+      std::string name = c->RemoteName(&address);
       // Limited as refusals are: a client that breaks the protocol in a
       // loop costs a line a minute.
-      LogRefusal(ec ? asio::ip::address() : Unmapped(ep.address()), why,
-                 fmt::format("store: dropped client {}: {}",
-                             ec ? std::string("?")
-                                : fmt::format("{}:{}", ep.address().to_string(), ep.port()),
-                             why));
+      LogRefusal(Unmapped(address), why, fmt::format("store: dropped client {}: {}", name, why));
     }
     partial_.Remove(c->id);
     silent_.erase(c->id);
-    RetireWaits(*c);
-    for (auto& key : c->watched) {
-      auto it = watchers_.find(key);
-      if (it == watchers_.end()) continue;
-      it->second.erase(c.get());
-      if (it->second.empty()) watchers_.erase(it);
-    }
-    c->watched.clear();
-    c->Close();
+    keys_.Forget(c->id);
+    CloseSocket(*c);
     connections_.erase(c->id);
     if (on_disconnect_) {
-      asio::post(acceptor_.get_executor(), [cb = on_disconnect_, id = c->id] { cb(id); });
+      asio::post(io_, [cb = on_disconnect_, id = c->id] { cb(id); });
     }
   }
 
-  bool Exists(const std::string& key) const {
-    if (data_.count(key)) return true;
-    auto q = queues_.find(key);
-    return q != queues_.end() && !q->second.empty();
-  }
-
-  // A waiter whose keys all exist: answer it.
-  void Complete(const std::shared_ptr<Waiter>& w) {
-    w->done = true;
-    --live_waits_;
-    if (auto c = w->conn.lock()) {
-      std::erase(c->waits, w);
-      std::string o;
-      PutU8(o, kWaitStopWaiting);
-      c->Send(o);
-    }
-  }
-
-  // CANCEL_WAIT or a closed connection: its waiters will never be answered.
-  void RetireWaits(Connection& c) {
-    for (auto& w : c.waits) {
-      if (w->done) continue;
-      w->done = true;
-      --live_waits_;
-      for (const auto& key : w->keys) {
-        auto it = waiters_.find(key);
-        if (it == waiters_.end()) continue;
-        WaitList& list = it->second;
-        if (++list.dead * 2 < list.waiters.size()) continue;
-        std::erase_if(list.waiters, [](const auto& x) { return x->done; });
-        list.dead = 0;
-        if (list.waiters.empty()) waiters_.erase(it);
-      }
-    }
-    c.waits.clear();
-  }
-
-  // A key appeared or changed: every WAIT that was missing it has one key
-  // fewer to wait for.
-  void WakeWaiters(const std::string& key) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) return;
-    auto list = std::move(it->second.waiters);
-    waiters_.erase(it);
-    // Sending may drop a connection, which retires its waiters: they are
-    // then marked done here and skipped; the list is ours, not the index's.
-    for (auto& w : list) {
-      if (w->done || --w->missing > 0) continue;
-      Complete(w);
-    }
-  }
-
-  // QUEUE_PUSH: one item can satisfy one blocking pop, so, as torch, wake
-  // the first waiter this completes and leave the rest waiting.
-  void WakeOneWaiter(const std::string& key) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) return;
-    auto& list = it->second.waiters;
-    std::shared_ptr<Waiter> woken;
-    size_t i = 0;
-    while (i < list.size() && !woken) {
-      auto& w = list[i++];
-      if (w->done) continue;
-      if (--w->missing == 0) woken = w;
-    }
-    list.erase(list.begin(), list.begin() + static_cast<ptrdiff_t>(i));
-    it->second.dead = std::min(it->second.dead, list.size());
-    if (list.empty()) waiters_.erase(it);
-    // The index is settled before the reply, which may drop a connection.
-    if (woken) Complete(woken);
-  }
-
-  void NotifyWatchers(const std::string& key, uint8_t event, std::string_view old_value,
-                      std::string_view new_value) {
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return;
-    std::string o;
-    PutU8(o, event);
-    PutBytes(o, key);
-    PutBytes(o, old_value);
-    PutBytes(o, new_value);
-    // A send may drop its connection and so change the set: copy it first.
-    std::vector<std::shared_ptr<Connection>> targets;
-    for (Connection* c : it->second) targets.push_back(c->shared_from_this());
-    for (auto& c : targets) c->Send(o);
-  }
-
-  void SetValue(const std::string& key, std::string value) {
-    auto it = data_.find(key);
-    bool created = it == data_.end();
-    if (!watchers_.empty()) {
-      NotifyWatchers(key, created ? kWatchKeyCreated : kWatchKeyUpdated,
-                     created ? std::string_view() : std::string_view(it->second), value);
-    }
-    data_[key] = std::move(value);
-    WakeWaiters(key);
-    Notify(key);
-  }
-
-  // Tells the observer, after the request that made the change has been
-  // handled: it may then change keys itself without re-entering a handler.
-  void Notify(const std::string& key) {
-    if (!observer_ || !key.starts_with(observed_prefix_)) return;
-    asio::post(acceptor_.get_executor(), [cb = observer_, conn = current_conn_, key,
-                                          value = data_[key]] { cb(conn, key, value); });
-  }
-
-  std::string CompareSet(const std::string& key, const std::string& expected, std::string desired) {
-    auto it = data_.find(key);
-    if (it == data_.end()) {
-      if (!expected.empty()) return expected;
-      std::string result = desired;
-      SetValue(key, std::move(desired));
-      return result;
-    }
-    if (it->second == expected) SetValue(key, std::move(desired));
-    return data_[key];
-  }
-
-  // BARRIER, as torch's servers do it: the key holds a count of arrivals as
-  // decimal ASCII, as ADD keeps it. The arrival that brings it to the world
-  // size is answered at once and wakes every waiter of the key; an earlier
-  // one waits on the key like a WAIT, and is answered by that wake-up (or by
-  // a SET of the key, as in torch, where the two share one index), or gives
-  // up with CANCEL_WAIT. The earlier arrivals wake nobody: a WAIT on the key
-  // itself would otherwise release the barrier's own waiters. Returns true
-  // when this arrival is to be answered now; false when it waits or when
-  // its connection was dropped.
-  bool Barrier(const std::shared_ptr<Connection>& c, const std::string& key, int64_t world_size) {
-    auto it = data_.find(key);
-    int64_t count = 1;
-    if (it != data_.end()) {
-      auto cur = ParseInt(it->second);
-      if (!cur) {
-        Drop(c, fmt::format("BARRIER on non-integer key '{}'", key));
-        return false;
-      }
-      count = static_cast<int64_t>(static_cast<uint64_t>(*cur) + 1);
-    }
-    data_[key] = std::to_string(count);
-    Notify(key);
-    if (count >= world_size) {
-      WakeWaiters(key);
-      return !c->closed;
-    }
-    auto w = std::make_shared<Waiter>();
-    w->conn = c;
-    w->missing = 1;
-    w->keys.push_back(key);
-    waiters_[key].waiters.push_back(w);
-    c->waits.push_back(std::move(w));
-    ++live_waits_;
-    return false;
-  }
-
-  void Handle(const std::shared_ptr<Connection>& c, Request& r) {
+  // A whole request: admitted (admission.h), then its handler (handlers.h).
+  void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
     bool untrun = false;
     if (!Admitted(c, r, untrun)) return;
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
-    std::string o;
-    auto& a = r.args;
-    switch (r.op) {
-      case Op::kValidate:
-        if (r.word != kValidationMagic) return Drop(c, "bad VALIDATE magic");
-        return;
-      case Op::kPing:
-        PutU32(o, r.word);
-        break;
-      case Op::kSet:
-        SetValue(a[0], std::move(a[1]));
-        return;
-      case Op::kCompareSet:
-        PutBytes(o, CompareSet(a[0], a[1], std::move(a[2])));
-        break;
-      case Op::kGet: {
-        auto it = data_.find(a[0]);
-        PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
-        break;
-      }
-      case Op::kAdd: {
-        auto it = data_.find(a[0]);
-        int64_t v = r.number;
-        if (it != data_.end()) {
-          auto cur = ParseInt(it->second);
-          if (!cur) return Drop(c, fmt::format("ADD to non-integer key '{}'", a[0]));
-          v = static_cast<int64_t>(static_cast<uint64_t>(*cur) + static_cast<uint64_t>(v));
-        }
-        SetValue(a[0], std::to_string(v));
-        PutI64(o, v);
-        break;
-      }
-      case Op::kCheck: {
-        bool all = true;
-        for (auto& k : a) all = all && Exists(k);
-        PutU8(o, all ? kCheckReady : kCheckNotReady);
-        break;
-      }
-      case Op::kWait: {
-        auto w = std::make_shared<Waiter>();
-        w->conn = c;
-        for (auto& k : a) {
-          if (!Exists(k)) {
-            ++w->missing;
-            waiters_[k].waiters.push_back(w);
-            w->keys.push_back(std::move(k));
-          }
-        }
-        if (w->missing > 0) {
-          c->waits.push_back(std::move(w));
-          ++live_waits_;
-          return;  // answered by WakeWaiters
-        }
-        PutU8(o, kWaitStopWaiting);
-        break;
-      }
-      case Op::kGetNumKeys: {
-        size_t n = data_.size();
-        if (untrun) {
-          n -= static_cast<size_t>(std::count_if(
-              data_.begin(), data_.end(), [](const auto& kv) { return IsTrunKey(kv.first); }));
-        }
-        PutI64(o, static_cast<int64_t>(n));
-        break;
-      }
-      case Op::kWatchKey:
-        watchers_[a[0]].insert(c.get());
-        c->watched.push_back(a[0]);
-        PutU8(o, kWatchCallbackRegistered);
-        break;
-      case Op::kDeleteKey: {
-        auto it = data_.find(a[0]);
-        bool found = it != data_.end();
-        if (found) {
-          std::string old = std::move(it->second);
-          data_.erase(it);
-          if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyDeleted, old, "");
-        }
-        PutI64(o, found ? 1 : 0);
-        break;
-      }
-      case Op::kAppend: {
-        auto it = data_.find(a[0]);
-        if (it != data_.end() &&
-            it->second.size() + a[1].size() > options_.limits.max_value_bytes) {
-          return Drop(c, fmt::format("APPEND would grow '{}' over the value limit", a[0]));
-        }
-        std::string old = it == data_.end() ? std::string() : it->second;
-        std::string& v = data_[a[0]];
-        v += a[1];
-        if (!watchers_.empty()) NotifyWatchers(a[0], kWatchKeyAppended, old, v);
-        WakeWaiters(a[0]);
-        Notify(a[0]);
-        return;
-      }
-      case Op::kMultiGet: {
-        size_t size = 0;
-        for (auto& k : a) {
-          auto it = data_.find(k);
-          size += 8 + (it == data_.end() ? 0 : it->second.size());
-        }
-        if (!c->CanQueue(size)) {
-          return Drop(c, fmt::format("MULTI_GET reply of {} bytes is over the reply limit", size));
-        }
-        o.reserve(size);
-        for (auto& k : a) {
-          auto it = data_.find(k);
-          PutBytes(o, it == data_.end() ? std::string_view() : std::string_view(it->second));
-        }
-        break;
-      }
-      case Op::kMultiSet:
-        for (size_t i = 0; i + 1 < a.size(); i += 2) SetValue(a[i], std::move(a[i + 1]));
-        return;
-      case Op::kCancelWait:
-        RetireWaits(*c);
-        PutU8(o, kWaitCanceled);
-        break;
-      case Op::kQueuePush:
-        queues_[a[0]].push_back(std::move(a[1]));
-        WakeOneWaiter(a[0]);
-        return;
-      case Op::kQueuePop: {
-        // i64 items in the queue before the pop; then the item, if any.
-        auto it = queues_.find(a[0]);
-        int64_t n = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
-        PutI64(o, n);
-        if (n > 0) {
-          PutBytes(o, it->second.front());
-          it->second.pop_front();
-          if (it->second.empty()) queues_.erase(it);
-        }
-        break;
-      }
-      case Op::kQueueLen: {
-        auto it = queues_.find(a[0]);
-        PutI64(o, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
-        break;
-      }
-      case Op::kListKeys: {
-        // i64 count, then every key as bytes, in no particular order (torch's
-        // servers walk their hash map too); `init/` included, queues not.
-        // torch's client keeps the keys that start with its prefix "/".
-        // A client without the job token, where the store asks for one, is
-        // not shown trun's keys (admission.h).
-        size_t size = 8, n = 0;
-        for (const auto& [key, value] : data_) {
-          if (untrun && IsTrunKey(key)) continue;
-          size += 8 + key.size();
-          ++n;
-        }
-        if (!c->CanQueue(size)) {
-          return Drop(c, fmt::format("LIST_KEYS reply of {} bytes is over the reply limit", size));
-        }
-        o.reserve(size);
-        PutI64(o, static_cast<int64_t>(n));
-        for (const auto& [key, value] : data_) {
-          if (!(untrun && IsTrunKey(key))) PutBytes(o, key);
-        }
-        break;
-      }
-      case Op::kBarrier:
-        if (!Barrier(c, a[0], r.number)) return;
-        PutU8(o, kWaitStopWaiting);
-        break;
-    }
-    c->Send(o);
+    Outcome out = HandleRequest(keys_, r, {c->id, untrun, c->ReplyRoom()});
+    if (out.kind == Outcome::kReply) c->Send(out.bytes);
+    if (out.kind == Outcome::kDrop) Drop(c, out.bytes);
+  }
+
+  bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) override {
+    return JudgePending(c) && HoldPartial(c, arrived);
+  }
+
+  void Spoke(const Connection& c) override { silent_.erase(c.id); }
+
+  // Closes `c`'s socket, counted once.
+  static void CloseSocket(Connection& c) {
+    if (!c.closed) g_closed.fetch_add(1, std::memory_order_relaxed);
+    c.Close();
   }
 
   ServerOptions options_;
@@ -1065,20 +481,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // one thread, and the bytes are copied into the parser before anything
   // else runs.
   std::array<char, 64 * 1024> read_buf_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer accept_retry_;
-  bool out_of_descriptors_ = false;
-  int port_ = 0;
-  size_t live_waits_ = 0;
+  asio::io_context& io_;
+  std::shared_ptr<Acceptor> acceptor_;
+  bool closed_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
-  std::unordered_map<std::string, std::string> data_;
-  std::unordered_map<std::string, std::deque<std::string>> queues_;
-  std::unordered_map<std::string, WaitList> waiters_;
-  std::unordered_map<std::string, std::unordered_set<Connection*>> watchers_;
+  Keyspace keys_;
   uint64_t last_conn_id_ = 0;
-  std::optional<Allowlist> allow_;
-  std::string job_token_;                              // "" when none is asked for
-  std::unordered_map<std::string, bool> local_cache_;  // peer -> one of ours
+  Members members_;
+  std::string job_token_;  // "" when none is asked for
   uint64_t refused_ = 0;
   RefusalLimiter refusals_;
   asio::steady_timer partial_sweep_;

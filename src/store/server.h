@@ -4,11 +4,13 @@
 //
 // It runs on the caller's asio io_context: the agent hosts it on its own
 // event loop, `trun store` on a loop of its own. Every connection is a small
-// state machine: bytes -> RequestParser -> handler -> queued reply. WAIT is
-// answered when its last key appears; waiters are indexed by key, so a SET
-// touches only its own waiters. Limits (parser.h) bound what one connection
-// may make the server hold; a client that breaks the protocol or a limit is
-// dropped with one log line and nobody else notices.
+// state machine: bytes -> RequestParser -> admission -> handler -> queued
+// reply (connection.h, admission.h, handlers.h). What the store holds, and
+// the WAITs, barriers and watchers that its changes wake, is the keyspace's
+// (keyspace.h): waiters are indexed by key, so a SET touches only its own
+// waiters. The accept loop is common/acceptor.h. Limits (parser.h) bound
+// what one connection may make the server hold; a client that breaks the
+// protocol or a limit is dropped with one log line and nobody else notices.
 //
 // A request is judged by the admission rule (admission.h) as soon as its
 // keys are parsed, before its value is read. Requests not yet whole are
@@ -32,38 +34,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "store/allowlist.h"
 #include "store/parser.h"
 
 namespace trun::store {
-
-// Who may use a store: torch's clients carry no credential, so the store
-// tells its own job's hosts from others by their address. The peer address
-// a connection comes from is checked in the accept handler, before any of
-// its bytes are read.
-struct Network {
-  asio::ip::address address;
-  int prefix_length = 0;  // 32 or 128: one address
-  bool Contains(const asio::ip::address& a) const;
-};
-// "any" -> nullopt (everyone); otherwise a comma-separated list of CIDRs or
-// addresses ("10.0.0.0/8,192.168.1.7"), as TRUN_STORE_ALLOW takes them. An
-// InvalidArgument names what is wrong.
-Result<std::optional<std::vector<Network>>> ParseNetworks(const std::string& spec);
-
-struct Allowlist {
-  // The hosts served in full; loopback and this host's own addresses too
-  // while local_always (tests turn it off, to be refused over loopback).
-  std::vector<Network> networks;
-  bool local_always = true;
-  // "": anyone else is refused at accept, with one log line. Otherwise
-  // anyone else is served only requests whose every key starts with this
-  // (a rendezvous's join traffic) and is dropped at the first other one;
-  // requests that read the whole store (NUM_KEYS, LIST_KEYS) and BARRIER,
-  // which no join sends, are refused to them too (admission.h).
-  std::string strangers_prefix;
-  // Named in the log line of a refusal: how to widen the list.
-  std::string widen_hint = "the allowlist of whoever started this store widens it";
-};
 
 struct ServerOptions {
   // "" or "::": every address, IPv6 and IPv4 (falls back to 0.0.0.0 where

@@ -1,0 +1,99 @@
+// Connection: one client of the store, as bytes on a socket. It reads into
+// a small buffer of its own, feeds the RequestParser, hands each whole
+// request to its ConnectionHost (the server), and queues the replies, one
+// write in flight at a time. What a request means, and whether it is
+// allowed, is the host's business; this file only moves bytes.
+//
+// Thread-safety: every method, and every handler it starts, runs on the
+// io_context's one thread.
+#pragma once
+
+#include <array>
+#include <asio.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "store/parser.h"
+
+namespace trun::store {
+
+class Connection;
+
+// What a Connection needs of the server that accepted it.
+class ConnectionHost {
+ public:
+  virtual ~ConnectionHost() = default;
+  // A whole request arrived.
+  virtual void Handle(const std::shared_ptr<Connection>& c, Request& r) = 0;
+  // After each read, once its whole requests were handled: `arrived` bytes
+  // came. False when `c` was closed (its unfinished request refused, or
+  // over the budget of unfinished requests).
+  virtual bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) = 0;
+  // Closes `c` and forgets it; `why` ("" for an ordinary end) is logged.
+  virtual void Drop(const std::shared_ptr<Connection>& c, const std::string& why) = 0;
+  // The first byte `c` sent since accept.
+  virtual void Spoke(const Connection& c) = 0;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // `read_buf`: shared by every connection of the server for the reads
+  // after a full small buffer; one thread, and the bytes are copied into
+  // the parser before anything else runs. `keep_host` keeps the host alive
+  // for handlers still queued after the server is destroyed.
+  Connection(std::shared_ptr<ConnectionHost> keep_host, asio::ip::tcp::socket socket,
+             const Limits& limits, size_t max_pending_reply_bytes, uint64_t id,
+             std::array<char, 64 * 1024>& read_buf);
+
+  // Starts reading.
+  void Start();
+  // Whether `n` more reply bytes fit under the limit on what a connection
+  // may have queued.
+  bool CanQueue(size_t n) const;
+  // Reply bytes it may still queue.
+  size_t ReplyRoom() const;
+  // Queues reply bytes; a connection over the limit is dropped.
+  void Send(std::string_view bytes);
+  // Whether a reply is queued or on its way.
+  bool Sending() const { return writing_ || !out_.empty(); }
+  // Closes the socket (once).
+  void Close();
+  // What this connection's buffers hold, capacity included.
+  size_t BufferBytes() const;
+  // "address:port" of the peer, or "?" once the socket cannot tell.
+  std::string RemoteName(asio::ip::address* address) const;
+
+  const uint64_t id;
+  RequestParser parser;
+  bool closed = false;
+  // Refused: its last answer is on its way, then it is closed, and nothing
+  // more it sent is read.
+  bool closing = false;
+  // What the server's admission keeps for it (admission.h, auth.h).
+  asio::ip::address peer;        // where it comes from, set at accept
+  bool stranger = false;         // kept to the allowlist's strangers_prefix
+  bool used_other_keys = false;  // a request outside that prefix
+  std::string auth_nonce;        // the job token's nonce, until used
+  bool proven = false;           // showed the job token (auth.h)
+  size_t judged_args = 0;        // args of the unfinished request already judged
+
+ private:
+  void Read();
+  void OnReadError(std::error_code ec);
+  void OnBytes(size_t n);
+  bool Consume(const char* data, size_t n);
+  void Flush();
+
+  std::shared_ptr<ConnectionHost> host_;
+  asio::ip::tcp::socket socket_;
+  const size_t max_pending_reply_bytes_;
+  std::array<char, 64 * 1024>& shared_buf_;
+  char buf_[512];
+  std::string out_, sending_;
+  bool writing_ = false;
+  bool spoke_ = false;  // sent a byte since accept
+};
+
+}  // namespace trun::store
