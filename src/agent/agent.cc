@@ -360,7 +360,7 @@ class LocalAgent::Impl {
   void StartHangWatch() {
     hang_summary_.clear();
     hang_groups_.clear();
-    hang_fail_at_.reset();
+    second_timeout_.reset();
     hang_failing_ = false;
     if (config_.hang_timeout_s <= 0) return;
     progress_.emplace(config_.hang_timeout_s);
@@ -377,11 +377,10 @@ class LocalAgent::Impl {
       sample.output_bytes.push_back(*w.output_bytes);
     }
     const double now = sample.at;
-    if (!progress_->Stalled(std::move(sample))) {
-      hang_fail_at_.reset();
-    } else if (hang_summary_.empty()) {
+    const bool stalled = progress_->Stalled(std::move(sample));
+    if (stalled && hang_summary_.empty()) {
       ReportHang(now);
-    } else if (hang_fail_at_ && now >= *hang_fail_at_) {
+    } else if (second_timeout_ && second_timeout_->Due(stalled, now)) {
       FailHung();
     }
     if (state_ != State::kRunning) return;
@@ -426,7 +425,8 @@ class LocalAgent::Impl {
     // rank should fail first, so that its root cause is the job's. This one
     // fails after one more timeout without progress.
     if (named) return FailHung();
-    hang_fail_at_ = now + config_.hang_timeout_s;
+    second_timeout_.emplace(config_.hang_timeout_s);
+    second_timeout_->Due(true, now);
   }
 
   // --hang-action fail: the odd ranks (else every rank here) hung; the
@@ -756,10 +756,10 @@ class LocalAgent::Impl {
   // --hang-timeout, per attempt.
   asio::steady_timer hang_timer_{io_};
   std::optional<ProgressWindow> progress_;
-  std::vector<HangGroup> hang_groups_;  // the report's, once made
-  std::string hang_summary_;            // its one line; "" before it
-  std::optional<double> hang_fail_at_;  // when a node that names nobody fails
-  bool hang_failing_ = false;           // --hang-action fail stops the workers
+  std::vector<HangGroup> hang_groups_;           // the report's, once made
+  std::string hang_summary_;                     // its one line; "" before it
+  std::optional<SecondTimeout> second_timeout_;  // when a node that names nobody fails
+  bool hang_failing_ = false;                    // --hang-action fail stops the workers
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)
