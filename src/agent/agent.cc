@@ -94,8 +94,10 @@ class LocalAgent::Impl {
 
  private:
   // kWaiting: no workers, waiting for the rendezvous to give a round (at the
-  // start, after a restart, or in the exit barrier).
-  enum class State { kWaiting, kRunning, kStopping, kDone };
+  // start, after a restart, or in the exit barrier). kStarting: a round is
+  // given, and the process table is not yet ready to start its workers
+  // without blocking the loop (a warm process still importing).
+  enum class State { kWaiting, kStarting, kRunning, kStopping, kDone };
 
   // ---- rounds ----------------------------------------------------------------
 
@@ -145,6 +147,14 @@ class LocalAgent::Impl {
                 round_->rank_offset(), round_->rank_offset() + config_.nproc_per_node - 1,
                 round_->world_size(), round_->store_addr, round_->store_port);
     }
+    state_ = State::kStarting;
+    table_->WhenReady([this] { OnTableReady(); });
+  }
+
+  void OnTableReady() {
+    // The round may have ended meanwhile (OnRoundEnded), or the job (a
+    // signal); a later round's own wait may have started its workers.
+    if (state_ != State::kStarting) return;
     Status s = StartAttempt();
     if (!s.ok()) {
       (void)ReportError(s);
@@ -156,13 +166,18 @@ class LocalAgent::Impl {
   // Another node failed, or one joined or was lost: restart with the rest
   // (a membership change spends none of the restart budget).
   void OnRoundEnded(const std::string& reason) {
-    if (state_ != State::kRunning) return;
+    if (state_ != State::kRunning && state_ != State::kStarting) return;
     log::Warning("restarting the worker group: {}", reason);
     // The coordinator's reasons start with what ended the round.
     restart_cause_ = reason.starts_with("membership:") ? "membership"
                      : reason.starts_with("failure:")  ? "peer_failure"
                                                        : "round_ended";
     restart_reason_ = reason;
+    if (state_ == State::kStarting) {
+      // No worker started: on to the next round at once.
+      state_ = State::kWaiting;
+      return AskForRound();
+    }
     telemetry_.GroupStopping("round_ended", reason, SIGTERM);
     StopWorkers(SIGTERM, [this] {
       CloseAttempt();
@@ -345,7 +360,7 @@ class LocalAgent::Impl {
   void StartHangWatch() {
     hang_summary_.clear();
     hang_groups_.clear();
-    hang_fail_at_.reset();
+    second_timeout_.reset();
     hang_failing_ = false;
     if (config_.hang_timeout_s <= 0) return;
     progress_.emplace(config_.hang_timeout_s);
@@ -362,11 +377,10 @@ class LocalAgent::Impl {
       sample.output_bytes.push_back(*w.output_bytes);
     }
     const double now = sample.at;
-    if (!progress_->Stalled(std::move(sample))) {
-      hang_fail_at_.reset();
-    } else if (hang_summary_.empty()) {
+    const bool stalled = progress_->Stalled(std::move(sample));
+    if (stalled && hang_summary_.empty()) {
       ReportHang(now);
-    } else if (hang_fail_at_ && now >= *hang_fail_at_) {
+    } else if (second_timeout_ && second_timeout_->Due(stalled, now)) {
       FailHung();
     }
     if (state_ != State::kRunning) return;
@@ -411,7 +425,8 @@ class LocalAgent::Impl {
     // rank should fail first, so that its root cause is the job's. This one
     // fails after one more timeout without progress.
     if (named) return FailHung();
-    hang_fail_at_ = now + config_.hang_timeout_s;
+    second_timeout_.emplace(config_.hang_timeout_s);
+    second_timeout_->Due(true, now);
   }
 
   // --hang-action fail: the odd ranks (else every rank here) hung; the
@@ -538,6 +553,9 @@ class LocalAgent::Impl {
       case State::kWaiting:
         h.state = succeeded_ ? "SUCCEEDED" : "INIT";
         break;
+      case State::kStarting:
+        h.state = "INIT";
+        break;
       case State::kRunning:
         h.state = failures_.empty() ? "HEALTHY" : "UNHEALTHY";
         break;
@@ -647,7 +665,7 @@ class LocalAgent::Impl {
       // Already stopping after a failure: AfterFailure sees pending_signal_.
       return;
     }
-    if (state_ == State::kWaiting) {
+    if (state_ == State::kWaiting || state_ == State::kStarting) {
       WriteRootCause();
       Finish(ExitForSignal(sig));
       return;
@@ -738,10 +756,10 @@ class LocalAgent::Impl {
   // --hang-timeout, per attempt.
   asio::steady_timer hang_timer_{io_};
   std::optional<ProgressWindow> progress_;
-  std::vector<HangGroup> hang_groups_;  // the report's, once made
-  std::string hang_summary_;            // its one line; "" before it
-  std::optional<double> hang_fail_at_;  // when a node that names nobody fails
-  bool hang_failing_ = false;           // --hang-action fail stops the workers
+  std::vector<HangGroup> hang_groups_;           // the report's, once made
+  std::string hang_summary_;                     // its one line; "" before it
+  std::optional<SecondTimeout> second_timeout_;  // when a node that names nobody fails
+  bool hang_failing_ = false;                    // --hang-action fail stops the workers
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)

@@ -3,7 +3,12 @@
 //
 // Its states (agent.cc's State), and what moves it between them:
 //
-//   WAITING --a round is given----------------> RUNNING (one process group per worker)
+//   WAITING --a round is given----------------> STARTING, until the process table is
+//               ready (at once; a warm process once it has imported), the loop
+//               serving the rendezvous meanwhile --> RUNNING (one process group
+//               per worker)
+//   STARTING --another node ended the round---> WAITING for the next round
+//   STARTING --a handled signal---------------> DONE (exit 128+sig; no workers to stop)
 //   RUNNING --a worker exits non-zero---------> STOPPING (SIGTERM, grace, SIGKILL)
 //           --> WAITING for the next round (a restart), or DONE (exit 1) when
 //               the restart budget is spent

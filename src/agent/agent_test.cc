@@ -39,6 +39,10 @@ class AgentTest : public ::testing::Test {
           auto t = std::make_unique<FakeProcessTable>();
           fake_ = t.get();
           t->set_auto_deliver([&io](std::function<void()> fn) { asio::post(io, std::move(fn)); });
+          if (when_ready_) {
+            t->set_when_ready(
+                [this, &io](std::function<void()> ready) { when_ready_(io, std::move(ready)); });
+          }
           t->set_on_spawn([this, script](pid_t pid, const proc::SpawnOptions&) {
             script(*fake_, pid, std::stoi(fake_->env(pid, "LOCAL_RANK")),
                    std::stoi(fake_->env(pid, "TORCHELASTIC_RESTART_COUNT")));
@@ -60,6 +64,8 @@ class AgentTest : public ::testing::Test {
     };
   }
 
+  // Set before Run: the table's readiness, as the test scripts it.
+  std::function<void(asio::io_context&, std::function<void()>)> when_ready_;
   std::optional<LocalAgent> agent_;
   FakeProcessTable* fake_ = nullptr;
   proc::VirtualLoop* clock_ = nullptr;
@@ -76,6 +82,27 @@ TEST_F(AgentTest, EveryWorkerExitingZeroSucceeds) {
     EXPECT_EQ(fake_->env(pid, "WORLD_SIZE"), "3");
     EXPECT_TRUE(fake_->process(pid).options.new_process_group);
   }
+}
+
+// Issue 30: the agent blocked its loop in the first warm Spawn until the
+// warm process had imported torch (20 s on a loaded machine), so a host's
+// store went silent and the peers took it for lost. It waits on the loop.
+TEST_F(AgentTest, WorkersStartOnceTheTableIsReadyAndTheLoopRunsMeanwhile) {
+  bool loop_ran_without_workers = false;
+  size_t spawned_before_ready = 1;
+  when_ready_ = [&](asio::io_context& io, std::function<void()> ready) {
+    asio::post(io, [&] { loop_ran_without_workers = fake_->spawned().empty(); });
+    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(30));
+    timer->async_wait([&, timer, ready](std::error_code) {
+      spawned_before_ready = fake_->spawned().size();
+      ready();
+    });
+  };
+  int code = Run(Config(2), [](FakeProcessTable& t, pid_t pid, int, int) { t.Exit(pid, 0); });
+  EXPECT_EQ(code, kExitSuccess);
+  EXPECT_TRUE(loop_ran_without_workers);
+  EXPECT_EQ(spawned_before_ready, 0u);
+  EXPECT_EQ(spawned_.size(), 2u);
 }
 
 TEST_F(AgentTest, AFailureStopsTheSiblingsAndFailsTheJob) {

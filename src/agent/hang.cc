@@ -28,6 +28,15 @@ bool ProgressWindow::Stalled(ProgressSample sample) {
   return old.output_bytes == now.output_bytes;
 }
 
+bool SecondTimeout::Due(bool stalled, double now) {
+  if (!stalled) {
+    due_.reset();
+    return false;
+  }
+  if (!due_) due_ = now + timeout_s_;
+  return now >= *due_;
+}
+
 double TreeCpuSeconds(pid_t pid) {
   double total = 0;
   auto add = [&](pid_t p) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,23 @@ class ProgressWindow {
  private:
   double timeout_s_;
   std::deque<ProgressSample> samples_;
+};
+
+// --hang-action fail on a node whose report named nobody (its ranks all
+// wait): it fails after one more timeout without progress, so that the node
+// of the hung rank fails first and gives the job its root cause. Progress
+// meanwhile puts that off: the wait starts again at the next sample that
+// finds the workers stalled.
+class SecondTimeout {
+ public:
+  explicit SecondTimeout(double timeout_s) : timeout_s_(timeout_s) {}
+  // Each sample's verdict (ProgressWindow::Stalled) at `now`, in time
+  // order; true when the node fails now.
+  bool Due(bool stalled, double now);
+
+ private:
+  double timeout_s_;
+  std::optional<double> due_;
 };
 
 // The CPU time, user and system, of process `pid` and of every process

@@ -42,6 +42,24 @@ TEST(HangProgress, OutputIsProgressAndTheWindowMovesOn) {
   EXPECT_TRUE(w.Stalled(At(8.5, 0, 0, 10, 1)));
 }
 
+TEST(HangSecondTimeout, ANodeThatNamedNobodyFailsOneTimeoutLater) {
+  SecondTimeout t(5);
+  EXPECT_FALSE(t.Due(true, 10));  // the report's sample
+  EXPECT_FALSE(t.Due(true, 14));
+  EXPECT_TRUE(t.Due(true, 15));
+}
+
+// The agent used to forget the second timeout once progress had put it off:
+// a node whose ranks all wait then never failed on its own.
+TEST(HangSecondTimeout, ProgressPutsItOffAndTheNextStallStartsItAgain) {
+  SecondTimeout t(5);
+  EXPECT_FALSE(t.Due(true, 10));
+  EXPECT_FALSE(t.Due(false, 12));  // a worker wrote a line
+  EXPECT_FALSE(t.Due(true, 15));   // stalled again: one more timeout from here
+  EXPECT_FALSE(t.Due(true, 19));
+  EXPECT_TRUE(t.Due(true, 20));
+}
+
 TEST(HangRanks, RangesAreCollapsed) {
   EXPECT_EQ(FormatRanks({3}), "rank 3");
   EXPECT_EQ(FormatRanks({2, 0, 1}), "ranks 0-2");

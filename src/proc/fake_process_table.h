@@ -38,6 +38,11 @@ class FakeProcessTable final : public ProcessTable {
   void set_on_spawn(std::function<void(pid_t, const SpawnOptions&)> fn) {
     on_spawn_ = std::move(fn);
   }
+  // WhenReady hands its callback to `fn` instead of calling it at once, as
+  // a warm process still importing would make the agent wait.
+  void set_when_ready(std::function<void(std::function<void()>)> fn) {
+    when_ready_ = std::move(fn);
+  }
   // Exits are delivered on their own through `post` (an event loop's),
   // as SIGCHLD would be, instead of at Deliver().
   void set_auto_deliver(std::function<void(std::function<void()>)> post) {
@@ -67,6 +72,10 @@ class FakeProcessTable final : public ProcessTable {
     return e;
   }
   void WatchExits(std::function<void()> on_exit) override { on_exit_ = std::move(on_exit); }
+  void WhenReady(std::function<void()> ready) override {
+    if (!when_ready_) return ready();
+    when_ready_(std::move(ready));
+  }
   std::vector<pid_t> KillChildren() override {
     std::vector<pid_t> killed = std::move(orphans_);
     orphans_.clear();
@@ -120,6 +129,7 @@ class FakeProcessTable final : public ProcessTable {
   std::function<void()> on_exit_;
   std::function<void(pid_t, const SpawnOptions&)> on_spawn_;
   std::function<void(std::function<void()>)> post_;
+  std::function<void(std::function<void()>)> when_ready_;
 };
 
 class FakeLoop final : public Loop {

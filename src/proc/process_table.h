@@ -54,6 +54,12 @@ class ProcessTable {
   // SIGKILLs and reaps every child we have now (the sentinel excepted);
   // returns their pids.
   virtual std::vector<pid_t> KillChildren() = 0;
+  // Calls `ready` once Spawn can start a worker without waiting on anything
+  // but the kernel: at once (as here), or later from the event loop (a warm
+  // process still importing, warm_table.h). The loop must never block on
+  // that wait: it also serves the rendezvous, whose peers take an agent
+  // silent for 5 s for a lost one.
+  virtual void WhenReady(std::function<void()> ready) { ready(); }
 };
 
 // The kernel's process table. Start() makes the calling process a child

@@ -15,6 +15,10 @@
 // Strings are bytes without NUL, as argv and environ are. The answer is one
 // frame whose payload is "ok PID" (the worker's pid) or "error REASON".
 //
+// Before any answer, once its imports are done (or have failed: the answers
+// then say why), the warm process sends one frame whose payload is
+// kWarmReady, so that trun can wait for it without blocking its loop.
+//
 // Thread-safety: pure functions.
 #pragma once
 
@@ -49,6 +53,7 @@ struct WarmRequest {
 };
 
 inline constexpr std::string_view kWarmMagic = "trun-warm-1";
+inline constexpr std::string_view kWarmReady = "ready";
 
 // `payload` with its length before it.
 std::string Frame(std::string_view payload);

@@ -205,6 +205,7 @@ def hide_frames(tb):
 
 failure = preload(sys.argv[1:])
 gc.freeze()
+send('ready')
 job = serve(failure)
 try:
     job()

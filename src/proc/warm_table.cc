@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "common/log.h"
 #include "proc/signals.h"
@@ -42,6 +43,14 @@ Status ReadAll(int fd, char* out, size_t size) {
   return Status::OK();
 }
 
+Result<std::string> ReadFrame(int fd) {
+  char head[4];
+  TRUN_RETURN_IF_ERROR(ReadAll(fd, head, sizeof(head)));
+  std::string payload(DecodeFrameLength(head), '\0');
+  TRUN_RETURN_IF_ERROR(ReadAll(fd, payload.data(), payload.size()));
+  return payload;
+}
+
 std::string DescribeExit(int exitcode) {
   return exitcode < 0 ? fmt::format("was killed by {}", SignalName(-exitcode))
                       : fmt::format("exited with {}", exitcode);
@@ -54,17 +63,20 @@ Result<std::unique_ptr<WarmProcessTable>> WarmProcessTable::Start(asio::io_conte
   auto system = SystemProcessTable::Start(io);
   if (!system.ok()) return system.status();
   std::unique_ptr<WarmProcessTable> table(
-      new WarmProcessTable(std::move(*system), std::move(options)));
+      new WarmProcessTable(io, std::move(*system), std::move(options)));
   TRUN_RETURN_IF_ERROR(table->StartServer());
   return table;
 }
 
-WarmProcessTable::WarmProcessTable(std::unique_ptr<SystemProcessTable> system, WarmOptions options)
-    : system_(std::move(system)),
+WarmProcessTable::WarmProcessTable(asio::io_context& io, std::unique_ptr<SystemProcessTable> system,
+                                   WarmOptions options)
+    : io_(io),
+      system_(std::move(system)),
       options_(std::move(options)),
       cwd_(std::filesystem::current_path().string()) {}
 
 WarmProcessTable::~WarmProcessTable() {
+  waiting_.clear();
   if (server_ > 0) EndServer();
 }
 
@@ -90,7 +102,48 @@ Status WarmProcessTable::StartServer() {
   return WriteAll(sock_, Frame(kWarmServer));
 }
 
+Status WarmProcessTable::ReadReady() {
+  auto said = ReadFrame(sock_);
+  if (!said.ok()) return said.status();
+  if (*said != kWarmReady) {
+    return Status::IOError(
+        fmt::format("warm start: the warm process said '{}' before it was ready", *said));
+  }
+  ready_ = true;
+  return Status::OK();
+}
+
+void WarmProcessTable::WhenReady(std::function<void()> ready) {
+  // One that cannot start is Spawn's to report.
+  if (server_ < 0 && !StartServer().ok()) return ready();
+  if (ready_) return ready();
+  waiting_.push_back(std::move(ready));
+  if (watch_) return;
+  watch_ = std::make_unique<asio::posix::stream_descriptor>(io_, sock_);
+  watch_->async_wait(asio::posix::stream_descriptor::wait_read, [this](std::error_code ec) {
+    // Cancelled: the warm process is gone (ServerGone hands on), or the
+    // table with it.
+    if (ec) return;
+    // asio made the socket non-blocking; Spawn's reads block.
+    std::error_code blocking;
+    watch_->native_non_blocking(false, blocking);
+    watch_->release();
+    watch_.reset();
+    // The frame is in, whole (one small write), or the socket is at EOF.
+    if (Status s = ReadReady(); !s.ok()) {
+      log::Warning("{}; the first worker starts a new one (warm process {})", s.message(),
+                   EndServer());
+    }
+    Readied();
+  });
+}
+
+void WarmProcessTable::Readied() {
+  for (auto& ready : std::exchange(waiting_, {})) ready();
+}
+
 Result<std::string> WarmProcessTable::Ask(const std::string& frame, const int fds[3]) {
+  if (!ready_) TRUN_RETURN_IF_ERROR(ReadReady());
   alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{const_cast<char*>(frame.data()), frame.size()};
   msghdr msg{};
@@ -109,11 +162,7 @@ Result<std::string> WarmProcessTable::Ask(const std::string& frame, const int fd
   } while (sent < 0 && errno == EINTR);
   if (sent < 0) return Status::FromErrno("warm start: writing to the warm process", errno);
   TRUN_RETURN_IF_ERROR(WriteAll(sock_, std::string_view(frame).substr(static_cast<size_t>(sent))));
-  char head[4];
-  TRUN_RETURN_IF_ERROR(ReadAll(sock_, head, sizeof(head)));
-  std::string reply(DecodeFrameLength(head), '\0');
-  TRUN_RETURN_IF_ERROR(ReadAll(sock_, reply.data(), reply.size()));
-  return reply;
+  return ReadFrame(sock_);
 }
 
 Result<pid_t> WarmProcessTable::Spawn(const SpawnOptions& options) {
@@ -156,9 +205,17 @@ std::string WarmProcessTable::EndServer() {
 
 void WarmProcessTable::ServerGone(pid_t pid) {
   system_->Forget(pid);
+  if (watch_) {
+    watch_->release();
+    watch_.reset();
+  }
   ::close(sock_);
   sock_ = -1;
   server_ = -1;
+  ready_ = false;
+  // Whoever waits for it learns from Spawn, which starts another; not from
+  // here, in the middle of a reap.
+  if (!waiting_.empty()) asio::post(io_, [this] { Readied(); });
 }
 
 std::optional<ChildExit> WarmProcessTable::Reap() {

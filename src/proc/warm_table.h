@@ -13,14 +13,20 @@
 // sentinel), so `kill -9` of trun leaves nothing.
 //
 // When the warm process exits (killed, or out of memory) the next Spawn
-// starts another; when that one cannot fork a worker either, Spawn fails
-// with the reason. Spawn blocks until the warm process answers: at the
-// first worker, until its imports are done.
+// (or WhenReady) starts another; when that one cannot fork a worker either,
+// Spawn fails with the reason. Spawn blocks until the warm process answers:
+// a fork's time once it is ready, but until its imports are done before
+// that (torch 2.x on a loaded machine: 20 s and more). So the agent waits
+// for WhenReady first, on its loop, which goes on serving the rendezvous
+// meanwhile; only a warm process that dies while importing leaves Spawn
+// to start another and block on its imports.
 //
 // Thread-safety: none; owned by the agent's event-loop thread, which must
 // also be the thread that lives as long as the workers (spawn.h).
 #pragma once
 
+#include <asio.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,20 +64,33 @@ class WarmProcessTable final : public ProcessTable {
     system_->WatchExits(std::move(on_exit));
   }
   std::vector<pid_t> KillChildren() override;
+  // Once the warm process has said it is ready (warm_protocol.h), or is
+  // gone; starts one when none runs.
+  void WhenReady(std::function<void()> ready) override;
 
  private:
-  WarmProcessTable(std::unique_ptr<SystemProcessTable> system, WarmOptions options);
+  WarmProcessTable(asio::io_context& io, std::unique_ptr<SystemProcessTable> system,
+                   WarmOptions options);
   Status StartServer();
+  // Reads the warm process's ready frame, blocking until it comes.
+  Status ReadReady();
+  // Runs what waits for WhenReady.
+  void Readied();
   Result<std::string> Ask(const std::string& frame, const int fds[3]);
   // Ends the warm process (SIGKILL unless it is gone) and says how it ended.
   std::string EndServer();
   void ServerGone(pid_t pid);
 
+  asio::io_context& io_;
   std::unique_ptr<SystemProcessTable> system_;
   WarmOptions options_;
   std::string cwd_;
   pid_t server_ = -1;
   int sock_ = -1;
+  bool ready_ = false;  // the warm process behind sock_ has said so
+  // While someone waits for WhenReady: sock_ watched on the loop.
+  std::unique_ptr<asio::posix::stream_descriptor> watch_;
+  std::vector<std::function<void()>> waiting_;
 };
 
 }  // namespace trun::proc

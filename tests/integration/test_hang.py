@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES, TORCH2, free_port, trun
+from conftest import FIXTURES, free_port, trun
 
 SCRIPT = FIXTURES / "stack_worker.py"
 SLEEP_LINE = next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1)
@@ -18,10 +18,6 @@ def events(path):
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"], ids=["cold", "warm"])
 def test_a_hung_rank_is_named_at_its_own_line_and_fails_the_job(agents, tmp_path, start_method):
-    if TORCH2 and start_method == "forkserver":
-        pytest.skip("open defect (issue 30): in make test's torch 2.x pass the warm job's other "
-                    "agent, whose ranks all wait in all_reduce, did not exit within 240 s once; "
-                    "it passes alone")
     # 2 agents x 2 workers (gloo, c10d on loopback): rank 3 sleeps in a
     # function of the script's own while ranks 0-2 wait in all_reduce.
     port = free_port()

@@ -39,6 +39,10 @@ def test_stacks_of_a_hung_rank_name_its_own_line_and_the_others_collective(tmp, 
             workers = {w["rank"]: w for w in node["workers"]}
 
             def functions(rank):
+                # A warm agent answers while its warm process imports: no
+                # worker yet.
+                if rank not in workers:
+                    return []
                 threads = workers[rank]["threads"]
                 return [f["function"] for f in threads[0]["frames"]] if threads else []
 

@@ -299,3 +299,36 @@ def test_a_restart_reuses_the_warm_process(tmp):
     assert b"restarting, attempt 1 of 1" in err
     assert warm[0] == warm[1], warm
     assert b"warm process" not in err, err.decode()
+
+
+@pytest.mark.once("whether trun's loop runs while the warm process imports is trun's own logic, "
+                  "whatever module it imports")
+def test_the_agent_answers_while_the_warm_process_imports(tmp):
+    # Issue 30: the agent used to wait for the warm process's imports in its
+    # first worker start, its loop blocked, so /health, signals and the
+    # rendezvous store it hosts went silent (torch 2.x's import took 20-37 s
+    # on a loaded machine, and the other nodes took the host for lost).
+    from test_observability import Agent
+    (tmp / "slow_import.py").write_text("import time\ntime.sleep(8)\n")
+    script = tmp / "w.py"
+    script.write_text("print('ran', flush=True)\n")
+    a = Agent(*WARM, "--health-check-port", 0, "--health-check-addr", "127.0.0.1", script,
+              env=base_env(TRUN_WARM_IMPORTS="slow_import", PYTHONPATH=str(tmp)))
+    try:
+        answers = []  # (seconds the answer took, the group's state)
+        while a.p.poll() is None:
+            asked = time.monotonic()
+            try:
+                _, body = a.health()
+            except OSError:
+                break  # trun has ended
+            answers.append((time.monotonic() - asked, body["state"]))
+            time.sleep(0.2)
+        assert a.wait() == 0, "".join(a.err)
+    finally:
+        a.kill()
+    waiting = [took for took, state in answers if state == "INIT"]
+    # 8 s of imports: many answers meanwhile, each far quicker than the
+    # imports (a blocked loop answers only once they are done).
+    assert len(waiting) >= 5, answers
+    assert max(took for took, _ in answers) < 4, answers
