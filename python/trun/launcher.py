@@ -32,7 +32,6 @@ import os
 import random
 import re
 import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -45,7 +44,8 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from trun import _hosts, _wire
+from trun import _binary, _hosts, _wire
+from trun._binary import trun_binary
 from trun.errors import AgentFailedError, RemoteTraceback, WorkerFailedError, WorkerRaisedError
 from trun.logs import RECORD_MARK, default_handlers, log_dir_from_env, log_level_from_env
 
@@ -71,55 +71,6 @@ _MAX_AWAITING_HELLO = 256
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PREFIX = "[trun:${rank}:${local_rank}] "
 _PREFIX_RE = re.compile(rb"^\[trun:(\d+):(\d+)\] ")
-# The shell each agent runs under. Its arguments: the env file ("" for none),
-# host 0's delay at EOF (below), then the agent's argv. A subshell of it reads
-# variables from stdin, one NAME=VALUE a line (backslashes and newlines
-# escaped as printf %b reads them), up to an empty line, exports them, sources
-# the env file, and execs the agent: an SSH host gets its whole environment
-# this way, every host the secrets, so none is on a command line (`ps`), nor
-# in a shell's /proc/PID/environ (the block execve gave it, readable by the
-# workers' user), nor in any shell's memory once the agent runs: the one
-# shell that read them became the agent (which hides them in turn), and the
-# shell that stays never read them (/proc/PID/mem is open to the user's
-# processes where ptrace is). That shell waits for the subshell's USR1 (it
-# has read its lines, or failed), then watches stdin (fd 3), SIGTERMs the
-# agent on "stop" or at EOF, and exits with the agent's status. It must not
-# read stdin before: both would take bytes of the same lines. A background
-# job's stdin is /dev/null unless redirected, hence fd 3; its USR1 may come
-# before `wait` starts, when the trap runs and the `sleep 1` ends the wait.
-# "stop" is the launcher stopping the job; EOF without it is the launcher
-# gone (kill -9), when every host learns at once: host 0, whose agent hosts
-# the store, then waits its delay so the others leave while the store is up (a lost store holds an agent about a second longer).
-_WRAPPER = ('exec 3<&0; _t_f=$1; _t_d=$2; shift 2; _t_r=; trap _t_r=1 USR1; '
-            '( trap "kill -USR1 $$" EXIT; '
-            r'while IFS= read -r _t_l <&3 || exit 97; [ -n "$_t_l" ]; do '
-            r'_t_k=${_t_l%%=*}; _t_v=${_t_l#*=}; '
-            r'case $_t_v in *\\*) _t_v=$(printf "%bx" "$_t_v"); _t_v=${_t_v%x};; esac; '
-            r'export "$_t_k=$_t_v"; done; '
-            '[ -z "$_t_f" ] || . "$_t_f" || exit 97; '
-            'trap - EXIT; kill -USR1 $$; exec "$@" </dev/null 3<&-; ) & p=$!; '
-            'while [ -z "$_t_r" ] && kill -0 $p 2>/dev/null; do sleep 1 & wait $!; kill $! 2>/dev/null; done; '
-            '{ l=; while read -r l <&3; do [ "$l" = stop ] && break; done; '
-            '[ "$l" = stop ] || sleep "$_t_d"; kill -TERM $p 2>/dev/null; } & w=$!; '
-            'wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
-_FAILURE_RE = re.compile(r"rank\s+:\s+(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s+:\s+(-?\d+)")
-
-
-def _bundled_trun() -> str | None:
-    p = Path(__file__).resolve().parent / "bin" / "trun"
-    return str(p) if p.is_file() and os.access(p, os.X_OK) else None
-
-
-def trun_binary() -> str:
-    """The agent this machine runs: $TRUN_BINARY, the one bundled in the package, or PATH's."""
-    import shutil
-    found = os.environ.get("TRUN_BINARY") or _bundled_trun() or shutil.which("trun")
-    if not found:
-        raise RuntimeError("no trun binary: install the package with its binary "
-                           "(make install-python) or set TRUN_BINARY")
-    return found
-
-
 def _logged_record(text: str) -> tuple[int, str, str] | None:
     """(level, logger name, message) of a record a worker logged (RECORD_MARK), else None."""
     if not text.startswith(RECORD_MARK):
@@ -158,14 +109,6 @@ def _listen(addresses: list[str]) -> list[socket.socket]:
                     f"{e.strerror}; check that the hosts' names resolve to addresses this "
                     f"machine routes to") from e
     raise AssertionError("unreachable")
-
-
-def _env_lines(env: dict[str, str]) -> bytes:
-    """env as the agent's shell reads it from stdin (_WRAPPER): NAME=VALUE
-    lines, backslashes and newlines escaped, an empty line last."""
-    def escaped(v: str) -> str:
-        return v.replace("\\", "\\\\").replace("\n", "\\n")
-    return ("".join(f"{k}={escaped(v)}\n" for k, v in sorted(env.items())) + "\n").encode()
 
 
 def _outward_address(target: str) -> str:
@@ -396,6 +339,7 @@ class _Agent:
         self.readers: list[threading.Thread] = []
         self.stderr_tail: list[str] = []   # the agent's own lines (and SSH's)
         self.worker_tail: list[str] = []   # its workers' stderr lines, prefixed by rank
+        self.report: _binary.FailureReport | None = None   # its failure report, if it sent one
         self.returncode: int | None = None
         self.first_hello = threading.Event()
         self.lines = 0
@@ -441,31 +385,16 @@ class _Run:
             return ["localhost"]
         return list(h)
 
-    def _ssh_base(self) -> list[str]:
-        cmd = ["ssh"]
-        if self.cfg.ssh_config_file is not None:
-            cmd += ["-F", os.fspath(self.cfg.ssh_config_file)]
-        timeout = max(1, int(min(self.cfg.agent_timeout, 30)))
-        alive = max(1, int(self.cfg.agent_timeout / 3))
-        cmd += ["-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}",
-                "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3",
-                *self.cfg.ssh_options]
-        return cmd
+    def _ssh(self) -> _binary.Ssh:
+        cfg = self.cfg
+        return _binary.Ssh(None if cfg.ssh_config_file is None else os.fspath(cfg.ssh_config_file),
+                           cfg.agent_timeout, tuple(cfg.ssh_options))
 
     def _address_of(self, host: str) -> str:
         """The address SSH would connect to (its config's HostName), resolved."""
         if _hosts.is_local(host):
             return "127.0.0.1"
-        name = host
-        try:
-            out = subprocess.run([*self._ssh_base(), "-G", host], capture_output=True, text=True,
-                                 timeout=10).stdout
-            for line in out.splitlines():
-                if line.startswith("hostname "):
-                    name = line.split(None, 1)[1].strip()
-                    break
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        name = self._ssh().hostname_of(host)
         try:
             return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
         except OSError:
@@ -498,24 +427,9 @@ class _Run:
             "TRUN_WORKER_TIMEOUT": str(cfg.worker_timeout),
             "TRUN_AGENT_TIMEOUT": str(cfg.agent_timeout),
             "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": _PREFIX,
+            **_binary.agent_env(),
         })
         return env
-
-    def _agent_argv(self, trun: str, i: int, n: int, nproc: str, master: tuple[str, int]) -> list[str]:
-        argv = [trun]
-        if self.elastic:
-            # Node ranks follow join order here; results are placed by TRUN_HOST_INDEX.
-            wait = self.last_call
-            argv += ["--nnodes", f"{self.cfg.min_hosts}:{n}", "--rdzv-backend", "c10d",
-                     "--rdzv-endpoint", f"{master[0]}:{master[1]}",
-                     "--rdzv-conf", f"last_call_timeout={wait}"]
-        elif n > 1:
-            argv += ["--nnodes", str(n), "--node-rank", str(i), "--rdzv-backend", "static",
-                     "--master-addr", master[0], "--master-port", str(master[1])]
-        argv += ["--nproc-per-node", nproc, "--max-restarts", str(self.cfg.max_restarts),
-                 "--tee", "3", "--log-dir", "/dev/null", "--rdzv-id", self.run_id,
-                 "-m", "trun._worker"]
-        return argv
 
     # ---- the run ------------------------------------------------------------
 
@@ -563,6 +477,10 @@ class _Run:
         # every interface.
         servers = _listen(sorted(set(reach)))
         port = servers[0].getsockname()[1]
+        plan = _binary.AgentPlan(trun=trun, nhosts=n, run_id=self.run_id,
+                                 max_restarts=cfg.max_restarts, master=(master_addr, master_port),
+                                 min_hosts=cfg.min_hosts if self.elastic else None,
+                                 last_call=self.last_call)
         self.agents = [_Agent(i, h) for i, h in enumerate(hostnames)]
         try:
             self._prepare_handlers(hostnames, nprocs)
@@ -571,7 +489,7 @@ class _Run:
                 threading.Thread(target=self._accept, args=(server,), daemon=True).start()
             for i, (h, a) in enumerate(zip(hostnames, self.agents)):
                 env = self._env_for(local[i], i, n, reach[i], port, python)
-                argv = self._agent_argv(trun, i, n, nprocs[i], (master_addr, master_port))
+                argv = _binary.agent_argv(plan, i, nprocs[i])
                 # Host 0's agent hosts the store: at the launcher's EOF it
                 # waits so that the others leave while the store is up.
                 eof_delay = "0.5" if i == 0 and n > 1 else "0"
@@ -640,10 +558,9 @@ class _Run:
                eof_delay: str) -> None:
         cfg = self.cfg
         env_file = os.fspath(cfg.env_file) if cfg.env_file is not None else ""
-        wrapper = ["/bin/sh", "-c", _WRAPPER, "trun-agent", env_file, eof_delay, *argv]
         if local:
-            # Its own environment as a child's; the secrets on stdin (_WRAPPER).
-            cmd = wrapper
+            # Its own environment as a child's; the secrets on stdin (_binary._WRAPPER).
+            cmd = _binary.agent_command(argv, env_file=env_file, eof_delay=eof_delay)
             popen_env = {k: v for k, v in env.items() if k not in _SECRETS}
             piped = {k: env[k] for k in _SECRETS}
             cwd = os.getcwd()
@@ -652,9 +569,8 @@ class _Run:
             # the command line that `ps` shows on either host: every variable
             # goes over the channel's stdin (a name no shell can export would
             # stop the wrapper, so such a name is not copied).
-            remote = (f"cd {shlex.quote(os.getcwd())} 2>/dev/null || cd; exec "
-                      + " ".join(shlex.quote(x) for x in wrapper))
-            cmd = [*self._ssh_base(), a.hostname, "--", remote]
+            cmd = _binary.agent_command(argv, env_file=env_file, eof_delay=eof_delay,
+                                        ssh=self._ssh(), host=a.hostname)
             popen_env = None
             piped = {k: v for k, v in env.items() if _NAME_RE.fullmatch(k)}
             cwd = None
@@ -662,7 +578,7 @@ class _Run:
                                   stderr=subprocess.PIPE, env=popen_env, cwd=cwd,
                                   start_new_session=True)
         try:
-            a.proc.stdin.write(_env_lines(piped))
+            a.proc.stdin.write(_binary.env_lines(piped))
             a.proc.stdin.flush()
         except OSError:
             pass  # ssh has already ended (an unreachable host): _wait reports it
@@ -689,6 +605,10 @@ class _Run:
                 rank = lr = None
                 text = line.decode(errors="replace")
                 if name == "stderr":
+                    report = _binary.failure_report(text)
+                    if report is not None:
+                        a.report = report
+                        continue
                     a.stderr_tail.append(text)
                     del a.stderr_tail[:-200]
             if logged is not None:
@@ -899,31 +819,23 @@ class _Run:
             _, rank, info = min(errors, key=lambda e: (e[0], e[1]))
             h = self.hellos[(attempt, rank)]
             self._reraise(info, self.agents[h["host_index"]].hostname, h)
-        # A crash: the agent's failure table names the rank and the exit code.
-        # The table of an agent whose workers crashed wins over ones that only
-        # stopped theirs.
-        candidates = [failed] + [a for a in self.agents if a is not failed]
-        for a in candidates:
-            m = None
-            text = "\n".join(a.stderr_tail)
-            i = text.rfind("Root Cause")
-            if i >= 0:
-                m = _FAILURE_RE.search(text, i)
-            if m:
-                code = int(m.group(3))
-                if code in (-signal.SIGTERM, -signal.SIGKILL) and a is not candidates[-1]:
-                    # Possibly stopped by its agent; look for a better root cause.
-                    alt = [b for b in candidates if b is not a and "Root Cause" in
-                           "\n".join(b.stderr_tail)]
-                    if alt:
-                        continue
-                if not a.first_hello.is_set():
-                    # Its workers died before reaching us: the environment, not the function.
-                    tail = [x for x in a.worker_tail if x.strip()][-10:]
-                    raise AgentFailedError.of(a.hostname, f"its workers failed before reaching the "
-                                              f"launcher (exit code {code})" +
-                                              (":\n  " + "\n  ".join(tail) if tail else ""), code)
-                raise WorkerFailedError.of(a.hostname, int(m.group(1)), int(m.group(2)), code)
+        # A crash: the agent's failure report names the rank and the exit code.
+        # The failed agent's report wins, unless its root cause is a worker
+        # that agent stopped (then another's says why).
+        reports = [a for a in [failed] + self.agents if a.report is not None]
+        if reports:
+            a = next((x for x in reports if x.report and not x.report.root_cause.stopped),
+                     reports[0])
+            assert a.report is not None
+            root = a.report.root_cause
+            code = root.exitcode
+            if not a.first_hello.is_set():
+                # Its workers died before reaching us: the environment, not the function.
+                tail = [x for x in a.worker_tail if x.strip()][-10:]
+                raise AgentFailedError.of(a.hostname, f"its workers failed before reaching the "
+                                          f"launcher (exit code {code})" +
+                                          (":\n  " + "\n  ".join(tail) if tail else ""), code)
+            raise WorkerFailedError.of(a.hostname, root.rank, root.local_rank, code)
         rc = failed.returncode
         if rc == 255 and not failed.first_hello.is_set():
             raise AgentFailedError.of(failed.hostname,

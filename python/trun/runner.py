@@ -12,33 +12,37 @@ The Runner drives the trun binary's job subcommands (``trun run``,
 with the same handles (``local://trun/ID``, ``slurm://trun/JOBID``,
 ``kubernetes://trun/NAMESPACE:NAME``), from any process. A failed command
 raises :class:`TrunCommandError` (a :class:`ValueError` too when trun says
-the input is bad, exit 2) carrying trun's message. See docs/python.md ("trun.runner").
+the input is bad, exit 2) carrying trun's message; an app the scheduler does
+not know is told by the kind trun's error report names (``unknown_app``),
+never by the message. See docs/python.md ("trun.runner").
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import tempfile
 import time
 import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
-from trun import specs
+from trun import _binary, specs
+from trun._binary import trun_binary
 from trun.components import options_argv, word
-from trun.launcher import trun_binary
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse  # noqa: F401 (TorchX's)
 
 
 class TrunCommandError(RuntimeError):
     """A trun subcommand failed; ``returncode`` is its exit code (docs/cli.md)."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str,
+                 kind: Optional[str] = None) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
+        # The kind of problem trun's error report names (docs/cli.md), e.g.
+        # "unknown_app"; None when it wrote none.
+        self.kind = kind
         lines = [ln.removeprefix("trun: error: ") for ln in stderr.strip().splitlines()]
         super().__init__(f"`trun {' '.join(self.argv[1:3])}` failed (exit {returncode}): "
                          + ("\n".join(lines) or "no message"))
@@ -47,6 +51,17 @@ class TrunCommandError(RuntimeError):
 class TrunInvalidInputError(TrunCommandError, ValueError):
     """trun refused the input (exit 2): a component, its arguments, an AppDef, a run
     option, a handle; nothing was submitted."""
+
+
+def _refused(outcome: _binary.Outcome) -> TrunCommandError:
+    """The error of a trun command that failed."""
+    cls = TrunInvalidInputError if outcome.returncode == 2 else TrunCommandError
+    return cls(outcome.argv, outcome.returncode, outcome.stderr, outcome.error_kind)
+
+
+def _is_unknown_app(e: TrunCommandError) -> bool:
+    """Whether trun refused the command because the scheduler knows no such app."""
+    return e.kind == "unknown_app"
 
 
 def _cfg_word(value: Any) -> str:
@@ -143,11 +158,9 @@ class Runner:
     # -- plumbing --
 
     def _call(self, *args: str) -> str:
-        argv = [self._trun, *args]
-        r = subprocess.run(argv, capture_output=True, text=True)
+        r = _binary.run(args, trun=self._trun)
         if r.returncode != 0:
-            cls = TrunInvalidInputError if r.returncode == 2 else TrunCommandError
-            raise cls(argv, r.returncode, r.stderr)
+            raise _refused(r)
         return r.stdout
 
     def _ask(self, command: str, app_handle: str) -> Optional[str]:
@@ -314,31 +327,30 @@ class Runner:
 
     def _log_iter(self, app_handle: str, role_name: str, k: int, regex: Optional[str],
                   should_tail: bool, streams: Any) -> Iterator[str]:
-        argv = [self._trun, "log"]
+        args = ["log"]
         if should_tail:
-            argv.append("--tail")
+            args.append("--tail")
         if regex:
-            argv += ["--regex", regex]
+            args += ["--regex", regex]
         if streams is not None:
-            argv += ["--streams", getattr(streams, "value", str(streams)).lower()]
-        argv.append(f"{app_handle}/{role_name}/{k}")
+            args += ["--streams", getattr(streams, "value", str(streams)).lower()]
+        args.append(f"{app_handle}/{role_name}/{k}")
         prefix = f"{role_name}/{k} "
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = _binary.stream(args, trun=self._trun)
         try:
-            for line in proc.stdout:
+            while True:
+                try:
+                    line = next(lines)
+                except StopIteration as end:
+                    outcome: _binary.Outcome = end.value
+                    break
                 yield line[len(prefix):] if line.startswith(prefix) else line
-            err = proc.stderr.read()
         finally:
-            proc.stdout.close()
-            if proc.poll() is None:
-                proc.terminate()
-            proc.wait()
-        if proc.returncode != 0:
-            e = (TrunInvalidInputError if proc.returncode == 2 else TrunCommandError)(
-                argv, proc.returncode, err)
-            if isinstance(e, TrunInvalidInputError) and _is_unknown_app(e):
-                raise specs.UnknownAppException(app_handle, str(e))
-            raise e
+            lines.close()  # a caller that stops early stops trun
+        if outcome.returncode != 0:
+            if outcome.unknown_app:
+                raise specs.UnknownAppException(app_handle, str(_refused(outcome)))
+            raise _refused(outcome)
 
     def list(self, scheduler: str,
              cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
@@ -367,28 +379,6 @@ def _no_workspace(workspace: Any) -> None:
     if workspace:
         raise ValueError("workspace: trun has no workspaces (replicas run in the submitter's "
                          "directory or the slurm job_dir); pass None")
-
-
-# trun reports "no such app" as exit 2, the code of every bad input (docs/cli.md,
-# "Exit codes of the job subcommands"), so the message tells it apart from a
-# malformed handle, an unknown scheduler or a replica the app does not have.
-# Each scheduler's wording (src/schedulers/*_scheduler.cc), from the start of
-# an error line:
-_UNKNOWN_APP = re.compile("|".join([
-    r"no local app '",                                # local: UnknownApp
-    r"no SLURM job \S+: ",                            # slurm: Describe
-    r"kubernetes app \S+: the namespace \S+ has no ",  # kubernetes: NoApp
-    r"'[^']*' is not a kubernetes app id",            # kubernetes: no NAMESPACE:NAME
-    r"(GET|PATCH|DELETE) \S+: not found \(404",        # kubernetes: gone meanwhile
-]))
-
-
-def _is_unknown_app(e: TrunCommandError) -> bool:
-    """Whether trun refused the command because the scheduler knows no such app."""
-    if e.returncode != 2:
-        return False
-    return any(_UNKNOWN_APP.match(ln.removeprefix("trun: error: "))
-               for ln in e.stderr.splitlines())
 
 
 def get_runner(name: Optional[str] = None,

@@ -10,11 +10,9 @@ the builtin's own default.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from typing import Any, Dict, List, Sequence
 
-from trun import specs
+from trun import _binary, specs
 
 
 def word(value: Any, kv: str = "=") -> str:
@@ -41,14 +39,11 @@ def options_argv(options: Dict[str, Any]) -> List[str]:
 def builtin(name: str, args: Sequence[str], options: Dict[str, Any]) -> specs.AppDef:
     """The AppDef of trun's builtin component ``name`` for these options (None: not given)
     and ``*args``. A bad argument raises ValueError with trun's message."""
-    from trun.launcher import trun_binary
-    argv = [trun_binary(), "run", "--dryrun", "--json", "-s", "local", name,
-            *options_argv(options)]
+    argv = ["run", "--dryrun", "--json", "-s", "local", name, *options_argv(options)]
     if args:
         argv += ["--", *map(str, args)]
     # The call is TorchX's Python function, which reads no .torchxconfig.
-    env = dict(os.environ, TRUNCONFIG="")
-    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    r = _binary.run(argv, no_config=True)
     if r.returncode != 0:
         lines = [ln.removeprefix("trun: error: ") for ln in r.stderr.strip().splitlines()]
         raise ValueError(f"{name}: " + "\n".join(lines))

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 import unittest
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional
 
+from trun import _binary
 from trun.runner import get_runner
 from trun.specs import AppDef, AppStatus
 
@@ -42,10 +42,8 @@ class ComponentTestCase(unittest.TestCase):
         parameters parse."""
         path = getattr(module, "__file__", None)
         self.assertTrue(path, f"module {module.__name__} has no __file__")
-        from trun.launcher import trun_binary
-        r = subprocess.run([trun_binary(), "run", f"{os.path.abspath(path)}:{function_name}",
-                            "--help"], capture_output=True, text=True,
-                           env=dict(os.environ, TRUNCONFIG=""))
+        r = _binary.run(["run", f"{os.path.abspath(path)}:{function_name}", "--help"],
+                        no_config=True)
         self.assertEqual(r.returncode, 0, f"{path}:{function_name} does not validate:\n"
                          f"{r.stderr}")
 

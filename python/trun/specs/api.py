@@ -25,7 +25,6 @@ import pathlib
 import re
 import shutil
 import string
-import subprocess
 import threading
 import warnings
 from collections.abc import Mapping
@@ -124,9 +123,8 @@ class _NamedResourcesLibrary(Mapping):
 
     def _load_locked(self) -> Dict[str, Resource]:
         if self._table is None:
-            from trun.launcher import trun_binary
-            r = subprocess.run([trun_binary(), "builtins", "--resources", "--json"],
-                               capture_output=True, text=True)
+            from trun import _binary
+            r = _binary.run(["builtins", "--resources", "--json"])
             if r.returncode != 0:
                 raise ValueError(f"named resources: {r.stderr.strip()}")
             table = {name: _resource_from_dict(d) for name, d in json.loads(r.stdout).items()}
