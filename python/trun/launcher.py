@@ -55,19 +55,19 @@ class Launcher:
 
     hostnames: list[str] | str = "auto"
     workers_per_host: int | list[int] | str = "gpu"
-    ssh_config_file: str | os.PathLike | None = None
+    ssh_config_file: str | os.PathLike[str] | None = None
     backend: str | None = "nccl"
     worker_timeout: float = 600
     agent_timeout: float = 60
     copy_env_vars: tuple[str, ...] = DEFAULT_ENV_VARS
     extra_env_vars: dict[str, str] | None = None
-    env_file: str | os.PathLike | None = None
+    env_file: str | os.PathLike[str] | None = None
     max_restarts: int = 0
     # Elastic: the job runs once this many of hostnames have joined (trun's
     # c10d rendezvous, --nnodes MIN:MAX); None: every host is needed.
     min_hosts: int | None = None
     # None: $TRUN_LOG_DIR, else ./trun_logs; "": no files.
-    log_dir: str | os.PathLike | None = None
+    log_dir: str | os.PathLike[str] | None = None
     # The interpreter workers run (on every host): default this one's path.
     python: str | None = None
     # The trun agent on every host: default trun_binary()'s path here.
@@ -78,7 +78,7 @@ class Launcher:
     handler_factory: Callable[[], list[logging.Handler]] | str | None = field(
         default="auto", init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._validate()
 
     def set_logging_handlers(
@@ -120,9 +120,9 @@ class Launcher:
             if w < 1:
                 raise ValueError(f"workers_per_host: must be at least 1, got {w}")
         elif isinstance(w, (list, tuple)):
-            for x in w:
-                if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-                    raise ValueError(f"workers_per_host: {x!r} is not a positive int")
+            for count in w:
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    raise ValueError(f"workers_per_host: {count!r} is not a positive int")
             if isinstance(h, (list, tuple)) and len(w) != len(h):
                 raise ValueError(f"workers_per_host: {len(w)} counts for {len(h)} hostnames")
         else:
@@ -173,7 +173,7 @@ class Launcher:
 
     # ---- running ------------------------------------------------------------
 
-    def run(self, func: Callable, *args: Any, **kwargs: Any) -> LaunchResult:
+    def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> LaunchResult:
         """Runs ``func(*args, **kwargs)`` on every worker; the values by rank.
 
         Raises the first worker's exception (same type; ``.hostname``,
@@ -186,7 +186,7 @@ class Launcher:
         return Run(self, func, args, kwargs).go()
 
 
-def launch(func: Callable, *args: Any, **options: Any) -> LaunchResult:
+def launch(func: Callable[..., Any], *args: Any, **options: Any) -> LaunchResult:
     """``Launcher(**options).run(func, *args)``; options are Launcher's fields.
 
     Keyword arguments that are not Launcher fields go to ``func``; torchrunx's

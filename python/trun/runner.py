@@ -24,11 +24,12 @@ import os
 import tempfile
 import time
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from trun import _binary, specs
 from trun._binary import trun_binary
 from trun.components import options_argv, word
+from trun.specs.api import SCHEDULERS
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse  # noqa: F401 (TorchX's)
 
 
@@ -84,7 +85,7 @@ def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]],
     first, for the parameters the arguments leave out."""
     if isinstance(component_args, Mapping):
         given = {k for k, v in component_args.items() if v is not None}
-        argv = options_argv(component_args)
+        argv = options_argv(dict(component_args))
     else:
         argv = [str(a) for a in component_args]
         given = {a[2:].partition("=")[0] for a in argv if a.startswith("--")}
@@ -116,6 +117,11 @@ def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
                            ui_url=d.get("url"), roles=roles)
 
 
+def _text_of(text: str) -> Callable[[Any], str]:
+    """An AppDryRunInfo's formatter that shows trun's text of the request."""
+    return lambda _: text
+
+
 class Runner:
     """TorchX's Runner over the trun binary (``trun`` is its path; default: the one
     ``trun.trun_binary()`` finds).
@@ -137,12 +143,12 @@ class Runner:
         self._name = name
         self._trun = trun or trun_binary()
         if scheduler_factories is None:
-            self._schedulers = list(specs.SCHEDULERS)
+            self._schedulers = list(SCHEDULERS)
         else:
-            unknown = [n for n in scheduler_factories if n not in specs.SCHEDULERS]
+            unknown = [n for n in scheduler_factories if n not in SCHEDULERS]
             if unknown:
                 raise ValueError(f"scheduler_factories: trun has no scheduler {unknown[0]!r} "
-                                 f"(it has {', '.join(specs.SCHEDULERS)}; plug-ins in Python "
+                                 f"(it has {', '.join(SCHEDULERS)}; plug-ins in Python "
                                  f"are not supported)")
             self._schedulers = list(scheduler_factories)
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
@@ -186,9 +192,9 @@ class Runner:
             return self._call("run", *args, path)
 
     @staticmethod
-    def _dryrun_info(out: str, cfg: Optional[Mapping[str, Any]]) -> specs.AppDryRunInfo:
+    def _dryrun_info(out: str, cfg: Optional[Mapping[str, Any]]) -> specs.AppDryRunInfo[Any]:
         d = json.loads(out)
-        info: specs.AppDryRunInfo = specs.AppDryRunInfo(d["request"], lambda _, t=d["text"]: t)
+        info: specs.AppDryRunInfo[Any] = specs.AppDryRunInfo(d["request"], _text_of(d["text"]))
         info._app = specs.from_dict(d["app"])
         info._cfg = dict(cfg or {})
         info._scheduler = d["scheduler"]
@@ -198,7 +204,7 @@ class Runner:
 
     def dryrun(self, app: specs.AppDef, scheduler: str,
                cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
-               parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+               parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, submitting nothing."""
         _no_workspace(workspace)
         self._scheduler(scheduler)
@@ -210,7 +216,7 @@ class Runner:
                          component_args: Union[Sequence[str], Mapping[str, Any]],
                          scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
                          workspace: Any = None,
-                         parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+                         parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo[Any]:
         """The request for a component (a builtin, a YAML file, ``FILE.py:FN``,
         ``module:FN``) with its command-line arguments."""
         _no_workspace(workspace)
@@ -222,7 +228,7 @@ class Runner:
         _check_app(info.app)
         return info
 
-    def schedule(self, dryrun_info: specs.AppDryRunInfo) -> str:
+    def schedule(self, dryrun_info: specs.AppDryRunInfo[Any]) -> str:
         """Submits ``dryrun_info.app`` with its cfg; trun makes the request again
         from them, so edit the AppDef, not ``request``."""
         if dryrun_info.app is None or dryrun_info._scheduler is None:

@@ -42,6 +42,7 @@ class ComponentTestCase(unittest.TestCase):
         parameters parse."""
         path = getattr(module, "__file__", None)
         self.assertTrue(path, f"module {module.__name__} has no __file__")
+        assert path is not None
         r = _binary.run(["run", f"{os.path.abspath(path)}:{function_name}", "--help"],
                         no_config=True)
         self.assertEqual(r.returncode, 0, f"{path}:{function_name} does not validate:\n"
