@@ -35,7 +35,7 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Optional, Sequence
+from typing import Sequence
 
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
@@ -44,7 +44,7 @@ _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def target(fullname: str) -> Optional[str]:
+def target(fullname: str) -> str | None:
     """The trun module that serves ``fullname``, or None when trun serves none."""
     root, _, rest = fullname.partition(".")
     if root not in _ROOTS:

@@ -19,12 +19,13 @@ never by the message. See docs/python.md ("trun.runner").
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import tempfile
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from trun import _binary, specs
 from trun._binary import trun_binary
@@ -37,7 +38,7 @@ class TrunCommandError(RuntimeError):
     """A trun subcommand failed; ``returncode`` is its exit code (docs/cli.md)."""
 
     def __init__(self, argv: Sequence[str], returncode: int, stderr: str,
-                 kind: Optional[str] = None) -> None:
+                 kind: str | None = None) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
@@ -73,13 +74,13 @@ def _cfg_word(value: Any) -> str:
     return f"'{text}'" if any(c in text for c in ",;=") else text
 
 
-def _cfg_flag(cfg: Optional[Mapping[str, Any]]) -> List[str]:
+def _cfg_flag(cfg: Mapping[str, Any] | None) -> list[str]:
     pairs = [f"{k}={_cfg_word(v)}" for k, v in (cfg or {}).items() if v is not None]
     return ["-cfg", ",".join(pairs)] if pairs else []
 
 
-def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]],
-                    defaults: Optional[Mapping[str, Any]] = None) -> List[str]:
+def _component_argv(component_args: Sequence[str] | Mapping[str, Any],
+                    defaults: Mapping[str, Any] | None = None) -> list[str]:
     """A list is the command line; a dict is keyword arguments (``--key value``).
     ``defaults`` (get_runner's component_defaults for this component) come
     first, for the parameters the arguments leave out."""
@@ -104,7 +105,7 @@ def _check_app(app: Any) -> None:
                              f"Did you forget to attach resource to the role")
 
 
-def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
+def _status_from_json(d: dict[str, Any]) -> specs.AppStatus:
     roles = [specs.RoleStatus(r["role"], [
         specs.ReplicaStatus(id=x["id"], state=specs.AppState(x["state"]), role=x["role"],
                             hostname=x.get("hostname", ""),
@@ -136,10 +137,10 @@ class Runner:
     ``component_defaults`` maps a component to defaults for its parameters
     (``{"dist.ddp": {"j": "2x2"}}``), used where the arguments leave one out."""
 
-    def __init__(self, name: str = "", scheduler_factories: Optional[Mapping[str, Any]] = None,
-                 component_defaults: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                 scheduler_params: Optional[Mapping[str, Any]] = None, *,
-                 trun: Optional[str] = None) -> None:
+    def __init__(self, name: str = "", scheduler_factories: Mapping[str, Any] | None = None,
+                 component_defaults: Mapping[str, Mapping[str, Any]] | None = None,
+                 scheduler_params: Mapping[str, Any] | None = None, *,
+                 trun: str | None = None) -> None:
         self._name = name
         self._trun = trun or trun_binary()
         if scheduler_factories is None:
@@ -154,7 +155,7 @@ class Runner:
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
         env_params = {k[len("TORCHX_"):].lower(): v for k, v in os.environ.items()
                       if k.upper().startswith("TORCHX_")}
-        self.scheduler_params: Dict[str, Any] = {**env_params, **(scheduler_params or {})}
+        self.scheduler_params: dict[str, Any] = {**env_params, **(scheduler_params or {})}
 
     def _scheduler(self, scheduler: str) -> str:
         if scheduler not in self._schedulers:
@@ -169,7 +170,7 @@ class Runner:
             raise _refused(r)
         return r.stdout
 
-    def _ask(self, command: str, app_handle: str) -> Optional[str]:
+    def _ask(self, command: str, app_handle: str) -> str | None:
         """``trun COMMAND --json HANDLE``; None when the scheduler knows no such app."""
         try:
             return self._call(command, "--json", self._handle(app_handle))
@@ -192,7 +193,7 @@ class Runner:
             return self._call("run", *args, path)
 
     @staticmethod
-    def _dryrun_info(out: str, cfg: Optional[Mapping[str, Any]]) -> specs.AppDryRunInfo[Any]:
+    def _dryrun_info(out: str, cfg: Mapping[str, Any] | None) -> specs.AppDryRunInfo[Any]:
         d = json.loads(out)
         info: specs.AppDryRunInfo[Any] = specs.AppDryRunInfo(d["request"], _text_of(d["text"]))
         info._app = specs.from_dict(d["app"])
@@ -203,8 +204,8 @@ class Runner:
     # -- submitting --
 
     def dryrun(self, app: specs.AppDef, scheduler: str,
-               cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
-               parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo[Any]:
+               cfg: Mapping[str, Any] | None = None, workspace: Any = None,
+               parent_run_id: str | None = None) -> specs.AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, submitting nothing."""
         _no_workspace(workspace)
         self._scheduler(scheduler)
@@ -213,10 +214,10 @@ class Runner:
         return self._dryrun_info(out, cfg)
 
     def dryrun_component(self, component: str,
-                         component_args: Union[Sequence[str], Mapping[str, Any]],
-                         scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
+                         component_args: Sequence[str] | Mapping[str, Any],
+                         scheduler: str, cfg: Mapping[str, Any] | None = None,
                          workspace: Any = None,
-                         parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo[Any]:
+                         parent_run_id: str | None = None) -> specs.AppDryRunInfo[Any]:
         """The request for a component (a builtin, a YAML file, ``FILE.py:FN``,
         ``module:FN``) with its command-line arguments."""
         _no_workspace(workspace)
@@ -238,28 +239,28 @@ class Runner:
                                   *_cfg_flag(dryrun_info.cfg))
         return out.strip().splitlines()[-1]
 
-    def run(self, app: specs.AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
-            workspace: Any = None, parent_run_id: Optional[str] = None) -> str:
+    def run(self, app: specs.AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None,
+            workspace: Any = None, parent_run_id: str | None = None) -> str:
         """Submits ``app``; returns its handle as soon as it has started."""
         return self.schedule(self.dryrun(app, scheduler, cfg, workspace))
 
     def run_component(self, component: str,
-                      component_args: Union[Sequence[str], Mapping[str, Any]], scheduler: str,
-                      cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
-                      parent_run_id: Optional[str] = None) -> str:
+                      component_args: Sequence[str] | Mapping[str, Any], scheduler: str,
+                      cfg: Mapping[str, Any] | None = None, workspace: Any = None,
+                      parent_run_id: str | None = None) -> str:
         """``dryrun_component`` then ``schedule``, as TorchX; returns the handle."""
         return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
                                                    workspace, parent_run_id))
 
     # -- following --
 
-    def status(self, app_handle: str) -> Optional[specs.AppStatus]:
+    def status(self, app_handle: str) -> specs.AppStatus | None:
         """The app's status; None when the scheduler knows no such app."""
         out = self._ask("status", app_handle)
         return None if out is None else _status_from_json(json.loads(out))
 
     def wait(self, app_handle: str, wait_interval: float = 10,
-             timeout: Optional[float] = None) -> Optional[specs.AppStatus]:
+             timeout: float | None = None) -> specs.AppStatus | None:
         """Polls every ``wait_interval`` seconds until the app ends; its last status
         (None for an unknown app). ``timeout``: raise TimeoutError after that long."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -301,13 +302,13 @@ class Runner:
             if not _is_unknown_app(e):  # gone since
                 raise
 
-    def describe(self, app_handle: str) -> Optional[specs.AppDef]:
+    def describe(self, app_handle: str) -> specs.AppDef | None:
         """The AppDef the app was submitted with; None for an unknown app."""
         out = self._ask("describe", app_handle)
         return None if out is None else specs.from_dict(json.loads(out))
 
     def log_lines(self, app_handle: str, role_name: str, k: int = 0,
-                  regex: Optional[str] = None, since: Any = None, until: Any = None,
+                  regex: str | None = None, since: Any = None, until: Any = None,
                   should_tail: bool = False, streams: Any = None) -> Iterator[str]:
         """Replica ``k`` of ``role_name``'s log lines (with their newlines), as they
         come when ``should_tail``. As TorchX, the call itself raises
@@ -321,7 +322,7 @@ class Runner:
             raise specs.UnknownAppException(app_handle, detail)
         return self._log_iter(app_handle, role_name, k, regex, should_tail, streams)
 
-    def _unknown_detail(self, app_handle: str) -> Optional[str]:
+    def _unknown_detail(self, app_handle: str) -> str | None:
         """trun's message when the scheduler knows no such app, else None."""
         try:
             self._call("status", "--json", self._handle(app_handle))
@@ -331,7 +332,7 @@ class Runner:
             raise
         return None
 
-    def _log_iter(self, app_handle: str, role_name: str, k: int, regex: Optional[str],
+    def _log_iter(self, app_handle: str, role_name: str, k: int, regex: str | None,
                   should_tail: bool, streams: Any) -> Iterator[str]:
         args = ["log"]
         if should_tail:
@@ -359,14 +360,15 @@ class Runner:
             raise _refused(outcome)
 
     def list(self, scheduler: str,
-             cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
+             cfg: Mapping[str, Any] | None = None) -> list[ListAppResponse]:
         """The apps the scheduler knows, oldest first."""
         out = self._call("list", "--json", "-s", self._scheduler(scheduler), *_cfg_flag(cfg))
         return [ListAppResponse(app_id=a["app_id"], state=specs.AppState[a["state"]],
                                 app_handle=a["app_handle"], name=a["name"])
                 for a in json.loads(out)]
 
-    def scheduler_backends(self) -> List[str]:
+    # (`list` is a method here, as TorchX names it: the builtin by its full name.)
+    def scheduler_backends(self) -> builtins.list[str]:
         """The schedulers of the trun binary (or those ``scheduler_factories`` named),
         as ``-s`` takes them."""
         return list(self._schedulers)
@@ -387,8 +389,8 @@ def _no_workspace(workspace: Any) -> None:
                          "directory or the slurm job_dir); pass None")
 
 
-def get_runner(name: Optional[str] = None,
-               component_defaults: Optional[Dict[str, Dict[str, Any]]] = None,
+def get_runner(name: str | None = None,
+               component_defaults: dict[str, dict[str, Any]] | None = None,
                **scheduler_params: Any) -> Runner:
     """A Runner of every trun scheduler, as TorchX's: the session is ``torchx``
     unless ``name`` (deprecated by TorchX, with its FutureWarning) says otherwise;

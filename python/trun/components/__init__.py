@@ -10,7 +10,7 @@ the builtin's own default.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Sequence
+from typing import Any, Sequence
 
 from trun import _binary, specs
 
@@ -27,16 +27,16 @@ def word(value: Any, kv: str = "=") -> str:
     return str(value)
 
 
-def options_argv(options: Dict[str, Any]) -> List[str]:
+def options_argv(options: dict[str, Any]) -> list[str]:
     """``--key value`` per option that is not None."""
-    argv: List[str] = []
+    argv: list[str] = []
     for key, value in options.items():
         if value is not None:
             argv += [f"--{key}", word(value)]
     return argv
 
 
-def builtin(name: str, args: Sequence[str], options: Dict[str, Any]) -> specs.AppDef:
+def builtin(name: str, args: Sequence[str], options: dict[str, Any]) -> specs.AppDef:
     """The AppDef of trun's builtin component ``name`` for these options (None: not given)
     and ``*args``. A bad argument raises ValueError with trun's message."""
     argv = ["run", "--dryrun", "--json", "-s", "local", name, *options_argv(options)]

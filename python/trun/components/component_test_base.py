@@ -20,7 +20,7 @@ import tempfile
 import time
 import unittest
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 from trun import _binary
 from trun.runner import get_runner
@@ -49,10 +49,10 @@ class ComponentTestCase(unittest.TestCase):
                          f"{r.stderr}")
 
     def run_component(self, component: Callable[..., AppDef],
-                      args: Optional[Dict[str, Any]] = None,
-                      scheduler_params: Optional[Dict[str, Any]] = None,
+                      args: dict[str, Any] | None = None,
+                      scheduler_params: dict[str, Any] | None = None,
                       scheduler: str = "local", interval: float = 0.1,
-                      timeout: float = 1) -> Optional[AppStatus]:
+                      timeout: float = 1) -> AppStatus | None:
         """Runs ``component(**args)`` on ``scheduler`` and polls its status every
         ``interval`` seconds for at most ``timeout`` seconds; the last status."""
         app = component(**(args or {}))
