@@ -62,9 +62,22 @@ std::string ErrorJson(const Status& s) {
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+std::string& ErrorReportPath() {
+  static std::string path;
+  return path;
+}
+}  // namespace
+
+void TakeErrorReportPath() {
+  const char* path = std::getenv("TRUN_ERROR_JSON");
+  ErrorReportPath() = path != nullptr ? path : "";
+  ::unsetenv("TRUN_ERROR_JSON");
+}
+
 int ReportError(const Status& s) {
   log::Write(log::Level::kError, s.message(), /*each_line=*/true);
-  if (const char* path = std::getenv("TRUN_ERROR_JSON"); path != nullptr && *path != '\0') {
+  if (const std::string& path = ErrorReportPath(); !path.empty()) {
     Status w = WriteFileAtomic(path, ErrorJson(s) + "\n", 0600);
     if (!w.ok()) log::Warning("TRUN_ERROR_JSON: cannot write {}: {}", path, w.message());
   }

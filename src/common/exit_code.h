@@ -42,8 +42,14 @@ const char* ErrorKindName(StatusCode code);
 // {"kind": ErrorKindName, "exit_code": ExitCodeFor(s), "message": ...}.
 std::string ErrorJson(const Status& s);
 
+// Takes $TRUN_ERROR_JSON out of the environment, keeping its path for
+// ReportError: it is the report of this trun's caller, so no process trun
+// starts (a local app's supervisor, a replica's agent) may write there. Call
+// first in main, before any thread starts.
+void TakeErrorReportPath();
+
 // Prints `s` with "trun: error: " before each of its lines and returns
-// ExitCodeFor(s). When $TRUN_ERROR_JSON names a file, ErrorJson(s) is
+// ExitCodeFor(s). When TakeErrorReportPath() found a file, ErrorJson(s) is
 // written there too (whole, through a rename), so that a program that runs
 // trun (the Python package) learns the kind of problem without reading the
 // message; a file that cannot be written is a warning.

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/files.h"
+
 namespace trun {
 namespace {
 
@@ -34,6 +39,23 @@ TEST(ExitCode, TheErrorReportNamesTheKind) {
   EXPECT_EQ(ErrorJson(Status::InvalidArgument("bad\nworse")),
             R"({"exit_code":2,"kind":"invalid_argument","message":"bad\nworse"})");
   EXPECT_STREQ(ErrorKindName(StatusCode::kPermissionDenied), "permission_denied");
+}
+
+TEST(ExitCode, TheErrorReportGoesWhereTheCallerSaidAndNoFurther) {
+  const std::string path = ::testing::TempDir() + "/exit_code_report.json";
+  std::remove(path.c_str());
+  ::setenv("TRUN_ERROR_JSON", path.c_str(), 1);
+  TakeErrorReportPath();
+  // Taken out of the environment: no process trun starts inherits it.
+  EXPECT_EQ(std::getenv("TRUN_ERROR_JSON"), nullptr);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ReportError(Status::UnknownApp("no local app 'x'")), 2);
+  (void)::testing::internal::GetCapturedStderr();
+  auto text = ReadFile(path);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text, ErrorJson(Status::UnknownApp("no local app 'x'")) + "\n");
+  std::remove(path.c_str());
+  TakeErrorReportPath();  // unset now: the reports stop
 }
 
 }  // namespace
