@@ -24,8 +24,8 @@ export CCACHE_MAXSIZE ?= 5G
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 .PHONY: all deps configure build torch2 test unit-test sanitize-test fuzz integration-test \
-	integration-test-113 integration-test-2 integration-parallel-113 \
-	integration-parallel-2 integration-timing-113 integration-timing-2 demo bench format clean install-python
+	integration-test-113 integration-test-2 integration-parallel-113 integration-parallel-2 \
+	integration-timing-113 integration-timing-2 typecheck demo bench format clean install-python
 
 all: build
 
@@ -120,10 +120,15 @@ fuzz: deps
 		-print_final_stats=1 $$scratch fuzz/corpus/store_parser 2>&1 | tail -4; \
 		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; exit $$rc
 
+# Debian's mypy --strict over the Python package (its settings: pyproject.toml,
+# [tool.mypy]); the cache in the build folder makes a second run quick.
+typecheck: deps
+	@mypy --strict --cache-dir $(BUILD)/mypy-cache
+
 # Every stage, each timed; a table of the times at the end
 # (scripts/test-stages.sh), so that the next slow stage is seen.
 test:
-	@./scripts/test-stages.sh deps build sanitize-test fuzz torch2 integration-test
+	@./scripts/test-stages.sh deps build typecheck sanitize-test fuzz torch2 integration-test
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from trun.launcher import trun_binary
+from trun._binary import trun_binary
 
 
 def main() -> None:

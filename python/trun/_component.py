@@ -214,7 +214,8 @@ def _raised(what: str, path: str) -> ComponentError:
               if f.filename != here and not f.filename.startswith("<frozen")]
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else path
     text = "".join(traceback.format_list(frames)).rstrip()
-    return ComponentError(f"{where}: {what} raised {etype.__name__}: {e}"
+    kind = etype.__name__ if etype is not None else "an exception"
+    return ComponentError(f"{where}: {what} raised {kind}: {e}"
                           + (f"\nTraceback (most recent call last):\n{text}" if text else ""))
 
 
@@ -236,6 +237,8 @@ def load(spec: str) -> Tuple[Callable[..., Any], str]:
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
             mod_spec = importlib.util.spec_from_file_location(
                 os.path.splitext(os.path.basename(path))[0], path)
+            if mod_spec is None or mod_spec.loader is None:
+                raise ComponentError(f"{path}: not a Python file Python can load")
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[module.__name__] = module
             mod_spec.loader.exec_module(module)

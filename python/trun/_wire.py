@@ -21,14 +21,14 @@ _HEADER = struct.Struct("!BQ")
 _CHUNK = 1 << 20
 
 
-def send_frame(sock, kind: int, body: bytes) -> None:
+def send_frame(sock: socket.socket, kind: int, body: bytes) -> None:
     sock.sendall(_HEADER.pack(kind, len(body)))
     view = memoryview(body)
     for i in range(0, len(view), _CHUNK * 16):
         sock.sendall(view[i:i + _CHUNK * 16])
 
 
-def _recv_exact(sock, n: int, deadline: float | None = None) -> bytes | None:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -45,7 +45,7 @@ def _recv_exact(sock, n: int, deadline: float | None = None) -> bytes | None:
     return bytes(buf)
 
 
-def recv_frame(sock, max_length: int | None = None,
+def recv_frame(sock: socket.socket, max_length: int | None = None,
                deadline: float | None = None) -> tuple[int, bytes] | None:
     """The next frame, or None when the peer closed the connection first.
 

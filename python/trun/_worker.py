@@ -13,6 +13,7 @@ nobody, even when the agent's own watch (stdin of its SSH session) misses it.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any, cast
 
 import cloudpickle
 
@@ -123,7 +125,7 @@ def main() -> int:
     # on their way through the agent, whatever its pump does with pieces.
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True, write_through=False)
+            cast(io.TextIOWrapper, stream).reconfigure(line_buffering=True, write_through=False)
         except (AttributeError, ValueError):
             pass
     agent_timeout = float(env.get("TRUN_AGENT_TIMEOUT", "60"))
@@ -157,7 +159,7 @@ def main() -> int:
 
     _forward_logging()
     backend = env.get("TRUN_BACKEND", "")
-    dist = None
+    dist: Any = None
     rc = 0
     try:
         try:
@@ -167,7 +169,8 @@ def main() -> int:
                                f"(same Python, cloudpickle and modules on every host?): "
                                f"{type(e).__name__}: {e}") from e
         if backend:
-            import torch.distributed as dist
+            import torch.distributed
+            dist = torch.distributed
             if backend == "nccl":
                 import torch
                 if torch.cuda.is_available():

@@ -34,7 +34,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from typing import Optional
+import types
+from typing import Sequence
 
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
@@ -43,7 +44,7 @@ _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def target(fullname: str) -> Optional[str]:
+def target(fullname: str) -> str | None:
     """The trun module that serves ``fullname``, or None when trun serves none."""
     root, _, rest = fullname.partition(".")
     if root not in _ROOTS:
@@ -62,14 +63,14 @@ class _Loader(importlib.abc.Loader):
 
     def __init__(self, module_name: str) -> None:
         self._module_name = module_name
-        self._spec = None
+        self._spec: importlib.machinery.ModuleSpec | None = None
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = importlib.import_module(self._module_name)
         self._spec = module.__spec__
         return module
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         # The import system stamps the alias's spec on the module; trun's
         # own name keeps its own (reload, pickling by module name).
         module.__spec__ = self._spec
@@ -80,7 +81,9 @@ class _Finder(importlib.abc.MetaPathFinder):
     # trun.alias` runs one as __main__, and the program may import another).
     trun_alias = True
 
-    def find_spec(self, fullname, path=None, target_module=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target_module: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         root = fullname.partition(".")[0]
         if root not in _ROOTS or _real(root):
             return None
@@ -90,12 +93,13 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = importlib.util.spec_from_file_location(
                 "torchx", os.path.join(_PACKAGE_DIR, "_torchx_root.py"))
             # A package whose path is empty: its submodules come from here only.
+            assert spec is not None
             spec.submodule_search_locations = []
             return spec
         name = target(fullname)
-        if name is None or importlib.util.find_spec(name) is None:
+        module_spec = importlib.util.find_spec(name) if name is not None else None
+        if name is None or module_spec is None:
             return None
-        module_spec = importlib.util.find_spec(name)
         return importlib.machinery.ModuleSpec(
             fullname, _Loader(name),
             is_package=module_spec.submodule_search_locations is not None
@@ -120,7 +124,7 @@ def _real(name: str) -> bool:
                if not getattr(f, "trun_alias", False) and hasattr(f, "find_spec"))
 
 
-def _main(argv) -> int:
+def _main(argv: list[str]) -> int:
     import runpy
     usage = "usage: python -m trun.alias (SCRIPT | -m MODULE) [ARGS...]"
     if not argv or argv[0] in ("-h", "--help"):

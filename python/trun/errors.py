@@ -14,8 +14,8 @@ class WorkerFailedError(RuntimeError):
     each None when not known.
     """
 
-    def __init__(self, *args, hostname: str | None = None, rank: int | None = None,
-                 local_rank: int | None = None, exitcode: int | None = None):
+    def __init__(self, *args: object, hostname: str | None = None, rank: int | None = None,
+                 local_rank: int | None = None, exitcode: int | None = None) -> None:
         super().__init__(*args)
         self.hostname = hostname
         self.rank = rank
@@ -49,7 +49,8 @@ class AgentFailedError(RuntimeError):
     ``agent_timeout``).
     """
 
-    def __init__(self, *args, hostname: str | None = None, exitcode: int | None = None):
+    def __init__(self, *args: object, hostname: str | None = None,
+                 exitcode: int | None = None) -> None:
         super().__init__(*args)
         self.hostname = hostname
         self.exitcode = exitcode
@@ -63,7 +64,7 @@ class AgentFailedError(RuntimeError):
 class WorkerRaisedError(RuntimeError):
     """Stands in for a worker's exception that could not be pickled back."""
 
-    def __init__(self, type_name: str, message: str):
+    def __init__(self, type_name: str, message: str) -> None:
         self.type_name = type_name
         super().__init__(f"{type_name}: {message}")
 
@@ -71,9 +72,9 @@ class WorkerRaisedError(RuntimeError):
 class RemoteTraceback(Exception):
     """The ``__cause__`` of a re-raised worker exception: its traceback text."""
 
-    def __init__(self, tb: str):
+    def __init__(self, tb: str) -> None:
         self.tb = tb
         super().__init__(tb)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.tb

@@ -106,14 +106,14 @@ def parse_level(value: str, what: str) -> int:
     return level
 
 
-def run_log_dir(log_dir: str | os.PathLike) -> Path:
+def run_log_dir(log_dir: str | os.PathLike[str]) -> Path:
     """``<log_dir>/<timestamp>``: this run's own folder (ISO 8601, to the millisecond)."""
     stamp = datetime.datetime.now().isoformat(timespec="milliseconds")
     return Path(log_dir) / stamp
 
 
 def file_handlers(hostnames: list[str], workers_per_host: list[int],
-                  log_dir: str | os.PathLike = "trun_logs",
+                  log_dir: str | os.PathLike[str] = "trun_logs",
                   log_level: int = logging.NOTSET) -> list[logging.Handler]:
     """torchrunx's helper: one file per agent and worker, each created now and filtered to it."""
     if len(hostnames) != len(workers_per_host):
@@ -133,7 +133,7 @@ def file_handlers(hostnames: list[str], workers_per_host: list[int],
 
 
 def default_handlers(hostnames: list[str], workers_per_host: list[int],
-                     log_dir: str | os.PathLike | None = None,
+                     log_dir: str | os.PathLike[str] | None = None,
                      log_level: int | None = None) -> list[logging.Handler]:
     """The console for every record, and ``file_handlers`` unless the directory is "".
 

@@ -12,6 +12,9 @@ import json
 import os
 import time
 import traceback
+from typing import Any, Callable, TypeVar, cast
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def write_error_file(exc: BaseException, tb: str | None = None) -> None:
@@ -30,9 +33,9 @@ def write_error_file(exc: BaseException, tb: str | None = None) -> None:
         pass
 
 
-def record(fn):
+def record(fn: F) -> F:
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except SystemExit as e:
@@ -43,4 +46,4 @@ def record(fn):
         except Exception as e:
             write_error_file(e)
             raise
-    return wrapper
+    return cast(F, wrapper)

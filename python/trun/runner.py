@@ -12,33 +12,39 @@ The Runner drives the trun binary's job subcommands (``trun run``,
 with the same handles (``local://trun/ID``, ``slurm://trun/JOBID``,
 ``kubernetes://trun/NAMESPACE:NAME``), from any process. A failed command
 raises :class:`TrunCommandError` (a :class:`ValueError` too when trun says
-the input is bad, exit 2) carrying trun's message. See docs/python.md ("trun.runner").
+the input is bad, exit 2) carrying trun's message; an app the scheduler does
+not know is told by the kind trun's error report names (``unknown_app``),
+never by the message. See docs/python.md ("trun.runner").
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
-import re
-import subprocess
 import tempfile
 import time
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from trun import specs
+from trun import _binary, specs
+from trun._binary import trun_binary
 from trun.components import options_argv, word
-from trun.launcher import trun_binary
+from trun.specs.api import SCHEDULERS
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse  # noqa: F401 (TorchX's)
 
 
 class TrunCommandError(RuntimeError):
     """A trun subcommand failed; ``returncode`` is its exit code (docs/cli.md)."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str,
+                 kind: str | None = None) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
+        # The kind of problem trun's error report names (docs/cli.md), e.g.
+        # "unknown_app"; None when it wrote none.
+        self.kind = kind
         lines = [ln.removeprefix("trun: error: ") for ln in stderr.strip().splitlines()]
         super().__init__(f"`trun {' '.join(self.argv[1:3])}` failed (exit {returncode}): "
                          + ("\n".join(lines) or "no message"))
@@ -49,6 +55,17 @@ class TrunInvalidInputError(TrunCommandError, ValueError):
     option, a handle; nothing was submitted."""
 
 
+def _refused(outcome: _binary.Outcome) -> TrunCommandError:
+    """The error of a trun command that failed."""
+    cls = TrunInvalidInputError if outcome.returncode == 2 else TrunCommandError
+    return cls(outcome.argv, outcome.returncode, outcome.stderr, outcome.error_kind)
+
+
+def _is_unknown_app(e: TrunCommandError) -> bool:
+    """Whether trun refused the command because the scheduler knows no such app."""
+    return e.kind == "unknown_app"
+
+
 def _cfg_word(value: Any) -> str:
     """A run option's value; a plain string with a separator in it is quoted."""
     if isinstance(value, (bool, list, tuple, dict)):
@@ -57,19 +74,19 @@ def _cfg_word(value: Any) -> str:
     return f"'{text}'" if any(c in text for c in ",;=") else text
 
 
-def _cfg_flag(cfg: Optional[Mapping[str, Any]]) -> List[str]:
+def _cfg_flag(cfg: Mapping[str, Any] | None) -> list[str]:
     pairs = [f"{k}={_cfg_word(v)}" for k, v in (cfg or {}).items() if v is not None]
     return ["-cfg", ",".join(pairs)] if pairs else []
 
 
-def _component_argv(component_args: Union[Sequence[str], Mapping[str, Any]],
-                    defaults: Optional[Mapping[str, Any]] = None) -> List[str]:
+def _component_argv(component_args: Sequence[str] | Mapping[str, Any],
+                    defaults: Mapping[str, Any] | None = None) -> list[str]:
     """A list is the command line; a dict is keyword arguments (``--key value``).
     ``defaults`` (get_runner's component_defaults for this component) come
     first, for the parameters the arguments leave out."""
     if isinstance(component_args, Mapping):
         given = {k for k, v in component_args.items() if v is not None}
-        argv = options_argv(component_args)
+        argv = options_argv(dict(component_args))
     else:
         argv = [str(a) for a in component_args]
         given = {a[2:].partition("=")[0] for a in argv if a.startswith("--")}
@@ -88,7 +105,7 @@ def _check_app(app: Any) -> None:
                              f"Did you forget to attach resource to the role")
 
 
-def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
+def _status_from_json(d: dict[str, Any]) -> specs.AppStatus:
     roles = [specs.RoleStatus(r["role"], [
         specs.ReplicaStatus(id=x["id"], state=specs.AppState(x["state"]), role=x["role"],
                             hostname=x.get("hostname", ""),
@@ -99,6 +116,11 @@ def _status_from_json(d: Dict[str, Any]) -> specs.AppStatus:
                            num_restarts=d.get("num_restarts", 0), msg=d.get("msg", ""),
                            structured_error_msg=d.get("structured_error_msg", specs.NONE),
                            ui_url=d.get("url"), roles=roles)
+
+
+def _text_of(text: str) -> Callable[[Any], str]:
+    """An AppDryRunInfo's formatter that shows trun's text of the request."""
+    return lambda _: text
 
 
 class Runner:
@@ -115,25 +137,25 @@ class Runner:
     ``component_defaults`` maps a component to defaults for its parameters
     (``{"dist.ddp": {"j": "2x2"}}``), used where the arguments leave one out."""
 
-    def __init__(self, name: str = "", scheduler_factories: Optional[Mapping[str, Any]] = None,
-                 component_defaults: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                 scheduler_params: Optional[Mapping[str, Any]] = None, *,
-                 trun: Optional[str] = None) -> None:
+    def __init__(self, name: str = "", scheduler_factories: Mapping[str, Any] | None = None,
+                 component_defaults: Mapping[str, Mapping[str, Any]] | None = None,
+                 scheduler_params: Mapping[str, Any] | None = None, *,
+                 trun: str | None = None) -> None:
         self._name = name
         self._trun = trun or trun_binary()
         if scheduler_factories is None:
-            self._schedulers = list(specs.SCHEDULERS)
+            self._schedulers = list(SCHEDULERS)
         else:
-            unknown = [n for n in scheduler_factories if n not in specs.SCHEDULERS]
+            unknown = [n for n in scheduler_factories if n not in SCHEDULERS]
             if unknown:
                 raise ValueError(f"scheduler_factories: trun has no scheduler {unknown[0]!r} "
-                                 f"(it has {', '.join(specs.SCHEDULERS)}; plug-ins in Python "
+                                 f"(it has {', '.join(SCHEDULERS)}; plug-ins in Python "
                                  f"are not supported)")
             self._schedulers = list(scheduler_factories)
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
         env_params = {k[len("TORCHX_"):].lower(): v for k, v in os.environ.items()
                       if k.upper().startswith("TORCHX_")}
-        self.scheduler_params: Dict[str, Any] = {**env_params, **(scheduler_params or {})}
+        self.scheduler_params: dict[str, Any] = {**env_params, **(scheduler_params or {})}
 
     def _scheduler(self, scheduler: str) -> str:
         if scheduler not in self._schedulers:
@@ -143,14 +165,12 @@ class Runner:
     # -- plumbing --
 
     def _call(self, *args: str) -> str:
-        argv = [self._trun, *args]
-        r = subprocess.run(argv, capture_output=True, text=True)
+        r = _binary.run(args, trun=self._trun)
         if r.returncode != 0:
-            cls = TrunInvalidInputError if r.returncode == 2 else TrunCommandError
-            raise cls(argv, r.returncode, r.stderr)
+            raise _refused(r)
         return r.stdout
 
-    def _ask(self, command: str, app_handle: str) -> Optional[str]:
+    def _ask(self, command: str, app_handle: str) -> str | None:
         """``trun COMMAND --json HANDLE``; None when the scheduler knows no such app."""
         try:
             return self._call(command, "--json", self._handle(app_handle))
@@ -173,9 +193,9 @@ class Runner:
             return self._call("run", *args, path)
 
     @staticmethod
-    def _dryrun_info(out: str, cfg: Optional[Mapping[str, Any]]) -> specs.AppDryRunInfo:
+    def _dryrun_info(out: str, cfg: Mapping[str, Any] | None) -> specs.AppDryRunInfo[Any]:
         d = json.loads(out)
-        info: specs.AppDryRunInfo = specs.AppDryRunInfo(d["request"], lambda _, t=d["text"]: t)
+        info: specs.AppDryRunInfo[Any] = specs.AppDryRunInfo(d["request"], _text_of(d["text"]))
         info._app = specs.from_dict(d["app"])
         info._cfg = dict(cfg or {})
         info._scheduler = d["scheduler"]
@@ -184,8 +204,8 @@ class Runner:
     # -- submitting --
 
     def dryrun(self, app: specs.AppDef, scheduler: str,
-               cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
-               parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+               cfg: Mapping[str, Any] | None = None, workspace: Any = None,
+               parent_run_id: str | None = None) -> specs.AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, submitting nothing."""
         _no_workspace(workspace)
         self._scheduler(scheduler)
@@ -194,10 +214,10 @@ class Runner:
         return self._dryrun_info(out, cfg)
 
     def dryrun_component(self, component: str,
-                         component_args: Union[Sequence[str], Mapping[str, Any]],
-                         scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
+                         component_args: Sequence[str] | Mapping[str, Any],
+                         scheduler: str, cfg: Mapping[str, Any] | None = None,
                          workspace: Any = None,
-                         parent_run_id: Optional[str] = None) -> specs.AppDryRunInfo:
+                         parent_run_id: str | None = None) -> specs.AppDryRunInfo[Any]:
         """The request for a component (a builtin, a YAML file, ``FILE.py:FN``,
         ``module:FN``) with its command-line arguments."""
         _no_workspace(workspace)
@@ -209,7 +229,7 @@ class Runner:
         _check_app(info.app)
         return info
 
-    def schedule(self, dryrun_info: specs.AppDryRunInfo) -> str:
+    def schedule(self, dryrun_info: specs.AppDryRunInfo[Any]) -> str:
         """Submits ``dryrun_info.app`` with its cfg; trun makes the request again
         from them, so edit the AppDef, not ``request``."""
         if dryrun_info.app is None or dryrun_info._scheduler is None:
@@ -219,28 +239,28 @@ class Runner:
                                   *_cfg_flag(dryrun_info.cfg))
         return out.strip().splitlines()[-1]
 
-    def run(self, app: specs.AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None,
-            workspace: Any = None, parent_run_id: Optional[str] = None) -> str:
+    def run(self, app: specs.AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None,
+            workspace: Any = None, parent_run_id: str | None = None) -> str:
         """Submits ``app``; returns its handle as soon as it has started."""
         return self.schedule(self.dryrun(app, scheduler, cfg, workspace))
 
     def run_component(self, component: str,
-                      component_args: Union[Sequence[str], Mapping[str, Any]], scheduler: str,
-                      cfg: Optional[Mapping[str, Any]] = None, workspace: Any = None,
-                      parent_run_id: Optional[str] = None) -> str:
+                      component_args: Sequence[str] | Mapping[str, Any], scheduler: str,
+                      cfg: Mapping[str, Any] | None = None, workspace: Any = None,
+                      parent_run_id: str | None = None) -> str:
         """``dryrun_component`` then ``schedule``, as TorchX; returns the handle."""
         return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
                                                    workspace, parent_run_id))
 
     # -- following --
 
-    def status(self, app_handle: str) -> Optional[specs.AppStatus]:
+    def status(self, app_handle: str) -> specs.AppStatus | None:
         """The app's status; None when the scheduler knows no such app."""
         out = self._ask("status", app_handle)
         return None if out is None else _status_from_json(json.loads(out))
 
     def wait(self, app_handle: str, wait_interval: float = 10,
-             timeout: Optional[float] = None) -> Optional[specs.AppStatus]:
+             timeout: float | None = None) -> specs.AppStatus | None:
         """Polls every ``wait_interval`` seconds until the app ends; its last status
         (None for an unknown app). ``timeout``: raise TimeoutError after that long."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -282,13 +302,13 @@ class Runner:
             if not _is_unknown_app(e):  # gone since
                 raise
 
-    def describe(self, app_handle: str) -> Optional[specs.AppDef]:
+    def describe(self, app_handle: str) -> specs.AppDef | None:
         """The AppDef the app was submitted with; None for an unknown app."""
         out = self._ask("describe", app_handle)
         return None if out is None else specs.from_dict(json.loads(out))
 
     def log_lines(self, app_handle: str, role_name: str, k: int = 0,
-                  regex: Optional[str] = None, since: Any = None, until: Any = None,
+                  regex: str | None = None, since: Any = None, until: Any = None,
                   should_tail: bool = False, streams: Any = None) -> Iterator[str]:
         """Replica ``k`` of ``role_name``'s log lines (with their newlines), as they
         come when ``should_tail``. As TorchX, the call itself raises
@@ -302,7 +322,7 @@ class Runner:
             raise specs.UnknownAppException(app_handle, detail)
         return self._log_iter(app_handle, role_name, k, regex, should_tail, streams)
 
-    def _unknown_detail(self, app_handle: str) -> Optional[str]:
+    def _unknown_detail(self, app_handle: str) -> str | None:
         """trun's message when the scheduler knows no such app, else None."""
         try:
             self._call("status", "--json", self._handle(app_handle))
@@ -312,43 +332,43 @@ class Runner:
             raise
         return None
 
-    def _log_iter(self, app_handle: str, role_name: str, k: int, regex: Optional[str],
+    def _log_iter(self, app_handle: str, role_name: str, k: int, regex: str | None,
                   should_tail: bool, streams: Any) -> Iterator[str]:
-        argv = [self._trun, "log"]
+        args = ["log"]
         if should_tail:
-            argv.append("--tail")
+            args.append("--tail")
         if regex:
-            argv += ["--regex", regex]
+            args += ["--regex", regex]
         if streams is not None:
-            argv += ["--streams", getattr(streams, "value", str(streams)).lower()]
-        argv.append(f"{app_handle}/{role_name}/{k}")
+            args += ["--streams", getattr(streams, "value", str(streams)).lower()]
+        args.append(f"{app_handle}/{role_name}/{k}")
         prefix = f"{role_name}/{k} "
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = _binary.stream(args, trun=self._trun)
         try:
-            for line in proc.stdout:
+            while True:
+                try:
+                    line = next(lines)
+                except StopIteration as end:
+                    outcome: _binary.Outcome = end.value
+                    break
                 yield line[len(prefix):] if line.startswith(prefix) else line
-            err = proc.stderr.read()
         finally:
-            proc.stdout.close()
-            if proc.poll() is None:
-                proc.terminate()
-            proc.wait()
-        if proc.returncode != 0:
-            e = (TrunInvalidInputError if proc.returncode == 2 else TrunCommandError)(
-                argv, proc.returncode, err)
-            if isinstance(e, TrunInvalidInputError) and _is_unknown_app(e):
-                raise specs.UnknownAppException(app_handle, str(e))
-            raise e
+            lines.close()  # a caller that stops early stops trun
+        if outcome.returncode != 0:
+            if outcome.unknown_app:
+                raise specs.UnknownAppException(app_handle, str(_refused(outcome)))
+            raise _refused(outcome)
 
     def list(self, scheduler: str,
-             cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
+             cfg: Mapping[str, Any] | None = None) -> list[ListAppResponse]:
         """The apps the scheduler knows, oldest first."""
         out = self._call("list", "--json", "-s", self._scheduler(scheduler), *_cfg_flag(cfg))
         return [ListAppResponse(app_id=a["app_id"], state=specs.AppState[a["state"]],
                                 app_handle=a["app_handle"], name=a["name"])
                 for a in json.loads(out)]
 
-    def scheduler_backends(self) -> List[str]:
+    # (`list` is a method here, as TorchX names it: the builtin by its full name.)
+    def scheduler_backends(self) -> builtins.list[str]:
         """The schedulers of the trun binary (or those ``scheduler_factories`` named),
         as ``-s`` takes them."""
         return list(self._schedulers)
@@ -369,30 +389,8 @@ def _no_workspace(workspace: Any) -> None:
                          "directory or the slurm job_dir); pass None")
 
 
-# trun reports "no such app" as exit 2, the code of every bad input (docs/cli.md,
-# "Exit codes of the job subcommands"), so the message tells it apart from a
-# malformed handle, an unknown scheduler or a replica the app does not have.
-# Each scheduler's wording (src/schedulers/*_scheduler.cc), from the start of
-# an error line:
-_UNKNOWN_APP = re.compile("|".join([
-    r"no local app '",                                # local: UnknownApp
-    r"no SLURM job \S+: ",                            # slurm: Describe
-    r"kubernetes app \S+: the namespace \S+ has no ",  # kubernetes: NoApp
-    r"'[^']*' is not a kubernetes app id",            # kubernetes: no NAMESPACE:NAME
-    r"(GET|PATCH|DELETE) \S+: not found \(404",        # kubernetes: gone meanwhile
-]))
-
-
-def _is_unknown_app(e: TrunCommandError) -> bool:
-    """Whether trun refused the command because the scheduler knows no such app."""
-    if e.returncode != 2:
-        return False
-    return any(_UNKNOWN_APP.match(ln.removeprefix("trun: error: "))
-               for ln in e.stderr.splitlines())
-
-
-def get_runner(name: Optional[str] = None,
-               component_defaults: Optional[Dict[str, Dict[str, Any]]] = None,
+def get_runner(name: str | None = None,
+               component_defaults: dict[str, dict[str, Any]] | None = None,
                **scheduler_params: Any) -> Runner:
     """A Runner of every trun scheduler, as TorchX's: the session is ``torchx``
     unless ``name`` (deprecated by TorchX, with its FutureWarning) says otherwise;

@@ -218,6 +218,8 @@ class LocalAgent::Impl {
     hostname_ = FqdnHostname();
     const char* own_error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (own_error_file) own_error_file_ = own_error_file;
+    const char* failure_json = std::getenv("TRUN_FAILURE_JSON");
+    if (failure_json) failure_json_ = failure_json;
 
     TRUN_RETURN_IF_ERROR(telemetry_.Start(
         io_,
@@ -643,8 +645,15 @@ class LocalAgent::Impl {
 
   // The agent's own error file gets the attempt's root cause, also when a
   // signal (a scheduler stopping the job) ends trun after a worker failed:
-  // whoever stopped it still learns why the job failed.
+  // whoever stopped it still learns why the job failed. So does the failure
+  // report a program that runs trun asked for ($TRUN_FAILURE_JSON).
   void WriteRootCause() {
+    if (!failure_json_.empty() && !failures_.empty()) {
+      Status s = failure::WriteFailureReport(
+          failure_json_, failure::FailureReportJson(config_.entrypoint_name, failures_, hostname_,
+                                                    round_ ? round_->failures : 0));
+      if (!s.ok()) log::Warning("TRUN_FAILURE_JSON: {}", s.message());
+    }
     if (own_error_file_.empty() || failures_.empty()) return;
     Status s =
         failure::WriteAgentErrorFile(own_error_file_, failures_[failure::RootCause(failures_)]);
@@ -736,6 +745,7 @@ class LocalAgent::Impl {
   std::string hostname_;
   std::string short_hostname_ = ShortHostname();
   std::string own_error_file_;
+  std::string failure_json_;  // $TRUN_FAILURE_JSON: "", a path, or "-" for stderr
   std::string run_log_dir_;
   std::optional<AttemptFiles> attempt_files_;
   int devnull_ = -1;

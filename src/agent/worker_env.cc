@@ -18,7 +18,10 @@ std::vector<std::string> WorkerEnv(std::span<const std::string> agent_env,
       "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE",
       "TORCHELASTIC_SIGNALS_TO_HANDLE",
       // The agents' secret, not the workers'.
-      "TRUN_JOB_TOKEN"};
+      "TRUN_JOB_TOKEN",
+      // Where the agent's caller wants its reports: a trun a worker runs
+      // must not write over them.
+      "TRUN_FAILURE_JSON", "TRUN_ERROR_JSON"};
   std::vector<std::string> env;
   env.reserve(agent_env.size() + 24);
   std::string nccl_async = "1", torch_nccl_async = "1";

@@ -127,6 +127,7 @@ std::string MistypedSubcommand(const std::string& word) {
 }  // namespace
 
 int Main(int argc, char** argv) {
+  TakeErrorReportPath();
   Args args(argv + 1, argv + argc);
   if (!args.empty()) {
     if (args[0] == "--version") return Version({});
@@ -135,9 +136,9 @@ int Main(int argc, char** argv) {
     }
     std::string guess = MistypedSubcommand(args[0]);
     if (!guess.empty()) {
-      log::Error("'{}' is neither a trun subcommand nor a file (did you mean 'trun {}'?)", args[0],
-                 guess);
-      return kExitUsage;
+      return ReportError(Status::InvalidArgument(
+          fmt::format("'{}' is neither a trun subcommand nor a file (did you mean 'trun {}'?)",
+                      args[0], guess)));
     }
   }
   return Launch(args);

@@ -28,6 +28,8 @@ std::string Status::ToString() const {
       return "unavailable: " + message_;
     case StatusCode::kPermissionDenied:
       return "permission denied: " + message_;
+    case StatusCode::kUnknownApp:
+      return "unknown app: " + message_;
   }
   return message_;
 }

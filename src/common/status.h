@@ -26,6 +26,10 @@ enum class StatusCode {
   kInternal,
   kUnavailable,       // a service trun needs (the SLURM controller) cannot be reached: exit 4
   kPermissionDenied,  // another user's app (the local scheduler): exit 5
+  // The scheduler knows no such app (an app id nobody submitted, or one
+  // deleted since): exit 2 like any bad input, but its own kind, so that a
+  // caller (the Python runner, through TRUN_ERROR_JSON) tells it apart.
+  kUnknownApp,
 };
 
 class [[nodiscard]] Status {
@@ -47,6 +51,9 @@ class [[nodiscard]] Status {
   }
   static Status Unavailable(std::string msg) {
     return Status(StatusCode::kUnavailable, std::move(msg));
+  }
+  static Status UnknownApp(std::string msg) {
+    return Status(StatusCode::kUnknownApp, std::move(msg));
   }
   // An IOError carrying strerror(err), prefixed with what was being done.
   static Status FromErrno(const std::string& what, int err);

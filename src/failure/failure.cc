@@ -3,8 +3,10 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -203,6 +205,49 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
   return fmt::format(
       "\n{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}", border,
       title, section, other_fmt, section, root_fmt, border);
+}
+
+std::string FailureReportJson(const std::string& name, const std::vector<WorkerFailure>& failures,
+                              const std::string& hostname, int64_t restarts) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : failures) {
+    list.push_back({{"rank", f.global_rank},
+                    {"local_rank", f.local_rank},
+                    {"pid", f.pid},
+                    {"exitcode", f.exitcode},
+                    {"signal", f.exitcode < 0 ? nlohmann::json(proc::SignalName(-f.exitcode))
+                                              : nlohmann::json(nullptr)},
+                    {"host", hostname},
+                    {"time", f.timestamp},
+                    {"error_file", f.error_file == kNotAvailable ? nlohmann::json(nullptr)
+                                                                 : nlohmann::json(f.error_file)},
+                    {"stopped", f.stopped},
+                    {"message", f.message}});
+  }
+  return nlohmann::json{{"name", name},
+                        {"host", hostname},
+                        {"restarts", restarts},
+                        {"root_cause", RootCause(failures)},
+                        {"failures", std::move(list)}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status WriteFailureReport(const std::string& where, const std::string& report) {
+  if (where != "-") {
+    Status s = WriteFileAtomic(where, report + "\n");
+    if (!s.ok()) return Status::IOError("cannot write the failure report: " + s.message());
+    return Status::OK();
+  }
+  // One write, so that no other line of trun's lands inside it.
+  const std::string line = std::string(kFailureReportMark) + report + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::FromErrno("cannot write the failure report to stderr", errno);
+    done += static_cast<size_t>(n);
+  }
+  return Status::OK();
 }
 
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {

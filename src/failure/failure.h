@@ -125,6 +125,25 @@ std::string FormatLastLines(const WorkerFailure& f, std::string_view out_tail,
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
                                const std::string& hostname);
 
+// The failure report (docs/cli.md, "The failure report"): what a program
+// that runs trun needs to know of a failed worker group, as one JSON object
+// on one line, so that it never reads the failure table:
+//   {"name": NAME, "host": HOST, "restarts": N, "root_cause": INDEX,
+//    "failures": [{"rank": R, "local_rank": L, "pid": P, "exitcode": C,
+//                  "signal": "SIGSEGV" or null, "host": HOST, "time": T,
+//                  "error_file": PATH or null, "stopped": B, "message": M}, ...]}
+// `root_cause` indexes `failures` by RootCause(); `failures` is non-empty.
+std::string FailureReportJson(const std::string& name, const std::vector<WorkerFailure>& failures,
+                              const std::string& hostname, int64_t restarts);
+
+// What starts the report's line on stderr.
+inline constexpr std::string_view kFailureReportMark = "trun-failure-json: ";
+
+// Writes a report to `where`: a file (whole, through a `.tmp` file and a
+// rename), or, for "-", one line on stderr that starts with
+// kFailureReportMark (the stream is all a caller over SSH has).
+Status WriteFailureReport(const std::string& where, const std::string& report);
+
 // Writes the root cause to `path` as torch's launcher does: the worker's own
 // error file with "errorCode" added under "message", or, when the worker
 // wrote none, a record in the same shape built from the failure. A hint is

@@ -116,6 +116,39 @@ TEST(FailureTest, TableMatchesTorchrunsLayout) {
   EXPECT_NE(t.find("\n" + std::string(60, '=') + "\n"), std::string::npos);
 }
 
+TEST(FailureTest, TheReportCarriesEveryFailureAndTheRootCause) {
+  std::string worker = TempPath("rw.json");
+  std::ofstream(worker) << R"({"message": {"message": "E", "extraInfo": {"timestamp": "5"}}})";
+  auto stopped = DescribeFailure(0, 4, 122, -15, "", 5);
+  stopped.stopped = true;
+  auto raised = DescribeFailure(1, 5, 123, 1, worker, 9);
+  auto j = nlohmann::json::parse(FailureReportJson("train.py", {stopped, raised}, "h1", 2));
+  EXPECT_EQ(j["name"], "train.py");
+  EXPECT_EQ(j["host"], "h1");
+  EXPECT_EQ(j["restarts"], 2);
+  EXPECT_EQ(j["root_cause"], 1);  // a stopped sibling is never the root cause
+  const auto& root = j["failures"][1];
+  EXPECT_EQ(root["rank"], 5);
+  EXPECT_EQ(root["local_rank"], 1);
+  EXPECT_EQ(root["exitcode"], 1);
+  EXPECT_TRUE(root["signal"].is_null());
+  EXPECT_EQ(root["error_file"], worker);
+  EXPECT_EQ(root["time"], 5);
+  EXPECT_EQ(root["host"], "h1");
+  EXPECT_EQ(j["failures"][0]["signal"], "SIGTERM");
+  EXPECT_TRUE(j["failures"][0]["error_file"].is_null());
+  EXPECT_TRUE(j["failures"][0]["stopped"]);
+  std::string path = TempPath("report.json");
+  ASSERT_TRUE(WriteFailureReport(path, j.dump()).ok());
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(path)), j);
+  EXPECT_FALSE(WriteFailureReport("/nonexistent/dir/report.json", j.dump()).ok());
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(WriteFailureReport("-", "{}").ok());
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), std::string(kFailureReportMark) + "{}\n");
+  std::remove(path.c_str());
+  std::remove(worker.c_str());
+}
+
 TEST(FailureTest, AgentErrorFileAddsErrorCode) {
   std::string worker = TempPath("w.json"), agent = TempPath("a.json");
   std::ofstream(worker) << R"({"message": {"message": "E", "extraInfo": {"timestamp": "1"}}})";

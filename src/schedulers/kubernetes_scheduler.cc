@@ -60,7 +60,7 @@ Result<AppId> ParseAppId(const std::string& app_id) {
   size_t colon = app_id.find(':');
   if (colon == std::string::npos || !kube::IsDnsLabel(app_id.substr(0, colon)) ||
       colon + 1 == app_id.size()) {
-    return Status::NotFound(fmt::format(
+    return Status::UnknownApp(fmt::format(
         "'{}' is not a kubernetes app id: expected NAMESPACE:NAME (kubernetes://trun/default:"
         "echo-bx2k...)",
         app_id));
@@ -238,10 +238,16 @@ std::pair<std::string, std::string> Termination(const json& pod) {
 }
 
 Status NoApp(const AppId& id) {
-  return Status::NotFound(fmt::format(
+  return Status::UnknownApp(fmt::format(
       "kubernetes app {}:{}: the namespace {} has no Volcano Job, JobSet or Jobs of that name "
       "(a cancelled JobSet or Job app is deleted)",
       id.ns, id.name, id.ns));
+}
+
+// An app's own object that answers 404 after Find found it was deleted
+// meanwhile (a JobSet being cancelled): to the caller, no such app.
+Status AppGone(Status s) {
+  return s.code() == StatusCode::kNotFound ? Status::UnknownApp(s.message()) : s;
 }
 
 // The app's top objects, whichever workload it is.
@@ -547,7 +553,7 @@ Status KubernetesScheduler::Log(const std::string& app_id, const std::string& ro
                                      kube::UrlEncode(container));
       if (options.tail) path += "&follow=true";
       Status s = (*c)->Stream(path, *filtered);
-      if (!s.ok()) return s;
+      if (!s.ok()) return AppGone(s);
       if (stopped || !options.tail) return Status::OK();
       done_pod = pod_name;
     } else if (!options.tail) {
@@ -590,12 +596,13 @@ Status KubernetesScheduler::Cancel(const std::string& app_id) {
     // TorchX's cancel: the job is aborted and kept, for inspection.
     auto r = c->Call("PATCH", Collection(kVolcanoJobs, id.ns) + "/" + id.name + "/status",
                      R"({"status":{"state":{"phase":"Aborted"}}})", "application/merge-patch+json");
-    return r.status();
+    return AppGone(r.status());
   }
   const std::string options =
       R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"})";
   if (found.workload == Workload::kJobSet) {
-    return c->Call("DELETE", Collection(kJobSets, id.ns) + "/" + id.name, options).status();
+    return AppGone(
+        c->Call("DELETE", Collection(kJobSets, id.ns) + "/" + id.name, options).status());
   }
   for (const auto& job : found.objects) {
     auto r = c->Call(

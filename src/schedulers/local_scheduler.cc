@@ -89,7 +89,7 @@ std::vector<std::string> KnownAppIds() {
 
 Status UnknownApp(const std::string& app_id) {
   std::string guess = ClosestMatch(app_id, KnownAppIds());
-  return Status::NotFound(
+  return Status::UnknownApp(
       fmt::format("no local app '{}'{}; `trun list -s local` lists them", app_id,
                   guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
 }

@@ -127,7 +127,7 @@ TEST_F(LocalSchedulerTest, UnknownAppsGetASuggestion) {
   LocalScheduler s("sess");
   auto d = s.Describe("echo-bcdg");
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.status().code(), StatusCode::kUnknownApp);
   EXPECT_NE(d.status().message().find("did you mean 'echo-bcdf'"), std::string::npos);
   EXPECT_FALSE(s.Cancel("nope").ok());
   EXPECT_TRUE(s.List()->empty());
@@ -160,9 +160,9 @@ TEST_F(LocalSchedulerTest, ADeadSupervisorsAppIsFailed) {
   // says so.
   ASSERT_TRUE(s.Delete("x-b").ok());
   EXPECT_FALSE(fs::exists(dir_ / "trun" / "local" / "x-b"));
-  EXPECT_EQ(s.Describe("x-b").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Describe("x-b").status().code(), StatusCode::kUnknownApp);
   EXPECT_TRUE(s.List()->empty());
-  EXPECT_EQ(s.Delete("x-b").code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Delete("x-b").code(), StatusCode::kUnknownApp);
 }
 
 TEST(LocalStateTest, RoundTrips) {

@@ -344,7 +344,7 @@ Result<App> Lookup(const std::string& app_id) {
   if (found.empty()) found = AccountingJobs(ComponentIds(app_id, record));
   if (found.empty()) {
     if (!controller.ok()) return controller;
-    return Status::NotFound(fmt::format(
+    return Status::UnknownApp(fmt::format(
         "no SLURM job {}: neither the controller (squeue) nor sacct knows it; `trun list -s "
         "slurm` lists your jobs",
         app_id));

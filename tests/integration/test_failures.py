@@ -37,9 +37,10 @@ def test_first_failure_stops_siblings_and_prints_the_table():
 
 
 def test_record_traceback_reaches_the_table_and_agent_error_file(tmp):
-    agent_file = tmp / "agent_error.json"
+    agent_file, report_file = tmp / "agent_error.json", tmp / "report.json"
     r = trun("--nproc-per-node", 2, "--log-dir", tmp / "logs", EXAMPLES / "ddp_train.py",
-             "--steps", 3, "--fail-rank", 1, env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
+             "--steps", 3, "--fail-rank", 1, env=base_env(TORCHELASTIC_ERROR_FILE=agent_file,
+                                                          TRUN_FAILURE_JSON=report_file))
     assert r.returncode == 1
     table = r.err[r.err.index("Root Cause"):]
     assert "ValueError: boom" in table and "Traceback (most recent call last)" in table
@@ -55,6 +56,13 @@ def test_record_traceback_reaches_the_table_and_agent_error_file(tmp):
     assert ours["message"]["errorCode"] == 1
     assert ours["message"]["message"] == "ValueError: boom"
     assert "py_callstack" in ours["message"]["extraInfo"]
+    # The failure report (docs/cli.md) says the same for a program, as JSON.
+    report = json.loads(report_file.read_text())
+    root = report["failures"][report["root_cause"]]
+    assert (root["rank"], root["local_rank"], root["exitcode"], root["signal"]) == (1, 1, 1, None)
+    assert root["error_file"] == error_file and not root["stopped"], report
+    assert report["name"].endswith("ddp_train.py") and report["restarts"] == 0, report
+    assert "trun-failure-json" not in r.err
 
 
 def test_a_terminal_gets_the_workers_straight_and_no_last_words():
@@ -76,13 +84,19 @@ def test_a_terminal_gets_the_workers_straight_and_no_last_words():
 
 def test_signal_death_is_named(tmp):
     agent_file = tmp / "agent_error.json"
-    r = trun(*worker("kill:KILL"), env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
+    r = trun(*worker("kill:KILL"), env=base_env(TORCHELASTIC_ERROR_FILE=agent_file,
+                                                TRUN_FAILURE_JSON="-"))
     assert r.returncode == 1
     assert re.search(r"exitcode  : -9 \(pid: (\d+)\)", r.err)
     pid = re.search(r"exitcode  : -9 \(pid: (\d+)\)", r.err).group(1)
     assert f"Signal 9 (SIGKILL) received by PID {pid}" in r.err
     ours = json.loads(agent_file.read_text())
     assert ours["message"]["errorCode"] == -9
+    # TRUN_FAILURE_JSON=-: the report is one marked line on stderr.
+    (line,) = re.findall(r"^trun-failure-json: (.*)$", r.err, re.M)
+    report = json.loads(line)
+    root = report["failures"][report["root_cause"]]
+    assert (root["exitcode"], root["signal"], str(root["pid"])) == (-9, "SIGKILL", pid), report
 
 
 def test_restart_succeeds_on_a_later_attempt(tmp):

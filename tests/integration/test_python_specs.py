@@ -212,48 +212,33 @@ def test_workspace_from_str_as_torchx():
         {"a: b": ""}
 
 
-def _not_found_messages(path):
-    """Each Status::NotFound message a C++ file makes, its {} filled in."""
-    source = (ROOT / path).read_text()
-    out = []
-    literal = r'"(?:[^"\\]|\\.)*"'
-    for m in re.finditer(r"Status::NotFound\(\s*(?:fmt::format\(\s*)?((?:%s\s*)+)" % literal,
-                         source):
-        text = "".join(x[1:-1] for x in re.findall(literal, m.group(1)))
-        out.append(text.replace("{}", "x9"))
-    return out
-
-
-def _refused(message, returncode=2):
-    return TrunInvalidInputError(["trun", "status", "--json", "h"], returncode,
-                                 f"trun: error: {message}\n")
-
-
-def test_every_scheduler_not_found_message_is_an_unknown_app():
-    # trun's exit 2 covers every bad input, so the runner tells "no such app"
-    # by the message: each scheduler's (read from the C++ source, so a reworded
-    # message fails here) is an unknown app, except a replica the app lacks.
-    found = {}
-    for sched in ("local", "slurm", "kubernetes"):
-        messages = _not_found_messages(f"src/schedulers/{sched}_scheduler.cc")
-        assert messages, sched
-        for msg in messages:
-            found.setdefault(sched, []).append(msg)
-            unknown = trun_runner._is_unknown_app(_refused(msg))
-            assert unknown == ("has no replica" not in msg), (sched, msg)
-    assert any("no local app" in m for m in found["local"])
-    assert any("no SLURM job" in m for m in found["slurm"])
-    assert len(found["kubernetes"]) >= 2
-    # The API server's 404 on the app's own object (gone since it was found).
-    gone = "DELETE /apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/a: not found (404: gone)"
-    assert trun_runner._is_unknown_app(_refused(gone))
-    for other in ["no scheduler 'k8s' (did you mean 'kubernetes'?); the schedulers are local",
-                  "'x' is not an app handle: expected SCHEDULER://SESSION/APP_ID",
-                  "log: app a has no role 'r'; its roles are t",
-                  "the slurm scheduler is not available yet"]:
-        assert not trun_runner._is_unknown_app(_refused(other)), other
-    assert not trun_runner._is_unknown_app(_refused("no local app 'x'", returncode=3))
-    assert trun_runner._is_unknown_app(_refused("first line\nno SLURM job 12: neither"))
+def test_an_unknown_app_is_its_own_kind_of_error(jobs, tmp_path):
+    # An unknown app exits 2, as any bad input; the error report trun writes
+    # for a program ($TRUN_ERROR_JSON, docs/cli.md) names its kind, which is
+    # what the runner reads. No kubeconfig is needed to refuse an id that is
+    # not NAMESPACE:NAME.
+    report = tmp_path / "error.json"
+    env = {**{k: str(v) for k, v in jobs.env.items()}, "TRUN_ERROR_JSON": str(report)}
+    cases = [(["status", "--json", "local://trun/nope-123"], "unknown_app", "no local app"),
+             (["cancel", "local://trun/nope-123"], "unknown_app", "no local app"),
+             (["log", "local://trun/nope-123/r/0"], "unknown_app", "no local app"),
+             (["status", "kubernetes://trun/nocolon"], "unknown_app", "not a kubernetes app id"),
+             (["status", "echo-123"], "invalid_argument", "not an app handle"),
+             (["status", "k8s://trun/x"], "invalid_argument", "no scheduler 'k8s'")]
+    for args, kind, needle in cases:
+        if report.exists():
+            report.unlink()
+        r = subprocess.run([TRUN, *args], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        got = json.loads(report.read_text())
+        assert got["kind"] == kind and got["exit_code"] == 2, (args, got)
+        assert needle in got["message"] and got["message"] in r.stderr, (args, got, r.stderr)
+    # Without the variable, no report is written.
+    report.unlink()
+    env.pop("TRUN_ERROR_JSON")
+    subprocess.run([TRUN, "status", "local://trun/nope-123"], capture_output=True, env=env,
+                   timeout=60)
+    assert not report.exists()
 
 
 FAKE_TRUN = """\
@@ -264,14 +249,18 @@ FAKE_TRUN = """\
     cmd, target = sys.argv[1], sys.argv[-1]
     handle = "/".join(target.split("/")[:4])
     app = apps.get(handle, {"error": "no local app 'what'"})
+
+    def refuse(message, kind):
+        with open(os.environ["TRUN_ERROR_JSON"], "w") as f:
+            json.dump({"kind": kind, "exit_code": 2, "message": message}, f)
+        sys.stderr.write("trun: error: " + message + "\\n")
+        sys.exit(2)
     if "error" in app:
-        sys.stderr.write("trun: error: " + app["error"] + "\\n")
-        sys.exit(app.get("exit", 2))
+        refuse(app["error"], app.get("kind", "unknown_app"))
     if cmd == "status":
         print(json.dumps({"state": app["state"], "roles": []}))
     elif cmd == "cancel" and app.get("cancel_error"):
-        sys.stderr.write("trun: error: " + app["cancel_error"] + "\\n")
-        sys.exit(2)
+        refuse(app["cancel_error"], app.get("cancel_kind", "unknown_app"))
     elif cmd == "log":
         print("r/0 one")
         print("r/0 two")
@@ -319,8 +308,9 @@ def test_runner_unknown_apps_on_every_scheduler(fake):
             "state": "RUNNING",
             "cancel_error": "DELETE /apis/batch/v1/namespaces/default/jobs/racing-0: "
                             "not found (404: jobs.batch 'racing-0' not found)"},
-        "local://trun/other": {"state": "RUNNING", "cancel_error": "cancel: a refusal"},
-        "slurm://trun/13": {"error": "no scheduler 'slurm'", "exit": 2},
+        "local://trun/other": {"state": "RUNNING", "cancel_error": "cancel: a refusal",
+                               "cancel_kind": "invalid_argument"},
+        "slurm://trun/13": {"error": "no scheduler 'slurm'", "kind": "invalid_argument"},
     }))
     for handle in UNKNOWN:
         assert fake.status(handle) is None and fake.describe(handle) is None

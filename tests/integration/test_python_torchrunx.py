@@ -16,7 +16,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "python"))
 import trun  # noqa: E402
-from trun import _worker, launcher, logs  # noqa: E402
+from trun import _agents, _output, _worker, logs  # noqa: E402
 from trun.integrations import cli  # noqa: E402
 
 pytestmark = pytest.mark.once("pure Python in pytest's own interpreter, the same in both passes")
@@ -67,10 +67,10 @@ def test_set_logging_handlers_choices():
 
 
 def _run_handlers(cfg, hostnames, nprocs):
-    run = launcher._Run(cfg, print, (), {})
-    run.agents = [launcher._Agent(i, h) for i, h in enumerate(hostnames)]
-    run._prepare_handlers(hostnames, nprocs)
-    return run
+    """A run's output (trun._output) with its handlers prepared as a run does."""
+    output = _output.Output(len(hostnames))
+    output.prepare(cfg.handler_factory, cfg.log_dir, hostnames, nprocs)
+    return output
 
 
 def test_handlers_none_auto_and_files_made_before_the_job(tmp_path, monkeypatch):
@@ -89,9 +89,9 @@ def test_handlers_none_auto_and_files_made_before_the_job(tmp_path, monkeypatch)
     files = [h for h in run.handlers if isinstance(h, logging.FileHandler)]
     assert [h.filters[0](_rec("h1", 0, logging.WARNING)) for h in files].count(True) == 1
     # TORCHRUNX_LOG_LEVEL=WARNING: an INFO record reaches no file, a WARNING one its own.
-    run._emit("h1", 0, 0, "stderr", "quiet", logging.INFO)
-    run._emit("h1", 0, 0, "stderr", "loud", logging.WARNING, "mylib")
-    run._emit("h2", None, None, "stdout", "agent line")
+    run.emit("h1", 0, 0, "stderr", "quiet", logging.INFO)
+    run.emit("h1", 0, 0, "stderr", "loud", logging.WARNING, "mylib")
+    run.emit("h2", None, None, "stdout", "agent line")
     for h in run.handlers:
         h.close()
     assert (stamp / "h1[0].log").read_text().endswith(":WARNING: mylib:loud\n")
@@ -103,10 +103,10 @@ def test_auto_handlers_wait_for_worker_counts_decided_by_the_agents(tmp_path, mo
     monkeypatch.setenv("TRUN_LOG_LEVEL", "10")
     run = _run_handlers(trun.Launcher(hostnames=["h1", "h2"]), ["h1", "h2"], ["gpu", "gpu"])
     assert run.handlers is None and not any(tmp_path.iterdir())
-    run._emit("h1", None, None, "stderr", "agent 1 starts")
-    with run.log_lock:
+    run.emit("h1", None, None, "stderr", "agent 1 starts")
+    with run.lock:
         run.worker_counts.update({0: 1, 1: 3})
-    run._open_handlers(when_complete=True)
+    run.open(when_complete=True)
     (stamp,) = tmp_path.iterdir()
     assert len(list(stamp.iterdir())) == 2 + 4
     for h in run.handlers:
@@ -159,12 +159,12 @@ def test_a_worker_record_travels_as_one_line(capsys):
     h.emit(rec)
     line = capsys.readouterr().err
     assert line.startswith(logs.RECORD_MARK) and line.count("\n") == 1
-    level, name, msg = launcher._logged_record(line.rstrip("\n"))
+    level, name, msg = _agents._logged_record(line.rstrip("\n"))
     assert (level, name) == (logging.WARNING, "mylib")
     assert msg.startswith("two\nlines 7\nTraceback") and "KeyError: 'k'" in msg
     # Anything else is a plain line.
     for text in ("plain", logs.RECORD_MARK + "{not json", logs.RECORD_MARK + '{"level": 1}'):
-        assert launcher._logged_record(text) is None
+        assert _agents._logged_record(text) is None
     assert json.loads(line[len(logs.RECORD_MARK):])["level"] == 30
     # Past what the agent passes whole: plain text, every character kept.
     h.emit(logging.getLogger("big").makeRecord("big", logging.INFO, "", 0, "x" * 70000, (), None))

@@ -10,11 +10,9 @@ the builtin's own default.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from typing import Any, Dict, List, Sequence
+from typing import Any, Sequence
 
-from trun import specs
+from trun import _binary, specs
 
 
 def word(value: Any, kv: str = "=") -> str:
@@ -29,26 +27,23 @@ def word(value: Any, kv: str = "=") -> str:
     return str(value)
 
 
-def options_argv(options: Dict[str, Any]) -> List[str]:
+def options_argv(options: dict[str, Any]) -> list[str]:
     """``--key value`` per option that is not None."""
-    argv: List[str] = []
+    argv: list[str] = []
     for key, value in options.items():
         if value is not None:
             argv += [f"--{key}", word(value)]
     return argv
 
 
-def builtin(name: str, args: Sequence[str], options: Dict[str, Any]) -> specs.AppDef:
+def builtin(name: str, args: Sequence[str], options: dict[str, Any]) -> specs.AppDef:
     """The AppDef of trun's builtin component ``name`` for these options (None: not given)
     and ``*args``. A bad argument raises ValueError with trun's message."""
-    from trun.launcher import trun_binary
-    argv = [trun_binary(), "run", "--dryrun", "--json", "-s", "local", name,
-            *options_argv(options)]
+    argv = ["run", "--dryrun", "--json", "-s", "local", name, *options_argv(options)]
     if args:
         argv += ["--", *map(str, args)]
     # The call is TorchX's Python function, which reads no .torchxconfig.
-    env = dict(os.environ, TRUNCONFIG="")
-    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    r = _binary.run(argv, no_config=True)
     if r.returncode != 0:
         lines = [ln.removeprefix("trun: error: ") for ln in r.stderr.strip().splitlines()]
         raise ValueError(f"{name}: " + "\n".join(lines))

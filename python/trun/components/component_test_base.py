@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 import unittest
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
+from trun import _binary
 from trun.runner import get_runner
 from trun.specs import AppDef, AppStatus
 
@@ -42,18 +42,17 @@ class ComponentTestCase(unittest.TestCase):
         parameters parse."""
         path = getattr(module, "__file__", None)
         self.assertTrue(path, f"module {module.__name__} has no __file__")
-        from trun.launcher import trun_binary
-        r = subprocess.run([trun_binary(), "run", f"{os.path.abspath(path)}:{function_name}",
-                            "--help"], capture_output=True, text=True,
-                           env=dict(os.environ, TRUNCONFIG=""))
+        assert path is not None
+        r = _binary.run(["run", f"{os.path.abspath(path)}:{function_name}", "--help"],
+                        no_config=True)
         self.assertEqual(r.returncode, 0, f"{path}:{function_name} does not validate:\n"
                          f"{r.stderr}")
 
     def run_component(self, component: Callable[..., AppDef],
-                      args: Optional[Dict[str, Any]] = None,
-                      scheduler_params: Optional[Dict[str, Any]] = None,
+                      args: dict[str, Any] | None = None,
+                      scheduler_params: dict[str, Any] | None = None,
                       scheduler: str = "local", interval: float = 0.1,
-                      timeout: float = 1) -> Optional[AppStatus]:
+                      timeout: float = 1) -> AppStatus | None:
         """Runs ``component(**args)`` on ``scheduler`` and polls its status every
         ``interval`` seconds for at most ``timeout`` seconds; the last status."""
         app = component(**(args or {}))

@@ -37,7 +37,7 @@ class StructuredNameArgument:
         if not slash:  # no "/": the whole name is the run's
             experiment, run = "", name
         if not run:
-            run = m.rpartition(".")[2] if m else Path(script).stem
+            run = m.rpartition(".")[2] if m else Path(script or "").stem
         return StructuredNameArgument(experiment or default_experiment_name, run)
 
 

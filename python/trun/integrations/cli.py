@@ -41,7 +41,7 @@ def add_torchrunx_argument_group(parser: argparse.ArgumentParser) -> None:
                    help="a file of variables the agent sources on each host")
 
 
-def _one_or_list(values, what: str):
+def _one_or_list(values: str | list[str], what: tuple[str, ...]) -> str | list[str]:
     """argparse's nargs="+" value: a keyword alone stays a str."""
     if isinstance(values, str):
         return values
@@ -55,10 +55,13 @@ def launcher_from_args(args: argparse.Namespace) -> Launcher:
     without '=') is a ValueError naming the flag.
     """
     hostnames = _one_or_list(args.hostnames, ("auto", "slurm"))
-    wph = _one_or_list(args.workers_per_host, ("gpu", "cpu"))
-    if not isinstance(wph, str) or wph not in ("gpu", "cpu"):
+    given = _one_or_list(args.workers_per_host, ("gpu", "cpu"))
+    wph: int | list[int] | str
+    if isinstance(given, str) and given in ("gpu", "cpu"):
+        wph = given
+    else:
         try:
-            counts = [int(x) for x in ([wph] if isinstance(wph, str) else wph)]
+            counts = [int(x) for x in ([given] if isinstance(given, str) else given)]
         except ValueError:
             raise ValueError(f"--workers-per-host: expected 'gpu', 'cpu' or numbers, "
                              f"got {' '.join(args.workers_per_host)!r}") from None

@@ -7,7 +7,7 @@ names them, as TorchX's does, for code that lists or checks scheduler names.
 
 from __future__ import annotations
 
-from typing import Dict, Protocol
+from typing import Protocol
 
 from trun.specs.api import SCHEDULERS
 
@@ -24,7 +24,7 @@ def _refuse(name: str) -> SchedulerFactory:
     return factory
 
 
-def get_scheduler_factories(*, skip_defaults: bool = False) -> Dict[str, SchedulerFactory]:
+def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
     """The schedulers by name (local first: the default). Their factories raise
     NotImplementedError: trun's schedulers are driven through the Runner."""
     return {} if skip_defaults else {name: _refuse(name) for name in SCHEDULERS}

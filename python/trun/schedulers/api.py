@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator
 
 from trun.specs.api import NONE, AppState, Role, RoleStatus
 
@@ -30,10 +30,10 @@ class DescribeAppResponse:
     num_restarts: int = -1
     msg: str = NONE
     structured_error_msg: str = NONE
-    ui_url: Optional[str] = None
-    metadata: Dict[str, str] = field(default_factory=dict)
-    roles_statuses: List[RoleStatus] = field(default_factory=list)
-    roles: List[Role] = field(default_factory=list)
+    ui_url: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
 
 
 @dataclass
@@ -55,7 +55,7 @@ def filter_regex(regex: str, data: Iterable[str]) -> Iterable[str]:
     return (d for d in data if pattern.search(d))
 
 
-def split_lines(text: str) -> List[str]:
+def split_lines(text: str) -> list[str]:
     """``text`` cut after each ``\\n``, which each line keeps (the last may have none)."""
     return [line for line in re.split(r"(?<=\n)", text) if line]
 

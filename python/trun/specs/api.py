@@ -25,7 +25,6 @@ import pathlib
 import re
 import shutil
 import string
-import subprocess
 import threading
 import warnings
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from datetime import datetime
 from enum import Enum
 from types import MappingProxyType
 from typing import (Any, Callable, Dict, Generic, Iterator, List, NamedTuple, Optional, Tuple,
-                    Type, TypeVar, Union)
+                    Type, TypeVar, Union, cast)
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class Resource:
 NULL_RESOURCE = Resource(cpu=-1, gpu=-1, memMB=-1)
 
 
-class _NamedResourcesLibrary(Mapping):
+class _NamedResourcesLibrary(Mapping[str, "Resource"]):
     """The named resources of the trun binary, loaded once, on first use (one
     loader at a time); each lookup returns a fresh Resource."""
 
@@ -124,9 +123,8 @@ class _NamedResourcesLibrary(Mapping):
 
     def _load_locked(self) -> Dict[str, Resource]:
         if self._table is None:
-            from trun.launcher import trun_binary
-            r = subprocess.run([trun_binary(), "builtins", "--resources", "--json"],
-                               capture_output=True, text=True)
+            from trun import _binary
+            r = _binary.run(["builtins", "--resources", "--json"])
             if r.returncode != 0:
                 raise ValueError(f"named resources: {r.stderr.strip()}")
             table = {name: _resource_from_dict(d) for name, d in json.loads(r.stdout).items()}
@@ -148,17 +146,17 @@ class _NamedResourcesLibrary(Mapping):
     def __contains__(self, name: object) -> bool:
         return name in self._load()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._load())
 
     def __len__(self) -> int:
         return len(self._load())
 
 
-named_resources: Mapping = _NamedResourcesLibrary()
+named_resources: Mapping[str, Resource] = _NamedResourcesLibrary()
 
 
-class _NamedResourceFactories(Mapping):
+class _NamedResourceFactories(Mapping[str, Callable[[], Resource]]):
     """TorchX's ``NAMED_RESOURCES`` of a named-resource module: name to a
     function returning a fresh Resource, for the names of trun's table that
     ``belongs`` accepts (read from the binary on first use)."""
@@ -348,7 +346,8 @@ def _resolution_lock(overrides: Dict[str, Any]) -> "threading.RLock":
     if holder is None:
         with _lock_minting:
             holder = overrides.setdefault(_OVERRIDES_LOCK_KEY, _OverridesLock())
-    return holder.lock
+    lock: threading.RLock = holder.lock
+    return lock
 
 
 def _await_override(name: str, awaitable: Any) -> object:
@@ -426,7 +425,8 @@ class Role:
             overrides[attrname] = _ResolvedOverride(result)
             return result
 
-    def pre_proc(self, scheduler: str, dryrun_info: "AppDryRunInfo") -> "AppDryRunInfo":
+    def pre_proc(self, scheduler: str,
+                 dryrun_info: "AppDryRunInfo[Any]") -> "AppDryRunInfo[Any]":
         return dryrun_info
 
 
@@ -514,7 +514,7 @@ class AppStatus:
         fields["structured_error_msg"] = error
         fields["state"] = repr(fields["state"])
         import yaml
-        return yaml.dump({"AppStatus": fields})
+        return str(yaml.dump({"AppStatus": fields}))
 
     def raise_for_status(self) -> None:
         """Raises :class:`AppStatusError` unless the app SUCCEEDED."""
@@ -643,7 +643,7 @@ class AppDryRunInfo(Generic[T]):
 def get_type_name(tp: Any) -> str:
     """``str`` for a plain type, ``typing.List[str]`` (its repr) for a generic one."""
     if tp.__module__ != "typing" and hasattr(tp, "__name__"):
-        return tp.__name__
+        return str(tp.__name__)
     return str(tp)
 
 
@@ -706,11 +706,12 @@ class runopt:
         if self.is_type_list_of_str:
             return [v for v in items if v]
         if self.is_type_dict_of_str:
-            return dict(item.split(":", 1) for item in items)
+            # An item without ":" is a ValueError from dict(), as TorchX's.
+            return dict(cast(Tuple[str, str], tuple(item.split(":", 1))) for item in items)
         if self.opt_type not in (str, int, float):
             raise ValueError(f"run option type {get_type_name(self.opt_type)} is not one of "
                              f"str, int, float, bool, List[str], Dict[str, str]")
-        return self.opt_type(value)
+        return cast(Callable[[str], Union[str, int, float]], self.opt_type)(value)
 
 
 def _split_cfg(text: str) -> Dict[str, str]:
@@ -877,7 +878,7 @@ class UnknownSchedulerException(Exception):
 class InvalidRunConfigException(Exception):
     """A run option is missing or of the wrong type; ``cfg_key`` names it."""
 
-    def __init__(self, invalid_reason: str, cfg_key: str, cfg: Mapping) -> None:
+    def __init__(self, invalid_reason: str, cfg_key: str, cfg: Mapping[str, Any]) -> None:
         super().__init__(f"{invalid_reason}. Given: {str(cfg) if cfg else '<EMPTY>'}")
         self.cfg_key = cfg_key
 
@@ -1005,7 +1006,7 @@ def _resolved(role: Any, name: str) -> Any:
 
 
 def _str_enum(v: Any) -> str:
-    return v.value if isinstance(v, Enum) else str(v)
+    return str(v.value) if isinstance(v, Enum) else str(v)
 
 
 def _resource_to_dict(r: Any) -> Dict[str, Any]:

@@ -68,7 +68,8 @@ def _decode(value: Any, annotation: Any) -> Any:
 class _Remainder(argparse.Action):
     """``*args``: the words left; none given keeps a value already there."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> None:
         if not values and getattr(namespace, self.dest, None) is not self.default:
             return
         setattr(namespace, self.dest, values or (self.default or "").split())
