@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "failure/failure.h"
+#include "launch/rdzv_conf.h"
 #include "proc/group_supervisor.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
@@ -223,7 +224,7 @@ class LocalAgent::Impl {
     // The rendezvous hosts the workers' store (torch's
     // TORCHELASTIC_USE_AGENT_STORE) on one port for the whole job: a dead
     // rank 0 takes nothing down and restarts never meet EADDRINUSE.
-    auto rdzv = rendezvous::Make(io_, config_);
+    auto rdzv = rendezvous::Make(io_, launch::RdzvOptions(config_));
     if (!rdzv.ok()) return rdzv.status();
     rdzv_ = std::move(*rdzv);
 

@@ -29,13 +29,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "launch/config.h"
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/store_access.h"
+#include "rendezvous/options.h"
 
 namespace trun::rendezvous {
-
-using Duration = std::chrono::milliseconds;
 
 // One node of a round.
 struct Participant {
@@ -70,29 +66,6 @@ struct Round {
   }
 };
 
-// Everything a backend needs: the rendezvous settings of the command line,
-// as ParseLaunchArgs checked them, and this node's part in the job.
-struct Options : launch::RdzvSettings {
-  std::string backend;  // static | c10d | etcd (etcd-v2 is the same)
-  std::string run_id;
-  std::string node_id;  // this agent's: host, pid and a random part
-  int min_nodes = 1;
-  int max_nodes = 1;
-  int nproc = 1;
-  int max_restarts = 0;
-  int node_rank = 0;       // static
-  std::string local_addr;  // --local-addr; empty: the address the store sees us from
-  // How long a leaving host serves the others' last reads (Leave): their
-  // workers' shutdown grace plus a heartbeat timeout.
-  Duration linger{35'000};
-  // static's MASTER_PORT given by flag: bind exactly that port.
-  bool port_given = false;
-};
-
-// The rendezvous part of the launch flags, already checked by
-// ParseLaunchArgs.
-Options OptionsFromConfig(const launch::LaunchConfig& config);
-
 class Rendezvous {
  public:
   struct Handlers {
@@ -125,8 +98,8 @@ class Rendezvous {
   }
 };
 
-// The backend the flags ask for: SingleNode for a one-node static or
-// --standalone run, a Participant over the backend's medium otherwise.
-Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& config);
+// The backend `options` ask for: SingleNode where options.single_node is
+// set, a Participant over the backend's medium otherwise.
+Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, Options options);
 
 }  // namespace trun::rendezvous
