@@ -514,7 +514,8 @@ Result<ExecCredential> RunExecPlugin(const ExecPlugin& plugin) {
   return cred;
 }
 
-Status ReplyError(const HttpReply& reply, const std::string& what, const std::string& server) {
+// The error `reply` is, in words; ReplyError marks it with the reply's status.
+Status DescribeReply(const HttpReply& reply, const std::string& what, const std::string& server) {
   std::string message;
   auto j = json::parse(reply.body, nullptr, false);
   if (!j.is_discarded() && j.is_object()) message = Str(j, "message");
@@ -546,6 +547,10 @@ Status ReplyError(const HttpReply& reply, const std::string& what, const std::st
         server, reply.code, said));
   }
   return Status::IOError(fmt::format("{}: the API server answered {}{}", what, reply.code, said));
+}
+
+Status ReplyError(const HttpReply& reply, const std::string& what, const std::string& server) {
+  return DescribeReply(reply, what, server).WithHttpStatus(static_cast<int>(reply.code));
 }
 
 Result<ExecCredential> KubeClient::Credential(bool renew) const {
