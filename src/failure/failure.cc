@@ -166,6 +166,16 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   return RootCause(keys);
 }
 
+void AttemptFailures::Add(WorkerFailure failure) {
+  failures_.push_back(std::move(failure));
+  root_ = RootCause(failures_);
+}
+
+void AttemptFailures::Clear() {
+  failures_.clear();
+  root_ = 0;
+}
+
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
                                const std::string& hostname) {
   std::string title = name + " FAILED";

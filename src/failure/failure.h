@@ -103,6 +103,26 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
 // The rule over workers' failures.
 size_t RootCause(const std::vector<WorkerFailure>& failures);
 
+// One attempt's failed workers, in the order they were seen, and their root
+// cause by the rule above, chosen as each one is added: everyone who reports
+// the attempt (the log, the failure table, the agent's error file, the
+// events) names the same worker without choosing again.
+//
+// Thread-safety: a plain value.
+class AttemptFailures {
+ public:
+  void Add(WorkerFailure failure);
+  void Clear();
+  bool empty() const { return failures_.empty(); }
+  const std::vector<WorkerFailure>& all() const { return failures_; }
+  // The root cause; call only when !empty().
+  const WorkerFailure& root() const { return failures_[root_]; }
+
+ private:
+  std::vector<WorkerFailure> failures_;
+  size_t root_ = 0;
+};
+
 // The last `n` lines of each of a worker's two streams (`out_tail`,
 // `err_tail`: the last bytes trun kept of each), for the report printed
 // before the failure table:

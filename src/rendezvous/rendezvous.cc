@@ -84,6 +84,27 @@ class SingleNode final : public Rendezvous {
 
 }  // namespace
 
+RoundEnd RoundEnd::FromWire(std::string reason) {
+  // The prefixes docs/rendezvous.md gives `end/<r>`: the coordinator's
+  // "membership: ..." and a participant's "failure: <node>: ...".
+  Cause cause = reason.starts_with("membership:") ? Cause::kMembership
+                : reason.starts_with("failure:")  ? Cause::kPeerFailure
+                                                  : Cause::kOther;
+  return {cause, std::move(reason)};
+}
+
+std::string_view CauseName(RoundEnd::Cause cause) {
+  switch (cause) {
+    case RoundEnd::Cause::kMembership:
+      return "membership";
+    case RoundEnd::Cause::kPeerFailure:
+      return "peer_failure";
+    case RoundEnd::Cause::kOther:
+      break;
+  }
+  return "round_ended";
+}
+
 Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, Options options) {
   if (options.single_node) {
     return std::unique_ptr<Rendezvous>(std::make_unique<SingleNode>(io, std::move(options)));

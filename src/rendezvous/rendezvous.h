@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -66,11 +67,32 @@ struct Round {
   }
 };
 
+// Why a running round ended. The rendezvous's nodes say it to each other as
+// text (`end/<r>` in docs/rendezvous.md); the backend reads that text once,
+// here, so that the agent acts on the cause and only prints the reason.
+struct RoundEnd {
+  enum class Cause {
+    kMembership,   // a node joined, left or was lost: no restart is spent
+    kPeerFailure,  // a node's workers failed
+    kOther,        // a reason of no known kind
+  };
+  Cause cause = Cause::kOther;
+  std::string reason;  // the whole text, for the log and the events
+
+  // The cause from the protocol's text: "membership: ..." or
+  // "failure: <node>: ...".
+  static RoundEnd FromWire(std::string reason);
+};
+
+// The cause as the agent's events and metrics name a restart's cause:
+// "membership", "peer_failure" or "round_ended".
+std::string_view CauseName(RoundEnd::Cause cause);
+
 class Rendezvous {
  public:
   struct Handlers {
     std::function<void(Result<Round>)> round;
-    std::function<void(const std::string& reason)> round_ended;
+    std::function<void(const RoundEnd& end)> round_ended;
   };
   virtual ~Rendezvous() = default;
 
