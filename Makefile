@@ -23,7 +23,7 @@ export CCACHE_NOHASHDIR := 1
 export CCACHE_MAXSIZE ?= 5G
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
-.PHONY: all deps configure build torch2 test unit-test sanitize-test fuzz integration-test \
+.PHONY: all deps configure build layers torch2 test unit-test sanitize-test fuzz integration-test \
 	integration-test-113 integration-test-2 integration-parallel-113 integration-parallel-2 \
 	integration-timing-113 integration-timing-2 typecheck demo bench format clean install-python
 
@@ -39,6 +39,11 @@ configure: deps
 # the unit tests and the benchmarks' programs are built where they run.
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun store_loadgen
+
+# Every #include between modules goes down the layers docs/design.md lists
+# (scripts/check-layers.py; under a second). The checker checks itself first.
+layers:
+	@$(PYTHON) scripts/check-layers.py --self-test && $(PYTHON) scripts/check-layers.py
 
 # The unit tests in the release tree, for a quick look while developing;
 # `make test` runs them under the sanitizers instead (sanitize-test).
@@ -128,7 +133,7 @@ typecheck: deps
 # Every stage, each timed; a table of the times at the end
 # (scripts/test-stages.sh), so that the next slow stage is seen.
 test:
-	@./scripts/test-stages.sh deps build typecheck sanitize-test fuzz torch2 integration-test
+	@./scripts/test-stages.sh deps layers build typecheck sanitize-test fuzz torch2 integration-test
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "failure/failure.h"
+#include "launch/rdzv_conf.h"
 #include "proc/group_supervisor.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
@@ -78,7 +79,7 @@ class LocalAgent::Impl {
     telemetry_.AgentStarted(timers_ ? timers_->path() : "");
     telemetry_.RendezvousStarted();
     s = rdzv_->Start({[this](Result<rendezvous::Round> r) { OnRound(std::move(r)); },
-                      [this](const std::string& reason) { OnRoundEnded(reason); }});
+                      [this](const rendezvous::RoundEnd& end) { OnRoundEnded(end); }});
     if (!s.ok()) {
       Finish(ReportError(s));
       return exit_code_;
@@ -122,7 +123,7 @@ class LocalAgent::Impl {
       restart_cause_ = "membership";
     }
     if (restart && !failures_.empty()) {
-      const auto& root = failures_[failure::RootCause(failures_)];
+      const auto& root = failures_.root();
       if (r->failures > round_->failures) {
         log::Warning(
             "worker group failed (local_rank {} exited with {}); restarting, attempt {} of {}",
@@ -165,24 +166,21 @@ class LocalAgent::Impl {
 
   // Another node failed, or one joined or was lost: restart with the rest
   // (a membership change spends none of the restart budget).
-  void OnRoundEnded(const std::string& reason) {
+  void OnRoundEnded(const rendezvous::RoundEnd& end) {
     if (state_ != State::kRunning && state_ != State::kStarting) return;
-    log::Warning("restarting the worker group: {}", reason);
-    // The coordinator's reasons start with what ended the round.
-    restart_cause_ = reason.starts_with("membership:") ? "membership"
-                     : reason.starts_with("failure:")  ? "peer_failure"
-                                                       : "round_ended";
-    restart_reason_ = reason;
+    log::Warning("restarting the worker group: {}", end.reason);
+    restart_cause_ = rendezvous::CauseName(end.cause);
+    restart_reason_ = end.reason;
     if (state_ == State::kStarting) {
       // No worker started: on to the next round at once.
       state_ = State::kWaiting;
       return AskForRound();
     }
-    telemetry_.GroupStopping("round_ended", reason, SIGTERM);
+    telemetry_.GroupStopping("round_ended", end.reason, SIGTERM);
     StopWorkers(SIGTERM, [this] {
       CloseAttempt();
       if (pending_signal_ != 0) return Finish(ExitForSignal(pending_signal_));
-      failures_.clear();
+      failures_.Clear();
       state_ = State::kWaiting;
       AskForRound();
     });
@@ -240,7 +238,7 @@ class LocalAgent::Impl {
     // The rendezvous hosts the workers' store (torch's
     // TORCHELASTIC_USE_AGENT_STORE) on one port for the whole job: a dead
     // rank 0 takes nothing down and restarts never meet EADDRINUSE.
-    auto rdzv = rendezvous::Make(io_, config_);
+    auto rdzv = rendezvous::Make(io_, launch::RdzvOptions(config_));
     if (!rdzv.ok()) return rdzv.status();
     rdzv_ = std::move(*rdzv);
 
@@ -293,7 +291,7 @@ class LocalAgent::Impl {
   Status StartAttempt() {
     state_ = State::kRunning;
     ++attempts_;
-    failures_.clear();
+    failures_.Clear();
     workers_.clear();
     const rendezvous::Round& round = *round_;
     const int nodes = static_cast<int>(round.participants.size());
@@ -494,29 +492,30 @@ class LocalAgent::Impl {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
                  w.local_rank, w.pid, config_.worker_argv[0]);
-      failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                                   w.output.error_file, exited_at,
-                                                   w.output.Tail(true)));
-      failures_.back().last_lines =
-          failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
-                                   static_cast<size_t>(config_.failure_lines));
-      if (!w.watchdog.empty()) failures_.back().message += "\n  watchdog: " + w.watchdog;
+      WorkerFailure f =
+          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                   w.output.error_file, exited_at, w.output.Tail(true));
+      f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
+                                              static_cast<size_t>(config_.failure_lines));
+      if (!w.watchdog.empty()) f.message += "\n  watchdog: " + w.watchdog;
+      failures_.Add(std::move(f));
     } else if (state_ == State::kStopping && !w.hang.empty()) {
       // Stopped because it hung (--hang-action fail): the root cause.
-      failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                                   w.output.error_file, exited_at,
-                                                   w.output.Tail(true)));
-      failures_.back().message += "\n  hung: " + w.hang;
-      failures_.back().last_lines =
-          failure::FormatLastLines(failures_.back(), w.output.Tail(false), w.output.Tail(true),
-                                   static_cast<size_t>(config_.failure_lines));
+      WorkerFailure f =
+          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                   w.output.error_file, exited_at, w.output.Tail(true));
+      f.message += "\n  hung: " + w.hang;
+      f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
+                                              static_cast<size_t>(config_.failure_lines));
+      failures_.Add(std::move(f));
     } else if (state_ == State::kStopping && (!failures_.empty() || hang_failing_) &&
                w.exitcode != 0) {
       // A sibling stopped because of that failure: torchrun 2.x lists it.
-      failures_.push_back(failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                                   w.output.error_file, exited_at,
-                                                   w.output.Tail(true)));
-      failures_.back().stopped = true;
+      WorkerFailure f =
+          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                   w.output.error_file, exited_at, w.output.Tail(true));
+      f.stopped = true;
+      failures_.Add(std::move(f));
     }
   }
 
@@ -596,7 +595,7 @@ class LocalAgent::Impl {
   void AfterExits() {
     if (state_ != State::kRunning) return;
     if (!failures_.empty()) {
-      const auto& root = failures_[failure::RootCause(failures_)];
+      const auto& root = failures_.root();
       restart_cause_ = "failure";
       restart_reason_ = fmt::format("rank {} (local_rank {}, pid {}) exited with {}",
                                     root.global_rank, root.local_rank, root.pid, root.exitcode);
@@ -630,10 +629,11 @@ class LocalAgent::Impl {
 
   void ReportFinalFailure() {
     const int64_t restarts = round_ ? round_->failures : 0;
-    std::string table = failure::FormatFailureTable(config_.entrypoint_name, failures_, hostname_);
+    std::string table =
+        failure::FormatFailureTable(config_.entrypoint_name, failures_.all(), hostname_);
     // The root cause's last words first: torchrun's table stays last, and
     // as torchrun prints it.
-    const auto& root = failures_[failure::RootCause(failures_)];
+    const auto& root = failures_.root();
     if (!root.last_lines.empty()) log::Error("{}", root.last_lines);
     log::Error("worker group failed{}:{}",
                config_.max_restarts > 0
@@ -655,8 +655,7 @@ class LocalAgent::Impl {
       if (!s.ok()) log::Warning("TRUN_FAILURE_JSON: {}", s.message());
     }
     if (own_error_file_.empty() || failures_.empty()) return;
-    Status s =
-        failure::WriteAgentErrorFile(own_error_file_, failures_[failure::RootCause(failures_)]);
+    Status s = failure::WriteAgentErrorFile(own_error_file_, failures_.root());
     if (!s.ok()) log::Warning("{}", s.message());
   }
 
@@ -761,7 +760,8 @@ class LocalAgent::Impl {
   int pending_signal_ = 0;
   int exit_code_ = kExitCannot;
   std::vector<Worker> workers_;
-  std::vector<WorkerFailure> failures_;
+  // This attempt's failed workers and their root cause.
+  failure::AttemptFailures failures_;
 
   // --hang-timeout, per attempt.
   asio::steady_timer hang_timer_{io_};

@@ -58,15 +58,26 @@ class [[nodiscard]] Status {
   // An IOError carrying strerror(err), prefixed with what was being done.
   static Status FromErrno(const std::string& what, int err);
 
+  // The same error, marked with the HTTP status of the reply it describes
+  // (an HTTP client's errors: 404, 409, ...), so that callers decide by the
+  // number and never by the message.
+  Status WithHttpStatus(int http_status) && {
+    http_status_ = http_status;
+    return std::move(*this);
+  }
+
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The HTTP status the error came from; 0 when it came from no HTTP reply.
+  int http_status() const { return http_status_; }
   std::string ToString() const;
 
  private:
   Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  int http_status_ = 0;
 };
 
 // Either a T or a non-OK Status.

@@ -168,6 +168,16 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   return RootCause(keys);
 }
 
+void AttemptFailures::Add(WorkerFailure failure) {
+  failures_.push_back(std::move(failure));
+  root_ = RootCause(failures_);
+}
+
+void AttemptFailures::Clear() {
+  failures_.clear();
+  root_ = 0;
+}
+
 std::string FormatFailureTable(const std::string& name, const std::vector<WorkerFailure>& failures,
                                const std::string& hostname) {
   std::string title = name + " FAILED";
@@ -207,10 +217,10 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
       title, section, other_fmt, section, root_fmt, border);
 }
 
-std::string FailureReportJson(const std::string& name, const std::vector<WorkerFailure>& failures,
+std::string FailureReportJson(const std::string& name, const AttemptFailures& failures,
                               const std::string& hostname, int64_t restarts) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : failures) {
+  for (const auto& f : failures.all()) {
     list.push_back({{"rank", f.global_rank},
                     {"local_rank", f.local_rank},
                     {"pid", f.pid},
@@ -227,7 +237,7 @@ std::string FailureReportJson(const std::string& name, const std::vector<WorkerF
   return nlohmann::json{{"name", name},
                         {"host", hostname},
                         {"restarts", restarts},
-                        {"root_cause", RootCause(failures)},
+                        {"root_cause", failures.root_index()},
                         {"failures", std::move(list)}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -103,6 +103,27 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
 // The rule over workers' failures.
 size_t RootCause(const std::vector<WorkerFailure>& failures);
 
+// One attempt's failed workers, in the order they were seen, and their root
+// cause by the rule above, chosen as each one is added: everyone who reports
+// the attempt (the log, the failure table, the agent's error file, the
+// events) names the same worker without choosing again.
+//
+// Thread-safety: a plain value.
+class AttemptFailures {
+ public:
+  void Add(WorkerFailure failure);
+  void Clear();
+  bool empty() const { return failures_.empty(); }
+  const std::vector<WorkerFailure>& all() const { return failures_; }
+  // The root cause; call only when !empty().
+  const WorkerFailure& root() const { return failures_[root_]; }
+  size_t root_index() const { return root_; }
+
+ private:
+  std::vector<WorkerFailure> failures_;
+  size_t root_ = 0;
+};
+
 // The last `n` lines of each of a worker's two streams (`out_tail`,
 // `err_tail`: the last bytes trun kept of each), for the report printed
 // before the failure table:
@@ -132,8 +153,9 @@ std::string FormatFailureTable(const std::string& name, const std::vector<Worker
 //    "failures": [{"rank": R, "local_rank": L, "pid": P, "exitcode": C,
 //                  "signal": "SIGSEGV" or null, "host": HOST, "time": T,
 //                  "error_file": PATH or null, "stopped": B, "message": M}, ...]}
-// `root_cause` indexes `failures` by RootCause(); `failures` is non-empty.
-std::string FailureReportJson(const std::string& name, const std::vector<WorkerFailure>& failures,
+// `root_cause` indexes `failures` (the attempt's root cause); call only when
+// !failures.empty().
+std::string FailureReportJson(const std::string& name, const AttemptFailures& failures,
                               const std::string& hostname, int64_t restarts);
 
 // What starts the report's line on stderr.

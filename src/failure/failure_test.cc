@@ -66,6 +66,32 @@ TEST(FailureTest, RootCauseIsEarliestThenLowestRank) {
   EXPECT_EQ(RootCause(fs), 0u);
 }
 
+// The root cause follows the failures as they come, and a later one
+// replaces it only by the rule: a stopped sibling never does, an earlier
+// failure seen late does.
+TEST(FailureTest, AttemptFailuresKeepTheRootAsTheyCome) {
+  AttemptFailures fs;
+  EXPECT_TRUE(fs.empty());
+  WorkerFailure first;
+  first.global_rank = 3, first.timestamp = 10;
+  fs.Add(first);
+  EXPECT_EQ(fs.root().global_rank, 3);
+  WorkerFailure sibling;
+  sibling.global_rank = 0, sibling.timestamp = 9, sibling.stopped = true;
+  fs.Add(sibling);
+  EXPECT_EQ(fs.root().global_rank, 3);
+  WorkerFailure earlier;
+  earlier.global_rank = 5, earlier.timestamp = 9;
+  fs.Add(earlier);
+  EXPECT_EQ(fs.root().global_rank, 5);
+  EXPECT_EQ(fs.all().size(), 3u);
+  EXPECT_EQ(RootCause(fs.all()), 2u);
+  fs.Clear();
+  EXPECT_TRUE(fs.empty());
+  fs.Add(sibling);
+  EXPECT_EQ(fs.root().global_rank, 0);
+}
+
 TEST(FailureTest, WithinASecondAnErrorFileComesFirst) {
   std::vector<FailureKey> fs = {
       {.timestamp = 10, .has_error_file = false, .rank = 0},
@@ -122,7 +148,10 @@ TEST(FailureTest, TheReportCarriesEveryFailureAndTheRootCause) {
   auto stopped = DescribeFailure(0, 4, 122, -15, "", 5);
   stopped.stopped = true;
   auto raised = DescribeFailure(1, 5, 123, 1, worker, 9);
-  auto j = nlohmann::json::parse(FailureReportJson("train.py", {stopped, raised}, "h1", 2));
+  AttemptFailures failures;
+  failures.Add(stopped);
+  failures.Add(raised);
+  auto j = nlohmann::json::parse(FailureReportJson("train.py", failures, "h1", 2));
   EXPECT_EQ(j["name"], "train.py");
   EXPECT_EQ(j["host"], "h1");
   EXPECT_EQ(j["restarts"], 2);

@@ -1,6 +1,5 @@
 #include "launch/args.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
@@ -483,22 +482,6 @@ Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value) 
     spec.per_rank[static_cast<int>(*r)] = *l;
   }
   return spec;
-}
-
-int CountGpus() {
-  int count = 0;
-  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') ++count;
-    }
-    closedir(d);
-  }
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    std::string_view v = Trim(visible);
-    int listed = v.empty() ? 0 : static_cast<int>(Split(v, ',').size());
-    count = std::min(count, listed);
-  }
-  return count;
 }
 
 Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {

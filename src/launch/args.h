@@ -49,9 +49,4 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args);
 // trimmed (trun also takes local ranks of several digits).
 Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value);
 
-// Number of GPUs this process may use (NVIDIA driver's view, narrowed by
-// CUDA_VISIBLE_DEVICES): the local scheduler's auto_set_cuda_visible_devices.
-// --nproc-per-node gpu asks torch instead (torch_devices.h).
-int CountGpus();
-
 }  // namespace trun::launch

@@ -5,15 +5,13 @@
 // Thread-safety: a plain value.
 #pragma once
 
-#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/store_access.h"
+#include "rendezvous/options.h"
 
 namespace trun::launch {
 
@@ -40,37 +38,6 @@ struct StdSpec {
 
 enum class EntrypointKind { kScript, kModule, kBinary, kRunPath };
 
-// Where the rendezvous is and how long it waits: --rdzv-endpoint (or
-// --master-addr/--master-port) and --rdzv-conf, typed and checked by
-// ParseRdzvSettings (rdzv_conf.h), with the chosen backend's defaults in
-// place of what the command line left out. The rendezvous's Options extend it.
-struct RdzvSettings {
-  using Ms = std::chrono::milliseconds;
-  // static: --master-addr:--master-port; c10d: --rdzv-endpoint HOST[:PORT]
-  // (localhost:29400 by default). Unused by etcd.
-  std::string endpoint_host;
-  int endpoint_port = 0;
-  // etcd: the servers of --rdzv-endpoint as URLs (schemed by `protocol`), the
-  // TLS files, and where the run's keys live (no trailing '/').
-  rendezvous::EtcdOptions etcd;
-  std::string etcd_prefix = "/torchelastic/p2p";
-  // join_timeout (static and etcd: torchrun's `timeout`, 900 s by default).
-  Ms join_timeout{600'000};
-  Ms last_call_timeout{30'000};
-  Ms close_timeout{30'000};
-  // heartbeat_*, or torch's keep_alive_interval and keep_alive_max_attempt.
-  Ms heartbeat_interval{1'000};
-  Ms heartbeat_timeout{5'000};
-  std::optional<bool> is_host;           // c10d; unset: whether the endpoint is this host
-  rendezvous::StoreAccess store_access;  // store_allow
-  // The job token the agents prove to the rendezvous's store (store/auth.h):
-  // job_token_file, job_token or $TRUN_JOB_TOKEN; "" for none. Never logged.
-  std::string job_token;
-  // The token is one the agent made for itself (a one-node job given none):
-  // nobody else knows it, so it guards only trun's store keys.
-  bool job_token_own = false;
-};
-
 struct LaunchConfig {
   // --nnodes MIN:MAX
   int min_nodes = 1;
@@ -80,7 +47,7 @@ struct LaunchConfig {
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  RdzvSettings rdzv;
+  rendezvous::Settings rdzv;  // typed by ParseRdzvSettings (rdzv_conf.h)
   bool standalone = false;
 
   int max_restarts = 0;

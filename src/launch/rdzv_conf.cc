@@ -8,9 +8,11 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <set>
 
 #include "common/files.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "rendezvous/etcd_client.h"
 #include "store/auth.h"
@@ -18,7 +20,7 @@
 namespace trun::launch {
 namespace {
 
-using Ms = RdzvSettings::Ms;
+using Ms = rendezvous::Settings::Ms;
 
 // The keys trun reads (docs/rendezvous.md, "Settings").
 const std::vector<std::string> kReadKeys = {"timeout",
@@ -83,7 +85,8 @@ Result<std::string> ReadJobTokenFd(const std::string& text) {
 // job_token_file=PATH, else job_token=TOKEN (which `ps` shows: for tests and
 // one-off runs), else $TRUN_JOB_TOKEN. Each is read once, here, at start. A
 // problem never quotes the token.
-void ParseJobToken(const std::map<std::string, std::string>& items, RdzvSettings& s, Problems& p) {
+void ParseJobToken(const std::map<std::string, std::string>& items, rendezvous::Settings& s,
+                   Problems& p) {
   std::string from;
   auto fd = items.find("job_token_fd");
   auto file = items.find("job_token_file");
@@ -134,7 +137,8 @@ bool Seconds(const std::map<std::string, std::string>& items, const std::string&
 
 // "host", "host:port", "[v6]:port" -> the settings' host and port (or
 // `default_port`).
-void SplitEndpoint(const std::string& endpoint, int default_port, RdzvSettings& s, Problems& p) {
+void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
+                   Problems& p) {
   std::string host;
   std::string port_text;
   if (endpoint.starts_with("[")) {
@@ -181,7 +185,7 @@ void SplitEndpoint(const std::string& endpoint, int default_port, RdzvSettings& 
 }
 
 // torch's get_as_bool words, in any case.
-void ParseIsHost(const std::string& value, RdzvSettings& s, Problems& p) {
+void ParseIsHost(const std::string& value, rendezvous::Settings& s, Problems& p) {
   static const std::set<std::string> kTrue = {"1", "true", "t", "yes", "y"};
   static const std::set<std::string> kFalse = {"0", "false", "f", "no", "n"};
   std::string v = value;
@@ -233,9 +237,9 @@ std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::strin
   return warnings;
 }
 
-RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
-                               const LaunchConfig& c, Problems& p) {
-  RdzvSettings s;
+rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>& items,
+                                       const LaunchConfig& c, Problems& p) {
+  rendezvous::Settings s;
   auto conf = [&](const char* key, const char* fallback) {
     auto it = items.find(key);
     return it == items.end() ? std::string(fallback) : it->second;
@@ -303,6 +307,33 @@ RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
   }
   ParseJobToken(items, s, p);
   return s;
+}
+
+rendezvous::Options RdzvOptions(const LaunchConfig& c) {
+  rendezvous::Options o;
+  static_cast<rendezvous::Settings&>(o) = c.rdzv;
+  o.backend = c.rdzv_backend == "etcd-v2" ? "etcd" : c.rdzv_backend;
+  o.run_id = c.rdzv_id;
+  std::mt19937 rng(std::random_device{}());
+  o.node_id = fmt::format("{}_{}_{:04x}", FqdnHostname(), ::getpid(), rng() & 0xffff);
+  // torch's static rendezvous waits for MAX nodes, whatever MIN says.
+  o.min_nodes = c.rdzv_backend == "static" ? c.max_nodes : c.min_nodes;
+  o.max_nodes = c.max_nodes;
+  o.nproc = c.nproc_per_node;
+  o.max_restarts = c.max_restarts;
+  o.node_rank = c.node_rank;
+  o.local_addr = c.local_addr.value_or("");
+  o.linger =
+      rendezvous::Duration(static_cast<int64_t>(c.shutdown_timeout_s * 1000)) + o.heartbeat_timeout;
+  o.port_given = c.rdzv_backend == "static";
+  // A static node of rank 1 or more of a one-node job waits for a node 0
+  // that hosts the store, as torch's does (args.cc warned).
+  if (c.max_nodes == 1 && c.node_rank == 0 && (c.rdzv_backend == "static" || c.standalone)) {
+    o.single_node = rendezvous::Options::SingleNode{
+        c.rdzv_backend == "static" ? c.master_addr : c.local_addr.value_or(FqdnHostname()),
+        c.master_port_given ? c.master_port : 0};
+  }
+  return o;
 }
 
 }  // namespace trun::launch

@@ -1,4 +1,6 @@
-// --rdzv-conf and --rdzv-endpoint -> RdzvSettings (config.h).
+// --rdzv-conf and --rdzv-endpoint -> rendezvous::Settings
+// (rendezvous/options.h), and a checked LaunchConfig -> the rendezvous's
+// Options: launch speaks rendezvous's language, not the other way round.
 //
 // torchrun hands --rdzv-conf to the backend as a dict, and each backend
 // reads the keys it knows when it starts. trun types and checks every key it
@@ -33,7 +35,12 @@ std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::strin
 // `items` and the endpoint `c` names (c.rdzv_backend as --standalone left it,
 // c.rdzv_endpoint, c.master_addr, c.master_port), typed for c's backend. Each
 // bad value, and a bad endpoint, is a problem that names it.
-RdzvSettings ParseRdzvSettings(const std::map<std::string, std::string>& items,
-                               const LaunchConfig& c, Problems& p);
+rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>& items,
+                                       const LaunchConfig& c, Problems& p);
+
+// The rendezvous part of `c` (already checked by ParseLaunchArgs) and this
+// node's part in the job, as the backends take them; node_id is fresh on
+// every call (host, pid and a random part).
+rendezvous::Options RdzvOptions(const LaunchConfig& c);
 
 }  // namespace trun::launch

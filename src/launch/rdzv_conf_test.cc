@@ -19,9 +19,9 @@ LaunchConfig Backend(const std::string& backend, const std::string& endpoint = "
 }
 
 // Parses `items` for `c`; the problems, one a line, in `problems`.
-RdzvSettings Settings(const Items& items, const LaunchConfig& c, std::string* problems) {
+rendezvous::Settings Settings(const Items& items, const LaunchConfig& c, std::string* problems) {
   Problems p;
-  RdzvSettings s = ParseRdzvSettings(items, c, p);
+  rendezvous::Settings s = ParseRdzvSettings(items, c, p);
   *problems = p.ToStatus().message();
   return s;
 }
@@ -212,6 +212,52 @@ TEST(RdzvConfTest, UnknownKeysWarnOnlyWhenLikelyTypos) {
   std::string problems;
   Settings({{"jion_timeout", "5"}, {"password", "hunter2"}}, Backend("c10d"), &problems);
   EXPECT_EQ(problems, "");
+}
+
+// torch's static rendezvous takes MAX as its world size; its config keeps
+// MIN (args.cc), so the rendezvous's options are where MAX wins.
+TEST(RdzvOptionsTest, StaticWaitsForMaxNodesAndC10dForMin) {
+  LaunchConfig c;
+  c.min_nodes = 1;
+  c.max_nodes = 2;
+  c.rdzv_backend = "static";
+  EXPECT_EQ(RdzvOptions(c).min_nodes, 2);
+  c.rdzv_backend = "c10d";
+  EXPECT_EQ(RdzvOptions(c).min_nodes, 1);
+  EXPECT_EQ(RdzvOptions(c).max_nodes, 2);
+}
+
+// One node that hosts the store alone needs no agreement: a one-node
+// static job (on the given --master-port) or --standalone (on a free port
+// unless one is given); a static node of rank 1 waits for its node 0.
+TEST(RdzvOptionsTest, OneNodeRunsAloneWhereItHostsTheStore) {
+  LaunchConfig c;
+  c.rdzv_backend = "static";
+  c.master_addr = "10.0.0.1";
+  c.master_port = 29555;
+  c.master_port_given = true;
+  auto alone = RdzvOptions(c).single_node;
+  ASSERT_TRUE(alone.has_value());
+  EXPECT_EQ(alone->addr, "10.0.0.1");
+  EXPECT_EQ(alone->port, 29555);
+
+  c.rdzv_backend = "c10d";
+  c.standalone = true;
+  c.master_port_given = false;
+  c.local_addr = "node-a";
+  alone = RdzvOptions(c).single_node;
+  ASSERT_TRUE(alone.has_value());
+  EXPECT_EQ(alone->addr, "node-a");
+  EXPECT_EQ(alone->port, 0);
+
+  c.standalone = false;
+  EXPECT_FALSE(RdzvOptions(c).single_node.has_value());
+  c.rdzv_backend = "static";
+  c.node_rank = 1;
+  EXPECT_FALSE(RdzvOptions(c).single_node.has_value());
+  c.node_rank = 0;
+  c.max_nodes = 2;
+  EXPECT_FALSE(RdzvOptions(c).single_node.has_value());
 }
 
 }  // namespace

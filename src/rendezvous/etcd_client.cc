@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
-#include "rendezvous/libcurl.h"
+#include "net/libcurl.h"
 
 namespace trun::rendezvous {
 namespace {
@@ -73,7 +73,7 @@ bool ConnectionFailed(CURLcode c) {
 struct EtcdClient::Curl {
   // Why libcurl is missing or could not start, reported by every call.
   Status loaded;
-  const CurlApi* api = nullptr;
+  const net::CurlApi* api = nullptr;
   CURL* easy = nullptr;
   CURLM* multi = nullptr;
   curl_slist* headers = nullptr;
@@ -86,12 +86,12 @@ struct EtcdClient::Curl {
 
 EtcdClient::EtcdClient(EtcdOptions options)
     : options_(std::move(options)), curl_(std::make_unique<Curl>()) {
-  auto api = Libcurl();
+  auto api = net::Libcurl();
   if (!api.ok()) {
     curl_->loaded = api.status();
     return;
   }
-  const CurlApi& c = **api;
+  const net::CurlApi& c = **api;
   curl_->api = &c;
   curl_->easy = c.easy_init();
   curl_->multi = c.multi_init();
@@ -117,7 +117,7 @@ std::string EtcdClient::Endpoint() const {
 Status EtcdClient::Post(const std::string& path, const std::string& body,
                         const std::function<bool(std::string_view)>& on_data, bool streaming) {
   TRUN_RETURN_IF_ERROR(curl_->loaded);
-  const CurlApi& c = *curl_->api;
+  const net::CurlApi& c = *curl_->api;
   if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
   std::string first_error;
   for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {

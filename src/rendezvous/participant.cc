@@ -193,8 +193,9 @@ class Node final : public Rendezvous {
       lost_host = last_host_.empty() ? "an unknown node" : last_host_;
       log::Warning("rendezvous: lost {} ({}): {}", medium_->Where(), lost_host, s.message());
       if (was_in_round) {
-        std::string why = fmt::format("membership: lost {} ({})", medium_->Where(), lost_host);
-        Post([this, why] { handlers_.round_ended(why); });
+        RoundEnd end{RoundEnd::Cause::kMembership,
+                     fmt::format("membership: lost {} ({})", medium_->Where(), lost_host)};
+        Post([this, end] { handlers_.round_ended(end); });
       }
       take_over = medium_->MayTakeOver();
       deadline = Clock::now() + o_.heartbeat_timeout + o_.heartbeat_interval;
@@ -267,7 +268,7 @@ class Node final : public Rendezvous {
           return Status::OK();
         }
       }
-      Post([this, why = *reason] { handlers_.round_ended(why); });
+      Post([this, end = RoundEnd::FromWire(*reason)] { handlers_.round_ended(end); });
     }
   }
 

@@ -1,9 +1,6 @@
 #include "rendezvous/rendezvous.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <random>
 
 #include "common/net.h"
 #include "rendezvous/etcd_medium.h"
@@ -18,32 +15,29 @@ namespace {
 // and the restart budget is counted here, in rounds, as everywhere else.
 class SingleNode final : public Rendezvous {
  public:
-  SingleNode(asio::io_context& io, const launch::LaunchConfig& c) : io_(io), config_(c) {}
+  SingleNode(asio::io_context& io, Options options)
+      : io_(io), options_(std::move(options)), alone_(*options_.single_node) {}
 
   Status Start(Handlers handlers) override {
     handlers_ = std::move(handlers);
     store::ServerOptions so;
-    so.port = config_.master_port_given ? config_.master_port : 0;
+    so.port = alone_.port;
     auto server = store::StoreServer::Start(io_, so);
     if (!server.ok()) {
-      return Status::InvalidArgument(
-          fmt::format("{}{}", server.status().message(),
-                      config_.master_port_given
-                          ? "; pick another --master-port, or leave it out to get a free one"
-                          : ""));
+      return Status::InvalidArgument(fmt::format(
+          "{}{}", server.status().message(),
+          alone_.port != 0 ? "; pick another --master-port, or leave it out to get a free one"
+                           : ""));
     }
     server_ = std::move(*server);
     // trun's keys are the agent's alone here too (--standalone makes a
     // token of its own): no local process can reach them without it.
-    if (!config_.rdzv.job_token.empty()) server_->RequireJobToken(config_.rdzv.job_token);
-    Participant self{FqdnHostname(),
-                     config_.rdzv_backend == "static" ? config_.master_addr
-                                                      : config_.local_addr.value_or(FqdnHostname()),
-                     config_.nproc_per_node};
+    if (!options_.job_token.empty()) server_->RequireJobToken(options_.job_token);
+    Participant self{FqdnHostname(), alone_.addr, options_.nproc};
     round_.participants = {self};
     // One node: its workers reach the store over loopback or this host's
     // own addresses, which every allowlist admits; nobody else needs it.
-    server_->SetAllowlist(AllowlistFor(config_.rdzv.store_access, round_.participants, ""));
+    server_->SetAllowlist(AllowlistFor(options_.store_access, round_.participants, ""));
     round_.store_addr = self.addr;
     round_.store_port = server_->port();
     Deliver();
@@ -69,10 +63,10 @@ class SingleNode final : public Rendezvous {
 
  private:
   void Deliver() {
-    if (round_.failures > config_.max_restarts) {
+    if (round_.failures > options_.max_restarts) {
       Status spent = Status::Internal(
           fmt::format("the restart budget is spent (--max-restarts {}); last failure: {}",
-                      config_.max_restarts, last_failure_));
+                      options_.max_restarts, last_failure_));
       asio::post(io_, [this, spent] { handlers_.round(spent); });
       return;
     }
@@ -80,7 +74,8 @@ class SingleNode final : public Rendezvous {
   }
 
   asio::io_context& io_;
-  const launch::LaunchConfig& config_;
+  const Options options_;
+  const Options::SingleNode alone_;
   Handlers handlers_;
   std::unique_ptr<store::StoreServer> server_;
   Round round_;
@@ -89,32 +84,31 @@ class SingleNode final : public Rendezvous {
 
 }  // namespace
 
-Options OptionsFromConfig(const launch::LaunchConfig& c) {
-  Options o;
-  static_cast<launch::RdzvSettings&>(o) = c.rdzv;
-  o.backend = c.rdzv_backend == "etcd-v2" ? "etcd" : c.rdzv_backend;
-  o.run_id = c.rdzv_id;
-  std::mt19937 rng(std::random_device{}());
-  o.node_id = fmt::format("{}_{}_{:04x}", FqdnHostname(), ::getpid(), rng() & 0xffff);
-  // torch's static rendezvous waits for MAX nodes, whatever MIN says.
-  o.min_nodes = c.rdzv_backend == "static" ? c.max_nodes : c.min_nodes;
-  o.max_nodes = c.max_nodes;
-  o.nproc = c.nproc_per_node;
-  o.max_restarts = c.max_restarts;
-  o.node_rank = c.node_rank;
-  o.local_addr = c.local_addr.value_or("");
-  o.linger = Duration(static_cast<int64_t>(c.shutdown_timeout_s * 1000)) + o.heartbeat_timeout;
-  o.port_given = c.rdzv_backend == "static";
-  return o;
+RoundEnd RoundEnd::FromWire(std::string reason) {
+  // The prefixes docs/rendezvous.md gives `end/<r>`: the coordinator's
+  // "membership: ..." and a participant's "failure: <node>: ...".
+  Cause cause = reason.starts_with("membership:") ? Cause::kMembership
+                : reason.starts_with("failure:")  ? Cause::kPeerFailure
+                                                  : Cause::kOther;
+  return {cause, std::move(reason)};
 }
 
-Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& c) {
-  // A static node of rank 1 or more of a one-node job waits for a node 0
-  // that hosts the store, as torch's does (launch/args.cc warned).
-  if (c.max_nodes == 1 && c.node_rank == 0 && (c.rdzv_backend == "static" || c.standalone)) {
-    return std::unique_ptr<Rendezvous>(std::make_unique<SingleNode>(io, c));
+std::string_view CauseName(RoundEnd::Cause cause) {
+  switch (cause) {
+    case RoundEnd::Cause::kMembership:
+      return "membership";
+    case RoundEnd::Cause::kPeerFailure:
+      return "peer_failure";
+    case RoundEnd::Cause::kOther:
+      break;
   }
-  Options options = OptionsFromConfig(c);
+  return "round_ended";
+}
+
+Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, Options options) {
+  if (options.single_node) {
+    return std::unique_ptr<Rendezvous>(std::make_unique<SingleNode>(io, std::move(options)));
+  }
   auto medium =
       options.backend == "etcd" ? MakeEtcdMedium(io, options) : MakeStoreMedium(io, options);
   return MakeParticipant(io, std::move(options), std::move(medium));

@@ -26,16 +26,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
-#include "launch/config.h"
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/store_access.h"
+#include "rendezvous/options.h"
 
 namespace trun::rendezvous {
-
-using Duration = std::chrono::milliseconds;
 
 // One node of a round.
 struct Participant {
@@ -70,34 +67,32 @@ struct Round {
   }
 };
 
-// Everything a backend needs: the rendezvous settings of the command line,
-// as ParseLaunchArgs checked them, and this node's part in the job.
-struct Options : launch::RdzvSettings {
-  std::string backend;  // static | c10d | etcd (etcd-v2 is the same)
-  std::string run_id;
-  std::string node_id;  // this agent's: host, pid and a random part
-  int min_nodes = 1;
-  int max_nodes = 1;
-  int nproc = 1;
-  int max_restarts = 0;
-  int node_rank = 0;       // static
-  std::string local_addr;  // --local-addr; empty: the address the store sees us from
-  // How long a leaving host serves the others' last reads (Leave): their
-  // workers' shutdown grace plus a heartbeat timeout.
-  Duration linger{35'000};
-  // static's MASTER_PORT given by flag: bind exactly that port.
-  bool port_given = false;
+// Why a running round ended. The rendezvous's nodes say it to each other as
+// text (`end/<r>` in docs/rendezvous.md); the backend reads that text once,
+// here, so that the agent acts on the cause and only prints the reason.
+struct RoundEnd {
+  enum class Cause {
+    kMembership,   // a node joined, left or was lost: no restart is spent
+    kPeerFailure,  // a node's workers failed
+    kOther,        // a reason of no known kind
+  };
+  Cause cause = Cause::kOther;
+  std::string reason;  // the whole text, for the log and the events
+
+  // The cause from the protocol's text: "membership: ..." or
+  // "failure: <node>: ...".
+  static RoundEnd FromWire(std::string reason);
 };
 
-// The rendezvous part of the launch flags, already checked by
-// ParseLaunchArgs.
-Options OptionsFromConfig(const launch::LaunchConfig& config);
+// The cause as the agent's events and metrics name a restart's cause:
+// "membership", "peer_failure" or "round_ended".
+std::string_view CauseName(RoundEnd::Cause cause);
 
 class Rendezvous {
  public:
   struct Handlers {
     std::function<void(Result<Round>)> round;
-    std::function<void(const std::string& reason)> round_ended;
+    std::function<void(const RoundEnd& end)> round_ended;
   };
   virtual ~Rendezvous() = default;
 
@@ -125,8 +120,8 @@ class Rendezvous {
   }
 };
 
-// The backend the flags ask for: SingleNode for a one-node static or
-// --standalone run, a Participant over the backend's medium otherwise.
-Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, const launch::LaunchConfig& config);
+// The backend `options` ask for: SingleNode where options.single_node is
+// set, a Participant over the backend's medium otherwise.
+Result<std::unique_ptr<Rendezvous>> Make(asio::io_context& io, Options options);
 
 }  // namespace trun::rendezvous

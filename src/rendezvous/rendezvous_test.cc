@@ -5,17 +5,22 @@
 namespace trun::rendezvous {
 namespace {
 
-// torch's static rendezvous takes MAX as its world size; its config keeps
-// MIN (launch/args.cc), so the rendezvous is where MAX wins.
-TEST(RendezvousOptionsTest, StaticWaitsForMaxNodesAndC10dForMin) {
-  launch::LaunchConfig c;
-  c.min_nodes = 1;
-  c.max_nodes = 2;
-  c.rdzv_backend = "static";
-  EXPECT_EQ(OptionsFromConfig(c).min_nodes, 2);
-  c.rdzv_backend = "c10d";
-  EXPECT_EQ(OptionsFromConfig(c).min_nodes, 1);
-  EXPECT_EQ(OptionsFromConfig(c).max_nodes, 2);
+// end/<r>'s text (docs/rendezvous.md) is read once, into a cause; the reason
+// stays whole for the log.
+TEST(RoundEndTest, CauseFromTheProtocolsText) {
+  RoundEnd joined = RoundEnd::FromWire("membership: node-b_12_00ab joined");
+  EXPECT_EQ(joined.cause, RoundEnd::Cause::kMembership);
+  EXPECT_EQ(joined.reason, "membership: node-b_12_00ab joined");
+  EXPECT_EQ(CauseName(joined.cause), "membership");
+
+  RoundEnd failed = RoundEnd::FromWire("failure: node-a_7_1f2e: rank 1 exited with 3");
+  EXPECT_EQ(failed.cause, RoundEnd::Cause::kPeerFailure);
+  EXPECT_EQ(CauseName(failed.cause), "peer_failure");
+
+  // A prefix is a prefix: the words elsewhere in a reason do not count.
+  RoundEnd other = RoundEnd::FromWire("done, not a failure: or membership:");
+  EXPECT_EQ(other.cause, RoundEnd::Cause::kOther);
+  EXPECT_EQ(CauseName(other.cause), "round_ended");
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 
 #include "common/files.h"
 #include "common/strings.h"
+#include "net/libcurl.h"
 #include "proc/command.h"
-#include "rendezvous/libcurl.h"
 #include "specs/serialize.h"
 
 namespace trun::schedulers::kube {
@@ -258,7 +258,7 @@ Result<KubeConfig> FromConfig(const json& config, const std::string& dir, const 
 }
 
 struct CurlHandles {
-  const rendezvous::CurlApi* api = nullptr;
+  const net::CurlApi* api = nullptr;
   CURLM* multi = nullptr;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
@@ -272,7 +272,7 @@ struct CurlHandles {
 };
 
 struct Sink {
-  const rendezvous::CurlApi* api = nullptr;
+  const net::CurlApi* api = nullptr;
   CURL* easy = nullptr;
   std::string body;     // the whole answer, or an error's when streaming
   std::string pending;  // a streamed line not yet complete
@@ -514,7 +514,8 @@ Result<ExecCredential> RunExecPlugin(const ExecPlugin& plugin) {
   return cred;
 }
 
-Status ReplyError(const HttpReply& reply, const std::string& what, const std::string& server) {
+// The error `reply` is, in words; ReplyError marks it with the reply's status.
+Status DescribeReply(const HttpReply& reply, const std::string& what, const std::string& server) {
   std::string message;
   auto j = json::parse(reply.body, nullptr, false);
   if (!j.is_discarded() && j.is_object()) message = Str(j, "message");
@@ -548,6 +549,10 @@ Status ReplyError(const HttpReply& reply, const std::string& what, const std::st
   return Status::IOError(fmt::format("{}: the API server answered {}{}", what, reply.code, said));
 }
 
+Status ReplyError(const HttpReply& reply, const std::string& what, const std::string& server) {
+  return DescribeReply(reply, what, server).WithHttpStatus(static_cast<int>(reply.code));
+}
+
 Result<ExecCredential> KubeClient::Credential(bool renew) const {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
@@ -578,9 +583,9 @@ Result<HttpReply> KubeClient::PerformOnce(const std::string& method, const std::
                                           const std::function<bool(std::string_view)>* on_data,
                                           const ExecCredential* cred) const {
   const double timeout_s = Timeout();
-  auto api = rendezvous::Libcurl();
+  auto api = net::Libcurl();
   if (!api.ok()) return api.status();
-  const rendezvous::CurlApi& c = **api;
+  const net::CurlApi& c = **api;
   CurlHandles h;
   h.api = &c;
   h.multi = c.multi_init();

@@ -1,5 +1,5 @@
 // A small client of the Kubernetes API server's REST interface, over the
-// project's libcurl (loaded when first needed, rendezvous/libcurl.h), with
+// project's libcurl (loaded when first needed, net/libcurl.h), with
 // the credentials kubectl would use.
 //
 // Configuration, as kubectl finds it: the files of $KUBECONFIG (':'

@@ -401,8 +401,7 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
     if (!r.ok()) {
       // Undo what was created, so that nothing half made keeps running.
       for (const auto& path : created) (void)(*c)->Call("DELETE", path);
-      if (r.status().code() == StatusCode::kInvalidArgument &&
-          r.status().message().find("conflict (409") != std::string::npos) {
+      if (r.status().http_status() == 409) {
         return Status::InvalidArgument(fmt::format(
             "{} {} already exists; this is a transient clash of random names, submit again",
             obj.value("kind", ""), req->name));

@@ -17,10 +17,10 @@
 
 #include "agent/stacks.h"
 #include "common/files.h"
+#include "common/gpus.h"
 #include "common/net.h"
 #include "common/problems.h"
 #include "common/strings.h"
-#include "launch/args.h"
 #include "proc/spawn.h"
 #include "schedulers/local_state.h"
 #include "schedulers/log_files.h"
@@ -219,7 +219,7 @@ Result<DryRunInfo> LocalScheduler::DryRun(const specs::AppDef& app, const specs:
   const bool auto_cuda = std::get<bool>(cfg.at("auto_set_cuda_visible_devices"));
   const std::string cwd = fs::current_path().string();
   int next_gpu = 0;
-  const int gpus = auto_cuda ? launch::CountGpus() : 0;
+  const int gpus = auto_cuda ? CountGpus() : 0;
 
   for (const auto& role : app.roles) {
     if (role.name.find('/') != std::string::npos || role.name == "." || role.name == "..") {

@@ -1,11 +1,11 @@
-#include "rendezvous/libcurl.h"
+#include "net/libcurl.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
 
-namespace trun::rendezvous {
+namespace trun::net {
 namespace {
 
 TEST(LibcurlTest, LoadsOnceAndAnswersTheSameEveryTime) {
@@ -23,4 +23,4 @@ TEST(LibcurlTest, LoadsOnceAndAnswersTheSameEveryTime) {
 }
 
 }  // namespace
-}  // namespace trun::rendezvous
+}  // namespace trun::net

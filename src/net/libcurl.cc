@@ -1,9 +1,9 @@
-#include "rendezvous/libcurl.h"
+#include "net/libcurl.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-namespace trun::rendezvous {
+namespace trun::net {
 namespace {
 
 Result<CurlApi> Load() {
@@ -12,7 +12,8 @@ Result<CurlApi> Load() {
   if (!lib) {
     const char* why = dlerror();
     return Status::IOError(
-        fmt::format("the etcd backend needs libcurl, which could not be loaded ({}); install it "
+        fmt::format("the etcd backend and the kubernetes scheduler need libcurl, which could not "
+                    "be loaded ({}); install it "
                     "(Debian: apt-get install libcurl4)",
                     why ? why : "libcurl.so.4 not found"));
   }
@@ -40,10 +41,11 @@ Result<CurlApi> Load() {
   decltype(&::curl_global_init) global_init = nullptr;
   get(global_init, "curl_global_init");
   if (!missing.empty()) {
-    return Status::IOError(fmt::format(
-        "the etcd backend needs libcurl 7.68 or later; the installed libcurl.so.4 lacks {} "
-        "(Debian: apt-get install libcurl4)",
-        missing));
+    return Status::IOError(
+        fmt::format("the etcd backend and the kubernetes scheduler need libcurl 7.68 or later; the "
+                    "installed libcurl.so.4 lacks {} "
+                    "(Debian: apt-get install libcurl4)",
+                    missing));
   }
   if (CURLcode c = global_init(CURL_GLOBAL_DEFAULT); c != CURLE_OK) {
     return Status::IOError(fmt::format("libcurl could not start: {}", api.easy_strerror(c)));
@@ -60,4 +62,4 @@ Result<const CurlApi*> Libcurl() {
   return &*api;
 }
 
-}  // namespace trun::rendezvous
+}  // namespace trun::net

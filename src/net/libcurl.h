@@ -1,12 +1,15 @@
-// libcurl, loaded when the etcd backend first needs it.
+// libcurl, loaded when an HTTP client first needs it: the etcd backend's
+// (rendezvous/etcd_client.h) and the kubernetes scheduler's
+// (schedulers/kubernetes_client.h). It lives in net/, below both, so that
+// neither module reaches into the other for it.
 //
 // trun does not link libcurl. Linked, libcurl and the 36 shared libraries it
 // needs (TLS, Kerberos, LDAP, HTTP/2, ...) cost every trun process about
 // 6 ms of dynamic linking and 6 MiB of resident memory at start, measured on
 // a bare `int main() {}` (bench/RESULTS.md: launch, peak RSS), though only
-// `--rdzv-backend etcd` uses them. dlopen() moves that cost to the runs that
-// use etcd. Types and constants still come from <curl/curl.h> (Debian's
-// libcurl4-openssl-dev at build time); at run time Debian's libcurl4 provides
+// `--rdzv-backend etcd` and the kubernetes scheduler use them. dlopen()
+// moves that cost to the runs that use them. Types and constants still come from <curl/curl.h>
+// (Debian's libcurl4-openssl-dev at build time); at run time Debian's libcurl4 provides
 // libcurl.so.4, whose ABI has been stable since 2006.
 //
 // Thread-safety: Libcurl() may be called from any thread; the library is
@@ -18,9 +21,9 @@
 
 #include "common/status.h"
 
-namespace trun::rendezvous {
+namespace trun::net {
 
-// The part of libcurl's API that EtcdClient uses.
+// The part of libcurl's API that EtcdClient and KubeClient use.
 struct CurlApi {
   decltype(&::curl_easy_init) easy_init;
   decltype(&::curl_easy_cleanup) easy_cleanup;
@@ -44,4 +47,4 @@ struct CurlApi {
 // naming the package to install. The answer is the same on every call.
 Result<const CurlApi*> Libcurl();
 
-}  // namespace trun::rendezvous
+}  // namespace trun::net
