@@ -129,7 +129,7 @@ fuzz: deps
 		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; exit $$rc
 
 # Debian's mypy --strict over the Python package (its settings: pyproject.toml,
-# [tool.mypy]); the cache in the build folder makes a second run quick.
+# [tool.mypy]); its cache is MYPY_CACHE_DIR's.
 typecheck: deps
 	@mypy --strict --cache-dir $(MYPY_CACHE_DIR)
 
