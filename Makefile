@@ -100,16 +100,14 @@ integration-test-113 integration-test-2: integration-test-%: build
 	$(MAKE) --no-print-directory integration-timing-$*; b=$$?; \
 	[ $$a = 0 ] && [ $$b = 0 ]
 
-# Both generations (make test): their parallel parts side by side, since
-# both mostly wait, each one's output shown whole when it ends
-# (--output-sync); then every timing test, one at a time. All run even if
-# some fail.
+# Both generations (make test), one after the other; both run even if one
+# fails. (Side by side, as `make -j2 integration-parallel-113
+# integration-parallel-2`, they took 11m35s instead of about 15 minutes on 2
+# cores, but two tests of 830 failed under that load: issue 26.)
 integration-test: build torch2
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target \
-		integration-parallel-113 integration-parallel-2; a=$$?; \
-	$(MAKE) --no-print-directory integration-timing-113; b=$$?; \
-	$(MAKE) --no-print-directory integration-timing-2; c=$$?; \
-	[ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
+	@$(MAKE) --no-print-directory integration-test-113; a=$$?; \
+	$(MAKE) --no-print-directory integration-test-2; b=$$?; \
+	[ $$a = 0 ] && [ $$b = 0 ]
 
 # The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize-test: deps
