@@ -55,14 +55,27 @@ def pytest_configure(config):
         "summary says how many were tried")
 
 
+# The files that cost a pass the most work, most first (the per-file table
+# `make test` prints, scripts/slowest-files.py; measured 2026-11-26, both
+# passes). pytest-xdist's --dist loadfile hands files to its workers in
+# collection order and keeps a file on one worker, so a long file collected
+# late runs on alone after the others are done: these start first.
+HEAVY_FILES = ["test_attacks.py", "test_multinode.py", "test_warm.py", "test_slurm.py",
+               "test_etcd.py", "test_python_api.py", "test_launch.py", "test_kubernetes_api.py",
+               "test_store_torch.py", "test_torchrun2_flags.py"]
+
+
 def pytest_collection_modifyitems(items):
     """Every `once` and `timing` names its reason: a test left out of a pass,
-    or of the parallel run, says why."""
+    or of the parallel run, says why. The heavy files come first (HEAVY_FILES),
+    the rest in their order; every xdist worker sorts alike."""
     for item in items:
         for name in ("once", "timing"):
             for m in item.iter_markers(name):
                 if not (m.args or m.kwargs.get("reason")):
                     raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs a reason")
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))
 
 
 def pytest_terminal_summary(terminalreporter):
