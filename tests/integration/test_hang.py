@@ -67,18 +67,24 @@ def test_a_hung_rank_is_named_at_its_own_line_and_fails_the_job(agents, tmp_path
 @pytest.mark.once("the progress rule reads /proc and trun's pumps, whatever the torch")
 def test_a_job_that_computes_quietly_is_not_reported(tmp_path):
     # Rank 0 computes without a word for longer than the timeout while rank
-    # 1 waits for it: that is progress.
+    # 1 waits: that is progress. Rank 0 computes until rank 1 is done, so
+    # that it is busy however late rank 1 starts on a loaded machine (with
+    # a fixed 8 s each, rank 0 once finished before rank 1 woke, and for
+    # the last 3 s nobody was busy: rightly reported).
     script = tmp_path / "quiet.py"
-    script.write_text("import os, time\n"
-                      "end = time.time() + 8\n"
+    done = tmp_path / "done"
+    script.write_text("import os, pathlib, sys, time\n"
+                      "done = pathlib.Path(sys.argv[1])\n"
                       "if os.environ['RANK'] == '0':\n"
-                      "    while time.time() < end:\n"
+                      "    end = time.time() + 60\n"
+                      "    while not done.exists() and time.time() < end:\n"
                       "        pass\n"
                       "else:\n"
-                      "    time.sleep(8)\n")
+                      "    time.sleep(8)\n"
+                      "    done.write_text('')\n")
     log = tmp_path / "events.jsonl"
     r = trun("--nproc-per-node", 2, "--hang-timeout", 3, "--hang-action", "fail",
-             "--event-log-file", log, script, timeout=120)
+             "--event-log-file", log, script, done, timeout=120)
     assert r.returncode == 0, r.err
     assert "no progress" not in r.err, r.err
     names = [e["name"] for e in events(log)]
