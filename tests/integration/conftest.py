@@ -27,8 +27,10 @@ def _probe_torch():
             "except (RuntimeError, TypeError):  # 1.13: no use_libuv argument at all\n"
             "    uv = 0\n"
             "print(torch.__version__.split('+')[0], uv)")
-    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True).stdout
-    version, uv = out.split()
+    r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True)
+    if r.returncode != 0:  # say why, or CI's log shows only an exit status
+        raise RuntimeError(f"{PYTHON} cannot run torch (exit {r.returncode}):\n{r.stderr}")
+    version, uv = r.stdout.split()
     return tuple(int(x) for x in version.split(".")[:2]), uv == "1"
 
 
