@@ -1,9 +1,11 @@
 #include "schedulers/kubernetes_manifests.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
 
 #include "common/files.h"
@@ -386,9 +388,40 @@ ordered_json PodLabels(const ordered_json& app_labels, int role_index, const spe
   return l;
 }
 
-// The role's `kubernetes` metadata: an overlay object, or a file:// URI or
-// path of a YAML one.
-Result<json> Overlay(const specs::Role& role) {
+// TorchX's operator keys (torchx.specs.overlays: PUT, JOIN, DEL), and the key
+// set_overlay marks a namespace of overlays by kind with.
+constexpr std::string_view kPutPrefix = "__put__:";
+constexpr std::string_view kJoinPrefix = "__join__:";
+constexpr std::string_view kDelPrefix = "__del__:";
+constexpr std::string_view kOverlaysMarker = "__torchx_overlays__";
+
+// The problems of an overlay's JOIN keys (a key field, a list of objects), at
+// every depth; MergeOverlay then needs no checks.
+void CheckOverlay(const json& overlay, const std::string& at, std::vector<std::string>& out) {
+  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
+    const std::string path = at.empty() ? it.key() : at + "." + it.key();
+    if (it.key().starts_with(kJoinPrefix)) {
+      const std::string rest = it.key().substr(kJoinPrefix.size());
+      const size_t colon = rest.find(':');
+      if (colon == std::string::npos || colon + 1 == rest.size()) {
+        out.push_back(
+            fmt::format("{}: a JOIN key needs the field to match items on; write "
+                        "JOIN(\"{}\", on=\"name\")",
+                        path, rest.substr(0, colon)));
+      }
+      if (!it->is_array() ||
+          !std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_object(); })) {
+        out.push_back(fmt::format("{}: JOIN needs a list of objects, got {}", path, it->dump()));
+      }
+    } else if (it->is_object()) {
+      CheckOverlay(*it, path, out);
+    }
+  }
+}
+
+// The role's `kubernetes` metadata as written: an object, or a file:// URI
+// or path of a YAML one.
+Result<json> RawOverlay(const specs::Role& role) {
   auto it = role.metadata.find("kubernetes");
   if (it == role.metadata.end() || it->is_null()) return json::object();
   if (it->is_object()) return *it;
@@ -416,6 +449,26 @@ Result<json> Overlay(const specs::Role& role) {
   return Status::InvalidArgument(fmt::format(
       "role '{}': metadata kubernetes must be a pod overlay object or a file path, not {}",
       role.name, it->type_name()));
+}
+
+// The pod overlay in the role's `kubernetes` metadata: set_overlay's nested
+// form (its V1Pod kind), or TorchX's older flat form, each an object or a
+// file:// URI or path of a YAML one.
+Result<json> Overlay(const specs::Role& role) {
+  auto raw = RawOverlay(role);
+  if (!raw.ok() || !raw->is_object()) return raw;
+  const json& o = *raw;
+  const bool nested =
+      o.contains(std::string(kOverlaysMarker)) && o[std::string(kOverlaysMarker)] == true;
+  const bool has_kind = o.contains("V1Pod") && o["V1Pod"].is_object();
+  json pod = has_kind ? o["V1Pod"] : nested ? json::object() : o;
+  std::vector<std::string> problems;
+  CheckOverlay(pod, "", problems);
+  if (!problems.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("role '{}': metadata kubernetes: {}", role.name, fmt::join(problems, "; ")));
+  }
+  return pod;
 }
 
 // The retry settings of a Volcano task (TorchX's RETRY_POLICIES).
@@ -512,13 +565,49 @@ bool IsDnsLabel(std::string_view s) {
 
 void MergeOverlay(ordered_json& base, const json& overlay) {
   for (auto it = overlay.begin(); it != overlay.end(); ++it) {
-    auto at = base.find(it.key());
+    const std::string& key = it.key();
+    if (key.starts_with(kDelPrefix)) {
+      base.erase(key.substr(kDelPrefix.size()));
+      continue;
+    }
+    if (key.starts_with(kPutPrefix)) {
+      base[key.substr(kPutPrefix.size())] = *it;
+      continue;
+    }
+    if (key.starts_with(kJoinPrefix)) {
+      const std::string rest = key.substr(kJoinPrefix.size());
+      const std::string field = rest.substr(0, rest.find(':'));
+      const std::string on = rest.substr(field.size() + 1);
+      auto at = base.find(field);
+      if (at == base.end() || !at->is_array()) {
+        base[field] = *it;
+        continue;
+      }
+      // Items match the base as it was: two new items with one key both land.
+      std::map<std::string, size_t> by_key;
+      for (size_t i = 0; i < at->size(); ++i) {
+        const auto& item = (*at)[i];
+        if (item.is_object() && item.contains(on)) by_key[item[on].dump()] = i;
+      }
+      for (const auto& item : *it) {
+        auto match = item.contains(on) ? by_key.find(item[on].dump()) : by_key.end();
+        if (match == by_key.end()) {
+          at->push_back(ordered_json(item));
+          continue;
+        }
+        for (auto f = item.begin(); f != item.end(); ++f) {
+          if (f.key() != on) (*at)[match->second][f.key()] = *f;
+        }
+      }
+      continue;
+    }
+    auto at = base.find(key);
     if (at != base.end() && at->is_object() && it->is_object()) {
       MergeOverlay(*at, *it);
     } else if (at != base.end() && at->is_array() && it->is_array()) {
       for (const auto& v : *it) at->push_back(ordered_json(v));
     } else {
-      base[it.key()] = *it;
+      base[key] = *it;
     }
   }
 }

@@ -115,8 +115,12 @@ std::string LabelValue(std::string_view s);
 // A DNS-1123 label: [a-z0-9-], at most 63, alphanumeric at both ends.
 bool IsDnsLabel(std::string_view s);
 
-// TorchX's pod overlay: objects merge key by key, a list is appended to the
-// list it meets, anything else replaces.
+// TorchX's pod overlay (torchx.specs.overlays.apply_overlay): objects merge
+// key by key, a list is appended to the list it meets, anything else
+// replaces; the keys `__put__:F` replace F, `__del__:F` remove it, and
+// `__join__:F:K` merge the list F item by item on the field K (a matching
+// item's fields replace the base item's, others are appended). The JOIN
+// keys' shapes are checked before (the role's overlay is refused otherwise).
 void MergeOverlay(nlohmann::ordered_json& base, const nlohmann::json& overlay);
 
 // The labels TorchX puts on a pod (torchx.pytorch.org/... and
