@@ -603,3 +603,59 @@ def test_file_linter_validates_as_torchx(tmp_path):
         ["Function nope not found"]
     path.write_text("def (")
     assert file_linter.validate(str(path), "x")[0].description == "invalid syntax"
+
+
+def test_overlays_as_torchx(tmp_path):
+    # trun.specs.overlays is TorchX's torchx.specs.overlays: stored in
+    # metadata (accumulating, operator keys kept), applied by apply_overlay.
+    from trun.specs.overlays import (DEL, JOIN, PUT, OverlaySpec, apply_overlay, get_overlay,
+                                     set_overlay, validate_overlay)
+    base = {"spec": {"cpu": "1"}, "tags": ["a"], "n": 1,
+            "containers": [{"name": "main", "image": "v1"}], "old": True}
+    apply_overlay(base, {"spec": {"mem": "1Gi"}, "tags": ["b"], "n": "HIGH", DEL("old"): None,
+                         JOIN("containers", on="name"): [{"name": "main", "cpu": "2"},
+                                                         {"name": "side"}]})
+    assert base == {"spec": {"cpu": "1", "mem": "1Gi"}, "tags": ["a", "b"], "n": "HIGH",
+                    "containers": [{"name": "main", "image": "v1", "cpu": "2"},
+                                   {"name": "side"}]}
+    apply_overlay(base, {PUT("tags"): ["only"], "containers": ({"name": "t"},)})
+    assert base["tags"] == ["only"] and base["containers"] == [{"name": "t"}]
+    with pytest.raises(TypeError, match="type mismatch for attr: `tags`"):
+        apply_overlay(base, {"tags": "x"})
+    with pytest.raises(TypeError, match="JOIN on `tags` needs a list of dicts"):
+        apply_overlay({}, {JOIN("tags", on="name"): ["x"]})
+
+    role = specs.Role(name="trainer", image="img", entrypoint="train.py")
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {"tolerations": [{"key": "gpu"}]}})
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {PUT("tolerations"): [],
+                                                       "nodeSelector": {"gpu": "a100"}}})
+    assert get_overlay(role, "kubernetes", "V1Pod") == {
+        "spec": {PUT("tolerations"): [], "nodeSelector": {"gpu": "a100"}}}
+    assert get_overlay(role, "kubernetes", "Other") == {}  # marked: no flat fallback
+    with pytest.raises(ValueError, match="reserved"):
+        set_overlay(role, "kubernetes", "__torchx_overlays__", {})
+    flat = specs.Role(name="f", image="img", metadata={"sched": {"priority": "high"}})
+    assert get_overlay(flat, "sched", "JobSpec") == {"priority": "high"}
+    assert get_overlay(flat, "sched", "JobSpec", flat_fallback=False) == {}
+    (tmp_path / "o.yaml").write_text("pod:\n  spec:\n    tolerations: !!python/tuple\n"
+                                     "      - key: gpu\n")
+    from_file = specs.Role(name="y", image="img", metadata={"k": f"file://{tmp_path}/o.yaml"})
+    assert get_overlay(from_file, "k", "pod") == {"spec": {"tolerations": ({"key": "gpu"},)}}
+    with pytest.raises(ValueError, match=r"`V1Pod.env`"):
+        OverlaySpec("kubernetes", "V1Pod", blocklist=("env",)).set(role, {PUT("env"): []})
+    with pytest.raises(ValueError, match="misplaced keys: {'retries'}. Use JobConfig."):
+        validate_overlay({"retries": 1}, forbidden_keys={"retries"}, suggestion="Use JobConfig.")
+
+    # trun's kubernetes scheduler applies the V1Pod overlay, operators included.
+    app = specs.AppDef(name="train", roles=[role])
+    (tmp_path / "app.json").write_text(specs.to_json(app))
+    env = dict(os.environ, HOME=str(tmp_path), KUBECONFIG="", TRUNCONFIG="")
+    r = subprocess.run([TRUN, "run", "-s", "kubernetes", "--dryrun", "--manifests",
+                        "-cfg", "queue=default,tolerations=gpu:NoSchedule", "./app.json"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import yaml
+    job = next(d for d in yaml.safe_load_all(r.stdout) if d and d["kind"] == "Job")
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "a100"} and pod["tolerations"] == []
+    assert "V1Pod" not in pod and "__torchx_overlays__" not in job["spec"]["tasks"][0]["template"]
