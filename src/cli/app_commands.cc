@@ -23,6 +23,7 @@
 #include "components/builtins.h"
 #include "schedulers/local_scheduler.h"
 #include "schedulers/local_supervisor.h"
+#include "schedulers/slurm_stacks.h"
 #include "specs/config.h"
 #include "specs/named_resources.h"
 #include "specs/serialize.h"
@@ -113,13 +114,15 @@ int StackCommand(const Args& args) {
         "       trun stack [--json] --health HOST:PORT[,HOST:PORT...]\n\n"
         "Every worker's Python stack, all threads, read from outside the workers (nothing\n"
         "they can observe), labelled with rank, local rank, host, pid, state and CPU time.\n"
-        "  HANDLE            a running app of trun run (local: read on this host)\n"
+        "  HANDLE            a running app of trun run (local: read on this host; slurm:\n"
+        "                    by a job step of srun on each of the job's nodes)\n"
         "  --health ADDRS    a launcher job: the health servers of its agents\n"
         "                    (--health-check-port); asked all at once, with the job token\n"
         "                    of TRUN_JOB_TOKEN where the job has one\n"
         "  --json            the documents (docs/events.md, \"Stacks\"), a JSON array\n");
   }
   std::vector<nlohmann::json> nodes;
+  std::vector<std::string> unanswered;  // why each node that gave nothing gave nothing
   if (f->Has("--health")) {
     if (!f->positionals.empty()) {
       return ReportError(Status::InvalidArgument(
@@ -132,27 +135,43 @@ int StackCommand(const Args& args) {
         return agent::FetchStacks(address, token ? token : "", std::chrono::seconds(2));
       }));
     }
-    int failed = 0;
     for (auto& a : asked) {
       auto doc = a.get();
       if (!doc.ok()) {
-        log::Error("{}", doc.status().message());
-        ++failed;
+        unanswered.push_back(doc.status().message());
         continue;
       }
       nodes.push_back(std::move(*doc));
     }
-    if (failed > 0 && nodes.empty()) return kExitFailed;
   } else {
     auto handle = OnePositional("stack", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
     if (!handle.ok()) return ReportError(handle.status());
     auto app = OpenApp(*handle);
     if (!app.ok()) return ReportError(app.status());
-    auto docs = app->scheduler->Stacks(app->handle.app_id);
-    if (!docs.ok()) return ReportError(docs.status());
-    nodes = std::move(*docs);
+    auto answer = app->scheduler->Stacks(app->handle.app_id);
+    if (!answer.ok()) return ReportError(answer.status());
+    nodes = std::move(answer->nodes);
+    unanswered = std::move(answer->unanswered);
   }
-  Print(f->Has("--json") ? nlohmann::json(nodes).dump() + "\n" : agent::FormatStacks(nodes));
+  // The nodes that answered are shown all the same: a node that cannot be
+  // asked is often the one stuck.
+  for (const auto& why : unanswered) log::Error("{}", why);
+  if (!nodes.empty() || unanswered.empty()) {
+    Print(f->Has("--json") ? nlohmann::json(nodes).dump() + "\n" : agent::FormatStacks(nodes));
+  }
+  return unanswered.empty() ? kExitSuccess : kExitFailed;
+}
+
+int SlurmStackCommand(const Args& args) {
+  if (args.size() != 1) {
+    return ReportError(Status::InvalidArgument(
+        fmt::format("{}: expected JOBID; `trun stack slurm://SESSION/JOBID` runs it on the job's "
+                    "nodes, not you",
+                    schedulers::slurm::kStackSubcommand)));
+  }
+  auto doc = schedulers::slurm::ReadNodeStacks(args[0]);
+  if (!doc.ok()) return ReportError(doc.status());
+  Print(doc->dump() + "\n");
   return 0;
 }
 

@@ -457,25 +457,22 @@ Status LocalScheduler::Delete(const std::string& app_id) {
   return Status::OK();
 }
 
-Result<std::vector<nlohmann::json>> LocalScheduler::Stacks(const std::string& app_id) {
+Result<StacksAnswer> LocalScheduler::Stacks(const std::string& app_id) {
   auto st = CurrentState(app_id);
   if (!st.ok()) return st.status();
   if (specs::IsTerminal(st->state)) {
     return Status::InvalidArgument(
         fmt::format("{} is {}: it has no stacks to show", app_id, specs::AppStateName(st->state)));
   }
-  std::vector<nlohmann::json> nodes;
+  StacksAnswer answer;
   for (const auto& role : st->roles) {
     for (const auto& r : role.replicas) {
       if (r.pid <= 0 || r.state != AppState::kRunning) continue;
-      // The replica itself is the worker where it is the program (a plain
-      // `python`), else its workers are below it (trun's agent).
-      std::vector<agent::StackTarget> targets = agent::RankedDescendants(r.pid);
-      if (targets.empty()) targets.push_back({0, 0, r.pid, ""});
-      nodes.push_back(agent::ReadStacks(targets, {FqdnHostname(), app_id, r.id, std::nullopt}));
+      answer.nodes.push_back(agent::ReadStacks(agent::ReplicaWorkers(r.pid),
+                                               {FqdnHostname(), app_id, r.id, std::nullopt}));
     }
   }
-  return nodes;
+  return answer;
 }
 
 Result<std::vector<ListAppResponse>> LocalScheduler::List() {

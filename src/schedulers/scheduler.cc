@@ -117,7 +117,7 @@ std::string JobTokenForSubmission() {
   return given && *given ? given : store::NewJobToken();
 }
 
-Result<std::vector<nlohmann::json>> Scheduler::Stacks(const std::string& app_id) {
+Result<StacksAnswer> Scheduler::Stacks(const std::string& app_id) {
   return Status::Unsupported(fmt::format(
       "trun stack of {}: the {} scheduler's apps are not reachable from here; give trun stack "
       "--health HOST:PORT,... of the job's agents (--health-check-port) instead",

@@ -77,6 +77,13 @@ struct LogOptions {
   std::optional<LogStream> streams;  // the scheduler's default when unset
 };
 
+// What `trun stack` of an app shows: a document per node that answered
+// (agent/stacks.h), and for each node that did not, why (naming it).
+struct StacksAnswer {
+  std::vector<nlohmann::json> nodes;
+  std::vector<std::string> unanswered;
+};
+
 class Scheduler {
  public:
   Scheduler(std::string name, std::string session)
@@ -123,9 +130,9 @@ class Scheduler {
   virtual Result<std::vector<ListAppResponse>> List() = 0;
 
   // Every worker's Python stacks of a running app, one document per node
-  // (agent/stacks.h). Unsupported where the scheduler cannot reach the
-  // app's processes from here.
-  virtual Result<std::vector<nlohmann::json>> Stacks(const std::string& app_id);
+  // (agent/stacks.h), and the nodes that gave none. Unsupported where the
+  // scheduler cannot reach the app's processes from here.
+  virtual Result<StacksAnswer> Stacks(const std::string& app_id);
 
  protected:
   virtual Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) = 0;
