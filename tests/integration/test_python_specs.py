@@ -796,3 +796,12 @@ def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
     src = tmp_path / "echo_copy.py"
     src.write_text(finder.get_builtin_source("utils.echo"))
     assert finder.get_component(f"{src}:echo").validation_errors == []
+    # Packages registered under torchx.components replace the builtins; `_*` adds no prefix.
+    from importlib.metadata import EntryPoint, EntryPoints
+    group = "torchx.components"
+    monkeypatch.setattr(finder.metadata, "entry_points", lambda group: EntryPoints([
+        EntryPoint("_0", "trun.components.dist", group),
+        EntryPoint("u", "trun.components.utils", group)]))
+    monkeypatch.setattr(finder, "_components", None)
+    names = set(finder.get_components())
+    assert {"ddp", "u.echo"} <= names and "dist.ddp" not in names and "echo" not in names

@@ -5,8 +5,8 @@ A component is a function that returns an AppDef. Names are those of
 ``trun.components``, named by its module relative to the package), or
 ``PATH.py:FUNCTION`` (a component file). Packages registered under the
 entry-point group ``torchx.components`` replace the builtins, as in TorchX:
-``NAME = package`` finds ``NAME.module.function``, ``_ = package`` finds
-``module.function``.
+``NAME = package`` finds ``NAME.module.function``, a name that starts with
+``_`` (``_``, ``_1``) finds ``module.function``.
 
 Lookups are cached in the module (``_components``; set it to None to look
 again). Not thread-safe: call it from one thread, or after a first
@@ -162,7 +162,8 @@ def _load_components(validators: Sequence[ComponentFunctionValidator] | None
                      ) -> dict[str, _Component]:
     global _components
     if _components is None:
-        finders = [ModuleComponentsFinder(ep.value, "" if ep.name == "_" else ep.name)
+        finders = [ModuleComponentsFinder(ep.value,
+                                          "" if ep.name.startswith("_") else ep.name)
                    for ep in metadata.entry_points(group=_GROUP)]
         found: dict[str, _Component] = {}
         for finder in finders or [ModuleComponentsFinder(_BUILTINS, "")]:
