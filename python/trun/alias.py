@@ -19,7 +19,8 @@ The names resolve to trun's own module objects, not copies, so
     torchx                     trun/_torchx_root.py, loaded as torchx (IMAGE, __version__)
     torchx.specs[.*]           trun.specs[.*]       (api, named_resources_aws, ...)
     torchx.components[.*]      trun.components[.*]  (dist, utils)
-    torchx.runner              trun.runner
+    torchx.runner[.config]     trun.runner[.config]
+    torchx.settings            trun.settings
     torchx.schedulers[.*]      trun.schedulers[.*]
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 
@@ -39,7 +40,7 @@ from typing import Sequence
 
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
-_TORCHX_PARTS = {"specs", "components", "runner", "schedulers"}
+_TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

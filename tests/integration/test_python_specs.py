@@ -659,3 +659,149 @@ def test_overlays_as_torchx(tmp_path):
     pod = job["spec"]["tasks"][0]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpu": "a100"} and pod["tolerations"] == []
     assert "V1Pod" not in pod and "__torchx_overlays__" not in job["spec"]["tasks"][0]["template"]
+
+
+def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
+    import dataclasses
+    import io
+    from trun import alias
+    from trun.runner import config
+    from trun.schedulers import get_scheduler_factories
+    from trun.schedulers.api import Scheduler, StructuredOpts
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    assert alias.target("torchx.runner.config") == "trun.runner.config"
+    assert alias.target("torchx.settings") == "trun.settings"
+
+    # The binary's schedulers as TorchX's Scheduler objects, options from `trun runopts`.
+    local = get_scheduler_factories()["local"](session_name="s")
+    assert isinstance(local, Scheduler) and local.backend == "local"
+    opts = local.run_opts()
+    assert (opts.get("log_dir").opt_type, opts.get("log_dir").default) == (str, None)
+    assert (opts.get("prepend_cwd").opt_type, opts.get("prepend_cwd").default) == (bool, False)
+    assert opts.get("stop_timeout").default == 10.0 and "SIGKILL" in opts.get("stop_timeout").help
+    kube = get_scheduler_factories()["kubernetes"]("s").run_opts()
+    assert kube.get("node_selector").is_type_dict_of_str and kube.get("tolerations").is_type_list_of_str
+    role = specs.Role(name="r", image="i", entrypoint="echo", args=["hi"], resource=specs.resource())
+    info = local.submit_dryrun(specs.AppDef("a", roles=[role]), {"prepend_cwd": True})
+    assert info._scheduler == "local" and info.app.roles[0].args == ["hi"]
+    assert info.cfg["prepend_cwd"] is True and info.cfg["stop_timeout"] == 10.0
+    with pytest.raises(ValueError, match="has no resource: set Role.resource"):
+        local.submit_dryrun(specs.AppDef("a", roles=[specs.Role(name="r", image="i")]), {})
+
+    # .torchxconfig: the first file's value wins, cfg wins over files, casts as cast_to_type.
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    (home / ".torchxconfig").write_text(
+        "[local]\nlog_dir = /h\n\n[component:dist.ddp]\nj = 1x2\n\n[component:]\nx = y\n")
+    (cwd / ".torchxconfig").write_text(
+        "[local]\nlog_dir = /c\nprepend_cwd = yes\nstop_timeout = None\nnope = 1\n\n"
+        "[component:dist.ddp]\nj = 2x2\nimage = img\n")
+    cfg = {"stop_timeout": 3.0}
+    config.apply("local", cfg, dirs=[str(home), str(cwd)])
+    assert cfg == {"stop_timeout": 3.0, "log_dir": "/h", "prepend_cwd": True}
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIRS", [str(cwd)])
+    cfg = {}
+    config.apply("local", cfg)
+    assert cfg == {"log_dir": "/c", "prepend_cwd": True, "stop_timeout": None}
+    assert config.load_sections("component", [str(home), str(cwd)]) == \
+        {"dist.ddp": {"j": "1x2", "image": "img"}}
+    assert config.get_config("component", "dist.ddp", "image", [str(cwd)]) == "img"
+    assert config.get_configs("component", "nope", [str(cwd)]) == {}
+    monkeypatch.setenv("TORCHXCONFIG", str(home / ".torchxconfig"))
+    assert config.find_configs([str(cwd)]) == [str(home / ".torchxconfig")]
+    monkeypatch.setenv("TORCHXCONFIG", "")
+    assert config.find_configs([str(cwd)]) == []
+    monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="TORCHXCONFIG=.*missing is not a file"):
+        config.find_configs()
+    with pytest.raises(ValueError, match="`local_cwd` is not a registered scheduler; the "
+                                         "schedulers are local, slurm, kubernetes"):
+        config.load("local_cwd", io.StringIO(""), {})
+    # A dump of every scheduler loads back as every option at its default.
+    out = io.StringIO()
+    config.dump(out)
+    for name in ("local", "slurm", "kubernetes"):
+        out.seek(0)
+        cfg = {}
+        config.load(name, out, cfg)
+        defaults = {k: o.default for k, o in get_scheduler_factories()[name]("s").run_opts()}
+        assert cfg == defaults
+
+    # StructuredOpts: fields as options (help from the string under each), groups as FIELD.NAME.
+    @dataclasses.dataclass
+    class Inner(StructuredOpts):
+        x: str | None = None
+        """the x"""
+        y: List[str] = dataclasses.field(default_factory=lambda: ["a"])
+
+    @dataclasses.dataclass
+    class Outer(StructuredOpts):
+        need: int
+        """needed"""
+        inner: Inner = dataclasses.field(default_factory=Inner)
+
+    ro = Outer.as_runopts()
+    assert [k for k, _ in ro] == ["need", "inner.x", "inner.y"]
+    assert ro.get("need").is_required and ro.get("need").help == "needed"
+    assert (ro.get("inner.x").help, ro.get("inner.y").default) == ("the x", ["a"])
+    o = Outer.from_cfg({"need": 3, "inner.x": "v", "other": 1})
+    assert (o.need, o.inner.x, o.inner.y) == (3, "v", ["a"])
+    assert dict(o) == {"need": 3, "inner.x": "v", "inner.y": ["a"]}
+    assert (o | {"need": 4})["need"] == 4
+
+
+def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
+    from trun.specs import finder
+    monkeypatch.setattr(finder, "_components", None)
+    builtins = finder.get_components()
+    assert {"dist.ddp", "dist.spmd", "utils.echo", "utils.sh"} <= set(builtins)
+    echo = finder.get_component("utils.echo")
+    assert (echo.name, echo.fn_name, echo.validation_errors) == ("utils.echo", "echo", [])
+    assert all(not c.validation_errors for c in builtins.values())
+    with pytest.raises(finder.ComponentNotFoundException, match="did you mean utils.echo"):
+        finder.get_component("utils.ech")
+    f = tmp_path / "comps.py"
+    f.write_text(textwrap.dedent('''
+        from trun import specs
+        def good(name: str) -> specs.AppDef:
+            """Makes an app.
+
+            Args:
+                name: its name
+            """
+            return specs.AppDef(name)
+        def nodoc(name: str) -> specs.AppDef:
+            return specs.AppDef(name)
+        def bad(name) -> specs.AppDef:
+            return specs.AppDef(name)
+        '''))
+    good = finder.get_component(f"{f}:good")
+    assert (good.name, good.description, good.fn("x").name) == (f"{f}:good", "Makes an app.", "x")
+    assert finder.get_component(f"{f}:nodoc").description.startswith(
+        "nodoc TIP: improve this help string by adding a docstring")
+    with pytest.raises(finder.ComponentValidationException, match="Missing type annotation"):
+        finder.get_component(f"{f}:bad")
+    with pytest.raises(finder.ComponentNotFoundException, match="Function nope not found"):
+        finder.get_component(f"{f}:nope")
+    [bad] = finder.CustomComponentsFinder(str(f), "bad").find(None)
+    assert len(bad.validation_errors) == 1
+    import trun.components as pkg
+    import trun.components.dist as dist
+    assert (finder.module_relname(pkg, relative_to=pkg), finder.module_relname(dist, pkg)) == \
+        ("", "dist")
+    with pytest.raises(ValueError):
+        finder.module_relname(pkg, relative_to=dist)
+    src = tmp_path / "echo_copy.py"
+    src.write_text(finder.get_builtin_source("utils.echo"))
+    assert finder.get_component(f"{src}:echo").validation_errors == []
+    # Packages registered under torchx.components replace the builtins; `_*` adds no prefix.
+    from importlib.metadata import EntryPoint, EntryPoints
+    group = "torchx.components"
+    monkeypatch.setattr(finder.metadata, "entry_points", lambda group: EntryPoints([
+        EntryPoint("_0", "trun.components.dist", group),
+        EntryPoint("u", "trun.components.utils", group)]))
+    monkeypatch.setattr(finder, "_components", None)
+    names = set(finder.get_components())
+    assert {"ddp", "u.echo"} <= names and "dist.ddp" not in names and "echo" not in names
