@@ -539,6 +539,8 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
   if (base.empty()) {
     p.Add(fmt::format("app name '{}': Kubernetes names need letters or digits", app.name));
   }
+  req.base = base;
+  req.unique = unique;
   req.name = base + "-" + unique;
   const size_t grow = kMaxUnique > unique.size() ? kMaxUnique - unique.size() : 0;
   const std::string shorten = "shorten the app name (--name) or the role names";
@@ -816,27 +818,6 @@ ordered_json Request::ToJson() const {
   for (const auto& [n, k] : roles) j["roles"].push_back({{"name", n}, {"replicas", k}});
   j["objects"] = objects;
   return j;
-}
-
-Result<Request> Request::FromJson(const json& j) {
-  try {
-    Request r;
-    r.ns = j.at("namespace").get<std::string>();
-    r.name = j.at("name").get<std::string>();
-    const std::string w = j.at("workload").get<std::string>();
-    r.workload = w == "jobset" ? Workload::kJobSet
-                 : w == "job"  ? Workload::kJob
-                               : Workload::kVolcano;
-    r.validate_spec = j.at("validate_spec").get<bool>();
-    r.auto_workload = j.value("auto", false);
-    for (const auto& role : j.at("roles")) {
-      r.roles.emplace_back(role.at("name").get<std::string>(), role.at("replicas").get<int>());
-    }
-    for (const auto& o : j.at("objects")) r.objects.push_back(o);
-    return r;
-  } catch (const json::exception& e) {
-    return Status::IOError(std::string("a kubernetes request record is damaged: ") + e.what());
-  }
 }
 
 }  // namespace trun::schedulers::kube
