@@ -3,9 +3,9 @@
 //
 // The agent drives a Rendezvous from its event loop and hears back on that
 // loop: Start() joins; `round` delivers each round the node takes part in
-// (or, typed, why there will be none: NoRound); `round_ended` says the running round is over
-// (a node's workers failed, a node joined or was lost), after which the
-// agent stops its workers and calls Ready(). A node whose workers failed
+// (or, typed, why there will be none: NoRound); `round_ended` says the
+// running round is over (a node's workers failed, a node joined or was
+// lost), after which the agent stops its workers and calls Ready(). A node whose workers failed
 // calls Failed() first, so that every node restarts, and the job's restart
 // budget is spent once per failed round, not once per agent (torch's
 // #108158). Succeeded() is the exit barrier.
