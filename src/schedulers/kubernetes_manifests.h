@@ -71,8 +71,13 @@ inline constexpr std::string_view kTrunBinDir = "/opt/trun/bin";
 specs::RunOpts KubernetesRunOpts();
 
 struct Request {
-  std::string ns;    // the namespace
-  std::string name;  // the app's unique name: the Volcano Job, JobSet or Service
+  std::string ns;  // the namespace
+  // The app's unique name (the Volcano Job, JobSet or Service): `base`,
+  // the normalized app name, then '-' and `unique`, the random part, which
+  // a request made again (auto mode at submission) keeps.
+  std::string name;
+  std::string base;
+  std::string unique;
   Workload workload = Workload::kVolcano;
   bool validate_spec = true;
   bool auto_workload = false;                      // workload=auto: `job` where JobSet is missing
@@ -83,8 +88,8 @@ struct Request {
 
   // The app id of the handle: NAMESPACE:NAME, as TorchX.
   std::string AppId() const { return ns + ":" + name; }
+  // As `trun run --dryrun --json` prints it.
   nlohmann::ordered_json ToJson() const;
-  static Result<Request> FromJson(const nlohmann::json& j);
 };
 
 // The objects for `app` under the resolved run config `cfg`. `unique` is

@@ -291,13 +291,13 @@ Result<DryRunInfo> LocalScheduler::DryRun(const specs::AppDef& app, const specs:
   }
   if (!p.empty()) return p.ToStatus();
   DryRunInfo info;
-  info.request = local::ToJson(req);
+  info.request = std::move(req);
   return info;
 }
 
 Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
-  auto req = local::RequestFromJson(nlohmann::json::parse(info.request.dump()));
-  if (!req.ok()) return req.status();
+  const auto* req = std::get_if<local::Request>(&info.request);
+  if (req == nullptr) return Status::Internal("the local scheduler was given another's request");
   TRUN_RETURN_IF_ERROR(MakeDirs(local::LocalRoot()));
   if (::mkdir(req->app_dir.c_str(), local::kPrivateDir) != 0 ||
       ::chmod(req->app_dir.c_str(), local::kPrivateDir) != 0) {
@@ -327,8 +327,8 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
   }
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(
       req->app_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n", local::kPrivateFile));
-  TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n",
-                                       local::kPrivateFile));
+  TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json",
+                                       info.RequestJson().dump(2) + "\n", local::kPrivateFile));
   TRUN_RETURN_IF_ERROR(local::WriteState(req->app_dir, st));
   Status started = StartSupervisor(req->app_dir, JobTokenForSubmission());
   if (!started.ok()) {

@@ -16,7 +16,18 @@
 
 namespace trun::schedulers {
 
-std::string DryRunInfo::Format() const { return text.empty() ? specs::ToYaml(request) : text; }
+nlohmann::ordered_json DryRunInfo::RequestJson() const {
+  struct {
+    nlohmann::ordered_json operator()(const local::Request& r) const { return local::ToJson(r); }
+    nlohmann::ordered_json operator()(const slurm::BatchRequest& r) const { return r.ToJson(); }
+    nlohmann::ordered_json operator()(const kube::Request& r) const { return r.ToJson(); }
+  } to_json;
+  return std::visit(to_json, request);
+}
+
+std::string DryRunInfo::Format() const {
+  return text.empty() ? specs::ToYaml(RequestJson()) : text;
+}
 
 specs::AppStatus DescribeAppResponse::ToAppStatus() const {
   specs::AppStatus s;

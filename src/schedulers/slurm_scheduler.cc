@@ -408,14 +408,14 @@ Result<DryRunInfo> SlurmScheduler::DryRun(const specs::AppDef& app, const specs:
                                      RecordDir(std::string(kSubmitPrefix) + token));
   if (!req.ok()) return req.status();
   DryRunInfo info;
-  info.request = req->ToJson();
   info.text = slurm::FormatBatchRequest(*req);
+  info.request = std::move(*req);
   return info;
 }
 
 Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
-  auto req = BatchRequest::FromJson(nlohmann::json::parse(info.request.dump()));
-  if (!req.ok()) return req.status();
+  const auto* req = std::get_if<BatchRequest>(&info.request);
+  if (req == nullptr) return Status::Internal("the slurm scheduler was given another's request");
   const std::string submit_dir = fs::path(req->script_path).parent_path().string();
   std::error_code ec;
   fs::create_directories(req->job_dir, ec);
@@ -427,7 +427,8 @@ Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
   if (ec) return Status::IOError(fmt::format("cannot create {}: {}", submit_dir, ec.message()));
   TRUN_RETURN_IF_ERROR(
       WriteFileAtomic(submit_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n"));
-  TRUN_RETURN_IF_ERROR(WriteFileAtomic(submit_dir + "/request.json", info.request.dump(2) + "\n"));
+  TRUN_RETURN_IF_ERROR(
+      WriteFileAtomic(submit_dir + "/request.json", info.RequestJson().dump(2) + "\n"));
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->script_path, req->script));
 
   std::vector<std::string> argv = {"sbatch"};
