@@ -26,8 +26,12 @@ struct Request {
 
 class Node final : public Rendezvous {
  public:
-  Node(asio::io_context& io, Options o, std::unique_ptr<Medium> medium)
-      : io_(io), o_(std::move(o)), medium_(std::move(medium)), id_(o_.node_id) {}
+  Node(asio::io_context& io, Options o, std::unique_ptr<Medium> medium, ClockNow now)
+      : io_(io),
+        o_(std::move(o)),
+        medium_(std::move(medium)),
+        now_(std::move(now)),
+        id_(o_.node_id) {}
   ~Node() override { Shutdown(); }
 
   Status Start(Handlers handlers) override {
@@ -127,9 +131,9 @@ class Node final : public Rendezvous {
         if (after_loss) log::Warning("rendezvous: took over {}", medium_->Where());
         take_over = false;
       }
-      auto step = Clock::now() + (take_over ? Duration(200) : Duration(1000));
+      auto step = now_() + (take_over ? Duration(200) : Duration(1000));
       auto link = medium_->Connect(std::min(deadline, step), kNoOpTimeout);
-      if (link.ok() || Clock::now() >= deadline || Stopping()) return link;
+      if (link.ok() || now_() >= deadline || Stopping()) return link;
       // A store that refuses this agent's job token will refuse it again.
       if (IsTokenRefusal(link.status())) return link;
     }
@@ -139,7 +143,7 @@ class Node final : public Rendezvous {
 
   void MainLoop() {
     std::string lost_host;
-    auto deadline = Clock::now() + o_.join_timeout;
+    auto deadline = now_() + o_.join_timeout;
     bool take_over = medium_->ElectedAtConnect();
     while (true) {
       auto link = Connect(deadline, take_over, !lost_host.empty());
@@ -201,7 +205,7 @@ class Node final : public Rendezvous {
         Post([this, end] { handlers_.round_ended(end); });
       }
       take_over = medium_->MayTakeOver();
-      deadline = Clock::now() + o_.heartbeat_timeout + o_.heartbeat_interval;
+      deadline = now_() + o_.heartbeat_timeout + o_.heartbeat_interval;
     }
   }
 
@@ -312,7 +316,7 @@ class Node final : public Rendezvous {
 
   void ControlLoop() {
     std::unique_ptr<Link> link;
-    auto last_ok = Clock::now();
+    auto last_ok = now_();
     std::unique_lock lk(mu_);
     while (true) {
       cv_.wait_for(lk, o_.heartbeat_interval, [&] { return stopping_ || !requests_.empty(); });
@@ -321,7 +325,7 @@ class Node final : public Rendezvous {
         // Not joined (or joining anew): what was asked of an old host is moot.
         std::erase_if(requests_, [](const Request& r) { return r.seq != 0; });
         if (stopping_) return;
-        last_ok = Clock::now();
+        last_ok = now_();
         link.reset();
         continue;
       }
@@ -331,7 +335,7 @@ class Node final : public Rendezvous {
       lk.unlock();
       Status s = Status::OK();
       if (!link) {
-        auto made = medium_->Connect(Clock::now() + o_.heartbeat_interval, o_.heartbeat_timeout);
+        auto made = medium_->Connect(now_() + o_.heartbeat_interval, o_.heartbeat_timeout);
         if (made.ok()) {
           link = std::move(*made);
         } else {
@@ -349,7 +353,7 @@ class Node final : public Rendezvous {
       lk.lock();
       if (stopping) return;
       if (s.ok()) {
-        last_ok = Clock::now();
+        last_ok = now_();
         continue;
       }
       // What was not sent goes again over a new link (to a new host, or
@@ -358,13 +362,13 @@ class Node final : public Rendezvous {
       requests_.insert(requests_.begin(), batch.begin() + static_cast<std::ptrdiff_t>(sent),
                        batch.end());
       link.reset();
-      if (Clock::now() - last_ok >= o_.heartbeat_timeout && main_link_) {
+      if (now_() - last_ok >= o_.heartbeat_timeout && main_link_) {
         // The host stopped answering (one cut off from the network keeps
         // its connections open): wake the main thread to recover.
         log::Warning("rendezvous: {} has not answered for {} ms: {}", medium_->Where(),
                      o_.heartbeat_timeout.count(), s.message());
         main_link_->Abort();
-        last_ok = Clock::now();
+        last_ok = now_();
       }
       // Not at once: a request the medium keeps refusing must not spin.
       cv_.wait_for(lk, Duration(100), [&] { return stopping_; });
@@ -374,6 +378,7 @@ class Node final : public Rendezvous {
   asio::io_context& io_;
   Options o_;
   std::unique_ptr<Medium> medium_;
+  const ClockNow now_;
   const std::string id_;
   Handlers handlers_;
   bool shut_ = false;  // loop thread only
@@ -406,8 +411,8 @@ class Node final : public Rendezvous {
 }  // namespace
 
 std::unique_ptr<Rendezvous> MakeParticipant(asio::io_context& io, Options options,
-                                            std::unique_ptr<Medium> medium) {
-  return std::make_unique<Node>(io, std::move(options), std::move(medium));
+                                            std::unique_ptr<Medium> medium, ClockNow now) {
+  return std::make_unique<Node>(io, std::move(options), std::move(medium), std::move(now));
 }
 
 }  // namespace trun::rendezvous

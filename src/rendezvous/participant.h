@@ -7,11 +7,17 @@
 // host's place if the medium lets it, and joins again carrying the round
 // number, the spent restarts and the last round's nodes.
 //
+// Its deadlines (join_timeout, the host's heartbeat_timeout, and those it
+// hands the medium's Connect) are read from `now`: the steady clock, except
+// in unit tests, which move a virtual one (participant_test.cc). The waits
+// between heartbeats stay real.
+//
 // Thread-safety: as Rendezvous; the two threads talk to the agent's loop
-// only by posting to it.
+// only by posting to it. `now` is called from both threads.
 #pragma once
 
 #include <asio.hpp>
+#include <functional>
 #include <memory>
 
 #include "rendezvous/medium.h"
@@ -19,7 +25,10 @@
 
 namespace trun::rendezvous {
 
+using ClockNow = std::function<Clock::time_point()>;
+
 std::unique_ptr<Rendezvous> MakeParticipant(asio::io_context& io, Options options,
-                                            std::unique_ptr<Medium> medium);
+                                            std::unique_ptr<Medium> medium,
+                                            ClockNow now = &Clock::now);
 
 }  // namespace trun::rendezvous
