@@ -66,20 +66,7 @@ class LocalSupervisorTest : public ::testing::Test {
   local::State Run(const local::Request& req,
                    std::function<void(FakeProcessTable&, pid_t, int, int)> script) {
     EXPECT_TRUE(WriteFileAtomic((dir_ / "request.json").string(), local::ToJson(req).dump()).ok());
-    local::State st;
-    st.app_id = req.app_id;
-    st.session = req.session;
-    st.name = "train";
-    for (const auto& role : req.roles) {
-      local::RoleState rs;
-      rs.name = role.name;
-      for (const auto& r : role.replicas) {
-        local::ReplicaState replica;
-        replica.id = r.id;
-        rs.replicas.push_back(replica);
-      }
-      st.roles.push_back(rs);
-    }
+    local::State st = local::SubmittedState(req, "train");
     EXPECT_TRUE(local::WriteState(dir_.string(), st).ok());
     int code = RunLocalSupervisor(
         dir_.string(), -1,
