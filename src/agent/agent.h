@@ -47,8 +47,7 @@ class LocalAgent {
  public:
   // Makes the process table the workers run in, on the agent's event loop:
   // the system's by default, a fake in the agent's unit tests.
-  using ProcessTableFactory =
-      std::function<Result<std::unique_ptr<proc::ProcessTable>>(asio::io_context&)>;
+  using ProcessTableFactory = proc::ProcessTableFactory;
   // Makes the clock the workers' supervisor waits on (the stop grace): the
   // event loop's by default, a virtual one in the unit tests.
   using LoopFactory = std::function<std::unique_ptr<proc::Loop>(asio::io_context&)>;

@@ -62,6 +62,11 @@ class ProcessTable {
   virtual void WhenReady(std::function<void()> ready) { ready(); }
 };
 
+// Makes the process table on a supervisor's event loop: the system's in the
+// real agent and local supervisor, a fake (fake_process_table.h) in their
+// unit tests.
+using ProcessTableFactory = std::function<Result<std::unique_ptr<ProcessTable>>(asio::io_context&)>;
+
 // The kernel's process table. Start() makes the calling process a child
 // subreaper, so that descendants that leave their group come back to us,
 // and forks the orphan sentinel (sentinel.h): call it before any pipe the

@@ -112,7 +112,24 @@ struct HttpReply {
   std::string body;
 };
 
-class KubeClient {
+// What the kubernetes scheduler asks of the API server: KubeClient below,
+// or a fake in the scheduler's unit tests, which answers from a table.
+//
+// Thread-safety: an implementation may be used from several threads at once.
+class KubeApi {
+ public:
+  virtual ~KubeApi() = default;
+  // The namespace of the kubeconfig's context: where `trun list` looks.
+  virtual const std::string& Namespace() const = 0;
+  // As KubeClient's below.
+  virtual Result<nlohmann::json> Call(
+      const std::string& method, const std::string& path, const std::string& body = "",
+      const std::string& content_type = "application/json") const = 0;
+  virtual Status Stream(const std::string& path,
+                        const std::function<bool(std::string_view)>& on_line) const = 0;
+};
+
+class KubeClient final : public KubeApi {
  public:
   // `run_plugin`: how the exec plug-in runs (tests pass a stand-in).
   explicit KubeClient(
@@ -120,20 +137,21 @@ class KubeClient {
       std::function<Result<ExecCredential>(const ExecPlugin&)> run_plugin = RunExecPlugin)
       : config_(std::move(config)), run_plugin_(std::move(run_plugin)) {}
   const KubeConfig& config() const { return config_; }
+  const std::string& Namespace() const override { return config_.ns; }
 
   // METHOD path (with its query), a JSON body when not empty. The reply's
   // JSON, or the error its status code stands for. Each request must be
   // answered within $TRUN_KUBE_TIMEOUT seconds (default 30).
   Result<nlohmann::json> Call(const std::string& method, const std::string& path,
                               const std::string& body = "",
-                              const std::string& content_type = "application/json") const;
+                              const std::string& content_type = "application/json") const override;
 
   // GET path, its body passed to `on_line` a line at a time as it arrives
   // (pod logs with follow=true, watch streams); stops when `on_line`
   // returns false. A stream the server ends is OK; one cut off is
   // Unavailable.
   Status Stream(const std::string& path,
-                const std::function<bool(std::string_view)>& on_line) const;
+                const std::function<bool(std::string_view)>& on_line) const override;
 
  private:
   // The request, sent again once with a fresh exec credential when the

@@ -251,7 +251,7 @@ Status AppGone(Status s) {
 }
 
 // The app's top objects, whichever workload it is.
-Result<Found> Find(const kube::KubeClient& c, const AppId& id) {
+Result<Found> Find(const kube::KubeApi& c, const AppId& id) {
   auto vc = c.Call("GET", Collection(kVolcanoJobs, id.ns) + "/" + id.name);
   if (vc.ok()) return Found{Workload::kVolcano, {*vc}};
   if (vc.status().code() != StatusCode::kNotFound) return vc.status();
@@ -289,7 +289,7 @@ Status CreateError(const Status& s, const json& obj, const std::string& ns) {
 
 // An app the cluster has: its client, id and top objects.
 struct OpenedApp {
-  const kube::KubeClient* client = nullptr;
+  const kube::KubeApi* client = nullptr;
   AppId id;
   Found found;
 };
@@ -297,7 +297,7 @@ struct OpenedApp {
 // The id is checked before the client is made: a malformed id needs no
 // kubeconfig to be refused.
 Result<OpenedApp> OpenApp(const std::string& app_id,
-                          const std::function<Result<const kube::KubeClient*>()>& client) {
+                          const std::function<Result<const kube::KubeApi*>()>& client) {
   auto id = ParseAppId(app_id);
   if (!id.ok()) return id.status();
   auto c = client();
@@ -311,7 +311,7 @@ Result<OpenedApp> OpenApp(const std::string& app_id,
 // kind, metadata.name and .uid of an object just created), so that
 // Kubernetes' garbage collector deletes it with the app. A failure leaves
 // the app running and the Secret behind: a warning.
-void OwnSecret(const kube::KubeClient& c, const std::string& ns, const std::string& name,
+void OwnSecret(const kube::KubeApi& c, const std::string& ns, const std::string& name,
                const json& owner) {
   const std::string kind = Str(owner, json::json_pointer("/kind")),
                     api = Str(owner, json::json_pointer("/apiVersion")),
@@ -337,13 +337,12 @@ void OwnSecret(const kube::KubeClient& c, const std::string& ns, const std::stri
 
 }  // namespace
 
-KubernetesScheduler::KubernetesScheduler(std::string session,
-                                         std::shared_ptr<kube::KubeClient> client)
+KubernetesScheduler::KubernetesScheduler(std::string session, std::shared_ptr<kube::KubeApi> api)
     : Scheduler("kubernetes", std::move(session)),
       opts_(kube::KubernetesRunOpts()),
-      client_(std::move(client)) {}
+      client_(std::move(api)) {}
 
-Result<const kube::KubeClient*> KubernetesScheduler::Client() {
+Result<const kube::KubeApi*> KubernetesScheduler::Client() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!client_) {
     const char* home = std::getenv("HOME");
@@ -430,7 +429,7 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
 Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app_id) {
   auto opened = OpenApp(app_id, [this] { return Client(); });
   if (!opened.ok()) return opened.status();
-  const kube::KubeClient* c = opened->client;
+  const kube::KubeApi* c = opened->client;
   const AppId& id = opened->id;
   const Found& found = opened->found;
   auto pods = c->Call("GET", Collection(kPods, id.ns) + "?" + Selector(id.name));
@@ -590,7 +589,7 @@ Status KubernetesScheduler::Log(const std::string& app_id, const std::string& ro
 Status KubernetesScheduler::Cancel(const std::string& app_id) {
   auto opened = OpenApp(app_id, [this] { return Client(); });
   if (!opened.ok()) return opened.status();
-  const kube::KubeClient* c = opened->client;
+  const kube::KubeApi* c = opened->client;
   const AppId& id = opened->id;
   const Found& found = opened->found;
   if (specs::IsTerminal(ObjectState(found).first)) return Status::OK();
@@ -624,7 +623,7 @@ Status KubernetesScheduler::Cancel(const std::string& app_id) {
 Result<std::vector<ListAppResponse>> KubernetesScheduler::List() {
   auto c = Client();
   if (!c.ok()) return c.status();
-  const std::string ns = (*c)->config().ns;
+  const std::string ns = (*c)->Namespace();
   std::vector<std::pair<std::string, ListAppResponse>> apps;  // created, app
   auto add = [&](const json& obj, const Found& f) {
     ListAppResponse a;

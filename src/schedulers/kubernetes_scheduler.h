@@ -33,8 +33,9 @@ namespace trun::schedulers {
 
 class KubernetesScheduler : public Scheduler {
  public:
-  // `client` null: one made from the kubeconfig when first needed.
-  KubernetesScheduler(std::string session, std::shared_ptr<kube::KubeClient> client = nullptr);
+  // `api` null: a KubeClient made from the kubeconfig when first needed
+  // (tests give a fake).
+  KubernetesScheduler(std::string session, std::shared_ptr<kube::KubeApi> api = nullptr);
 
   const specs::RunOpts& RunOpts() const override { return opts_; }
   Result<std::string> Schedule(const DryRunInfo& info) override;
@@ -49,10 +50,10 @@ class KubernetesScheduler : public Scheduler {
   Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) override;
 
  private:
-  Result<const kube::KubeClient*> Client();
+  Result<const kube::KubeApi*> Client();
   specs::RunOpts opts_;
   std::mutex mu_;  // guards client_
-  std::shared_ptr<kube::KubeClient> client_;
+  std::shared_ptr<kube::KubeApi> client_;
 };
 
 }  // namespace trun::schedulers

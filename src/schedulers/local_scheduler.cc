@@ -309,22 +309,7 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
       if (!s.ok()) return Status::InvalidArgument("-cfg log_dir: " + s.message());
     }
   }
-  local::State st;
-  st.app_id = req->app_id;
-  st.session = req->session;
-  st.name = info.app.name;
-  st.state = AppState::kSubmitted;
-  st.submitted_at = local::Now();
-  for (const auto& role : req->roles) {
-    local::RoleState rs;
-    rs.name = role.name;
-    for (const auto& rep : role.replicas) {
-      local::ReplicaState r;
-      r.id = rep.id;
-      rs.replicas.push_back(r);
-    }
-    st.roles.push_back(std::move(rs));
-  }
+  local::State st = local::SubmittedState(*req, info.app.name);
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(
       req->app_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n", local::kPrivateFile));
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json",

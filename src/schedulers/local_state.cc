@@ -189,6 +189,26 @@ Result<State> StateFromJson(const json& j) {
   });
 }
 
+State SubmittedState(const Request& req, const std::string& name) {
+  State st;
+  st.app_id = req.app_id;
+  st.session = req.session;
+  st.name = name;
+  st.state = specs::AppState::kSubmitted;
+  st.submitted_at = Now();
+  for (const auto& role : req.roles) {
+    RoleState rs;
+    rs.name = role.name;
+    for (const auto& rep : role.replicas) {
+      ReplicaState r;
+      r.id = rep.id;
+      rs.replicas.push_back(r);
+    }
+    st.roles.push_back(std::move(rs));
+  }
+  return st;
+}
+
 Result<State> ReadState(const std::string& app_dir) {
   auto text = ReadFile(app_dir + "/state.json");
   if (!text.ok()) return text.status();

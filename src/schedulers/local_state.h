@@ -110,6 +110,9 @@ struct State {
 
 nlohmann::ordered_json ToJson(const State& s);
 Result<State> StateFromJson(const nlohmann::json& j);
+// The state of `req`'s app just submitted: SUBMITTED now, each replica
+// PENDING; `name` is the AppDef's.
+State SubmittedState(const Request& req, const std::string& name);
 
 Result<State> ReadState(const std::string& app_dir);
 Status WriteState(const std::string& app_dir, const State& s);

@@ -65,10 +65,12 @@ struct Replica {
 
 class Supervisor {
  public:
-  Supervisor(std::string dir, local::Request req, local::State st)
+  Supervisor(std::string dir, local::Request req, local::State st,
+             const proc::ProcessTableFactory& make_table)
       : dir_(std::move(dir)),
         req_(std::move(req)),
         st_(std::move(st)),
+        make_table_(make_table),
         signals_(io_, SIGTERM, SIGINT),
         drain_timer_(io_) {}
 
@@ -82,7 +84,7 @@ class Supervisor {
       proc::ForgetEnvironmentVariable(kJobTokenEnv);
       if (Status s = proc::MakeUndumpable(); !s.ok()) log::Warning("supervisor: {}", s.message());
     }
-    auto table = proc::SystemProcessTable::Start(io_);
+    auto table = make_table_(io_);
     if (!table.ok()) return ReportError(table.status());
     table_ = std::move(*table);
     groups_.emplace(
@@ -452,11 +454,12 @@ class Supervisor {
   std::string job_token_;  // "" when the job has none; never logged
   local::Request req_;
   local::State st_;
+  proc::ProcessTableFactory make_table_;
   asio::io_context io_{1};
   asio::signal_set signals_;
   asio::steady_timer drain_timer_;
   proc::AsioLoop loop_{io_};
-  std::unique_ptr<proc::SystemProcessTable> table_;
+  std::unique_ptr<proc::ProcessTable> table_;
   std::optional<proc::GroupSupervisor> groups_;
   std::vector<Replica> replicas_;
   Phase phase_ = Phase::kStarting;
@@ -472,6 +475,16 @@ class Supervisor {
 }  // namespace
 
 int RunLocalSupervisor(const std::string& app_dir, int ready_fd) {
+  return RunLocalSupervisor(
+      app_dir, ready_fd, [](asio::io_context& io) -> Result<std::unique_ptr<proc::ProcessTable>> {
+        auto table = proc::SystemProcessTable::Start(io);
+        if (!table.ok()) return table.status();
+        return std::unique_ptr<proc::ProcessTable>(std::move(*table));
+      });
+}
+
+int RunLocalSupervisor(const std::string& app_dir, int ready_fd,
+                       const proc::ProcessTableFactory& make_table) {
   auto text = ReadFile(app_dir + "/request.json");
   // The submitter wrote these files: a problem with them is trun's, not the
   // user's.
@@ -480,7 +493,7 @@ int RunLocalSupervisor(const std::string& app_dir, int ready_fd) {
   auto st = local::ReadState(app_dir);
   if (!req.ok()) return ReportError(Status::Internal(req.status().message()));
   if (!st.ok()) return ReportError(Status::Internal(st.status().message()));
-  Supervisor sup(app_dir, std::move(*req), std::move(*st));
+  Supervisor sup(app_dir, std::move(*req), std::move(*st), make_table);
   return sup.Run(ready_fd);
 }
 

@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "proc/process_table.h"
+
 namespace trun::schedulers {
 
 // Runs the app described by <app_dir>/request.json to its end, recording
@@ -16,5 +18,10 @@ namespace trun::schedulers {
 // once it has recorded itself, so that the submitter knows it is running.
 // Returns the process's exit code.
 int RunLocalSupervisor(const std::string& app_dir, int ready_fd);
+
+// As above, with the replicas in the table `make_table` makes: the kernel's
+// (proc::SystemProcessTable) above, a fake in the supervisor's unit tests.
+int RunLocalSupervisor(const std::string& app_dir, int ready_fd,
+                       const proc::ProcessTableFactory& make_table);
 
 }  // namespace trun::schedulers

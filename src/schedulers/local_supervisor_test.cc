@@ -1,0 +1,177 @@
+// The local scheduler's supervisor on a fake process table: replicas that
+// exit as each test scripts, on the supervisor's real event loop, with its
+// real request.json, state.json, log files and error files in a temporary
+// app directory.
+#include "schedulers/local_supervisor.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "common/files.h"
+#include "proc/fake_process_table.h"
+#include "schedulers/local_state.h"
+
+namespace trun::schedulers {
+namespace {
+
+namespace fs = std::filesystem;
+using proc::FakeProcessTable;
+using specs::AppState;
+
+class LocalSupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ =
+        fs::path(::testing::TempDir()) / fmt::format("supervisor-{}-{}", ::getpid(), info->name());
+    fs::remove_all(dir_);
+    ASSERT_TRUE(local::MakePrivateDirs(dir_.string()).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // One role, "trainer", of `replicas` replicas; replica k's argv is
+  // {"worker", "k"}.
+  local::Request Request(int replicas, int max_retries, specs::RetryPolicy policy) {
+    local::Request req;
+    req.app_id = "train-x1";
+    req.session = "s";
+    req.app_dir = dir_.string();
+    req.stop_timeout_s = 30;
+    local::RoleRequest role;
+    role.name = "trainer";
+    role.max_retries = max_retries;
+    role.retry_policy = policy;
+    for (int k = 0; k < replicas; ++k) {
+      local::ReplicaRequest r;
+      r.id = k;
+      r.argv = {"worker", std::to_string(k)};
+      r.cwd = dir_.string();
+      r.log_dir = (dir_ / "trainer" / std::to_string(k)).string();
+      EXPECT_TRUE(local::MakePrivateDirs(r.log_dir).ok());
+      role.replicas.push_back(r);
+    }
+    req.roles.push_back(role);
+    return req;
+  }
+
+  // Runs the supervisor on `req` to its end; `script(fake, pid, replica,
+  // attempt)` decides each spawned replica's life (attempt 1 is the first).
+  // The final state.json.
+  local::State Run(const local::Request& req,
+                   std::function<void(FakeProcessTable&, pid_t, int, int)> script) {
+    EXPECT_TRUE(WriteFileAtomic((dir_ / "request.json").string(), local::ToJson(req).dump()).ok());
+    local::State st = local::SubmittedState(req, "train");
+    EXPECT_TRUE(local::WriteState(dir_.string(), st).ok());
+    int code = RunLocalSupervisor(
+        dir_.string(), -1,
+        [&](asio::io_context& io) -> Result<std::unique_ptr<proc::ProcessTable>> {
+          auto t = std::make_unique<FakeProcessTable>();
+          FakeProcessTable* fake = t.get();
+          t->set_auto_deliver([&io](std::function<void()> fn) { asio::post(io, std::move(fn)); });
+          t->set_on_spawn([this, fake, script](pid_t pid, const proc::SpawnOptions& o) {
+            const int replica = std::stoi(o.argv.at(1));
+            spawns_.push_back(replica);
+            script(*fake, pid, replica,
+                   static_cast<int>(std::count(spawns_.begin(), spawns_.end(), replica)));
+          });
+          return std::unique_ptr<proc::ProcessTable>(std::move(t));
+        });
+    EXPECT_EQ(code, 0);
+    auto final_state = local::ReadState(dir_.string());
+    EXPECT_TRUE(final_state.ok()) << final_state.status().message();
+    return final_state.ok() ? *final_state : local::State{};
+  }
+
+  // What trun's agent or torch's @record leaves in the replica's error file.
+  void WriteErrorFile(const local::Request& req, int replica, const std::string& message,
+                      int64_t timestamp) {
+    const std::string text =
+        fmt::format(R"({{"message": {{"message": "{}", "extraInfo": {{"timestamp": "{}"}}}}}})",
+                    message, timestamp);
+    ASSERT_TRUE(WriteFileAtomic(req.roles[0].replicas.at(replica).ErrorFile(), text).ok());
+  }
+
+  fs::path dir_;
+  std::vector<int> spawns_;  // the replica of each spawn, in order
+};
+
+TEST_F(LocalSupervisorTest, AllReplicasExitingZeroSucceeds) {
+  local::State st = Run(Request(2, 0, specs::RetryPolicy::kApplication),
+                        [](FakeProcessTable& t, pid_t pid, int, int) { t.Exit(pid, 0); });
+  EXPECT_EQ(st.state, AppState::kSucceeded);
+  EXPECT_EQ(spawns_, (std::vector<int>{0, 1}));
+  for (const auto& r : st.roles[0].replicas) {
+    EXPECT_EQ(r.state, AppState::kSucceeded);
+    EXPECT_EQ(r.exitcode, 0);
+  }
+  EXPECT_EQ(st.num_restarts, 0);
+  EXPECT_EQ(st.structured_error_msg, specs::kNone);
+  EXPECT_GT(st.finished_at, 0);
+}
+
+// replica policy: only the failed replica restarts, until its role's
+// retries are spent; then the rest are stopped and the app is FAILED.
+TEST_F(LocalSupervisorTest, ReplicaRetriesThenFailsAfterTheLast) {
+  local::State st = Run(Request(2, 2, specs::RetryPolicy::kReplica),
+                        [](FakeProcessTable& t, pid_t pid, int replica, int) {
+                          if (replica == 0) t.Exit(pid, 3);  // replica 1 runs until stopped
+                        });
+  EXPECT_EQ(st.state, AppState::kFailed);
+  EXPECT_EQ(spawns_, (std::vector<int>{0, 1, 0, 0}));
+  EXPECT_EQ(st.num_restarts, 2);
+  EXPECT_EQ(st.roles[0].restarts, 2);
+  EXPECT_EQ(st.roles[0].replicas[0].state, AppState::kFailed);
+  EXPECT_EQ(st.roles[0].replicas[0].exitcode, 3);
+  // Stopped, not failed on its own.
+  EXPECT_EQ(st.roles[0].replicas[1].state, AppState::kCancelled);
+  EXPECT_EQ(st.roles[0].replicas[1].exitcode, -SIGTERM);
+  EXPECT_NE(st.msg.find("replica trainer/0 exited with 3"), std::string::npos) << st.msg;
+  EXPECT_NE(st.msg.find("used its 2 retries"), std::string::npos) << st.msg;
+}
+
+// application policy: a failure restarts every replica, the failed one and
+// the ones still running (stopped first: replica 1's first process ends only
+// by the fake's SIGTERM); the second attempt succeeds.
+TEST_F(LocalSupervisorTest, ApplicationRetryRestartsEachReplica) {
+  local::State st = Run(Request(2, 1, specs::RetryPolicy::kApplication),
+                        [](FakeProcessTable& t, pid_t pid, int replica, int attempt) {
+                          if (attempt == 2) {
+                            t.Exit(pid, 0);
+                          } else if (replica == 0) {
+                            t.Exit(pid, 1);
+                          }
+                        });
+  EXPECT_EQ(st.state, AppState::kSucceeded);
+  EXPECT_EQ(spawns_, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(st.num_restarts, 1);
+  EXPECT_EQ(st.roles[0].restarts, 1);
+  for (const auto& r : st.roles[0].replicas) EXPECT_EQ(r.state, AppState::kSucceeded);
+}
+
+// Two replicas fail together: the root cause is the earlier failure by its
+// error file's time, not the one reaped first.
+TEST_F(LocalSupervisorTest, RootCauseIsTheFirstFailureByTime) {
+  local::Request req = Request(3, 0, specs::RetryPolicy::kApplication);
+  WriteErrorFile(req, 0, "reaped first, failed later", 1800000000);
+  WriteErrorFile(req, 1, "failed first", 1700000000);
+  local::State st = Run(req, [](FakeProcessTable& t, pid_t pid, int replica, int) {
+    if (replica < 2) t.Exit(pid, 1);
+  });
+  EXPECT_EQ(st.state, AppState::kFailed);
+  EXPECT_NE(st.structured_error_msg.find("failed first"), std::string::npos)
+      << st.structured_error_msg;
+  EXPECT_NE(st.msg.find("replica trainer/1 exited with 1"), std::string::npos) << st.msg;
+  EXPECT_EQ(st.roles[0].replicas[0].state, AppState::kFailed);
+  EXPECT_NE(st.roles[0].replicas[0].structured_error_msg.find("failed later"), std::string::npos);
+  EXPECT_EQ(st.roles[0].replicas[1].state, AppState::kFailed);
+  EXPECT_EQ(st.roles[0].replicas[2].state, AppState::kCancelled);
+}
+
+}  // namespace
+}  // namespace trun::schedulers
