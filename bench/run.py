@@ -266,6 +266,29 @@ def bench_store(a, tmp):
                          "torch", f"{lat} ({theirs['ops_per_second']:,.0f} ops/s; server waited for "
                          f"a CPU {theirs['server_wait_fraction'] * 100:.0f}% of the time)", ""))
 
+        # The flat store at this machine's limit (20,000 descriptors a
+        # process): 10,000 and 19,000 connections opened on fresh servers,
+        # from 64 loopback source addresses as from 64 hosts (from one, the
+        # client's ephemeral ports, not the server, are what gets measured:
+        # store_loadgen's --source-hosts). Medians of 3; memory as above.
+        if not a.quick:
+            sizes = {}
+            for n in (10000, 19000):
+                got = []
+                for _ in range(3):
+                    fresh = StoreServers(a.trun)
+                    try:
+                        got.append(run("trun", fresh, "load", "--conns", n, "--seconds", 1,
+                                       "--rate", n, "--source-hosts", 64))
+                    finally:
+                        fresh.close()
+                sizes[n] = (median(g["open_seconds"] for g in got),
+                            median(g["server_kib_per_idle_conn"] for g in got))
+            (t10, _), (t19, kib19) = sizes[10000], sizes[19000]
+            rows.append(("store: opening 10,000 / 19,000 connections from 64 hosts: trun",
+                         f"{t10:.2f} s / {t19:.2f} s ({t19 / t10 * 10000 / 19000:.2f}x linear); "
+                         f"{kib19:.2f} KiB each at 19,000", ""))
+
         # set+get operations per second, trun and torch in turn: the clients
         # from one load generator (which then uses a whole core, so it is
         # what gets measured), from four at once, and, last, from one with
@@ -496,8 +519,8 @@ NOTES = """
     open (a poll() over every socket per wakeup); requests written whole, as
     torch 2.x's client sends them (trun reads each in one go, torch field by
     field). torch's server holds less per idle connection (a pollfd and a
-    descriptor; trun's, a connection object with a 512-byte read buffer and
-    asio's state).
+    descriptor; trun's, a connection object, without a buffer while it is
+    idle, and asio's state for the socket and its pending wait).
   - Other work on this machine (shared by several builds) shows as the server
     waiting for a CPU; latencies then are the machine's as much as the
     server's.

@@ -38,6 +38,14 @@
 // --server-pid, the server's CPU time (and for load, its RSS growth over the
 // idle connections) is read from /proc. --json prints one JSON object.
 //
+// --source-hosts K binds the connections, in turn, to K loopback addresses
+// (127.1.0.1, 127.1.0.2, ...; IPv4 only) before they connect, as a real
+// job's ranks come from many hosts. From one source address, every connect
+// is given an ephemeral port of that address: past about 10,000 of them
+// open, this machine's network stack takes ever longer to find a free one
+// (19,000 took 5 s, 10,000 0.7 s), which measures the client's side, not
+// the server.
+//
 // Thread-safety: one thread; nothing shared.
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -152,11 +160,13 @@ struct Conn {
 // on_reply.
 class Generator {
  public:
-  Generator(std::string where, sockaddr_storage addr, socklen_t addr_len, bool whole_requests)
+  Generator(std::string where, sockaddr_storage addr, socklen_t addr_len, bool whole_requests,
+            size_t source_hosts)
       : where_(std::move(where)),
         addr_(addr),
         addr_len_(addr_len),
-        whole_requests_(whole_requests) {
+        whole_requests_(whole_requests),
+        source_hosts_(source_hosts) {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epfd_ < 0) Die(fmt::format("epoll_create1: {}", std::strerror(errno)));
   }
@@ -245,6 +255,7 @@ class Generator {
     }
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (source_hosts_ > 0) BindSource(c->fd, i % source_hosts_);
     if (connect(c->fd, reinterpret_cast<sockaddr*>(&addr_), addr_len_) != 0 &&
         errno != EINPROGRESS) {
       Die(fmt::format("cannot connect to {} (connection {}): {}", where_, i, std::strerror(errno)));
@@ -257,6 +268,19 @@ class Generator {
     }
     c->want_out = true;
     conns_.push_back(std::move(c));
+  }
+
+  // Host h's address, 127.1.0.0 + h + 1; its port is chosen at connect
+  // (IP_BIND_ADDRESS_NO_PORT), among that address's ports only.
+  void BindSource(int fd, size_t h) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl((127u << 24 | 1u << 16) + static_cast<uint32_t>(h) + 1);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      Die(fmt::format("bind to source host {}: {}", h, std::strerror(errno)));
+    }
   }
 
   void Write(Conn& c, std::string_view bytes) {
@@ -369,6 +393,7 @@ class Generator {
   sockaddr_storage addr_;
   socklen_t addr_len_;
   bool whole_requests_;
+  size_t source_hosts_;
   int epfd_;
   size_t opened_ = 0;
   std::vector<std::unique_ptr<Conn>> conns_;
@@ -453,7 +478,8 @@ struct Common {
   size_t connect_concurrency = 256;
   double timeout_s = 300;
   bool whole_requests = false;
-  int server_pid = 0;  // 0: not measured
+  size_t source_hosts = 0;  // 0: the kernel's choice of source address
+  int server_pid = 0;       // 0: not measured
   bool json = false;
 };
 
@@ -474,6 +500,9 @@ Generator MakeGenerator(const Common& o, size_t fds) {
   } else {
     Die(fmt::format("--host '{}' is not an IP address", o.host));
   }
+  if (o.source_hosts > 0 && v4->sin_family != AF_INET) {
+    Die("--source-hosts needs an IPv4 --host (the sources are 127.1.0.0/16)");
+  }
   rlimit rl{};
   getrlimit(RLIMIT_NOFILE, &rl);
   rlim_t need = fds + 64;
@@ -487,7 +516,8 @@ Generator MakeGenerator(const Common& o, size_t fds) {
     rl.rlim_cur = need;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-  return Generator(fmt::format("{}:{}", o.host, o.port), addr, len, o.whole_requests);
+  return Generator(fmt::format("{}:{}", o.host, o.port), addr, len, o.whole_requests,
+                   o.source_hosts);
 }
 
 // Every run uses keys of its own, so that runs against one server never
@@ -862,6 +892,10 @@ int Main(int argc, char** argv) {
     sub->add_option("--connect-concurrency", o.connect_concurrency,
                     "Most connections connecting at once")
         ->check(CLI::Range(1, 1000000));
+    sub->add_option("--source-hosts", o.source_hosts,
+                    "Bind the connections in turn to this many loopback source addresses "
+                    "(127.1.0.1, ...), as from that many hosts (0: one)")
+        ->check(CLI::Range(0, 65000));
     sub->add_option("--timeout", o.timeout_s, "Seconds to wait for any one phase");
     sub->add_flag("--whole-requests", o.whole_requests,
                   "Send each request in one write (torch 1.13's client sends its opcode byte "

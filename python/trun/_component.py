@@ -219,13 +219,14 @@ def _raised(what: str, path: str) -> ComponentError:
                           + (f"\nTraceback (most recent call last):\n{text}" if text else ""))
 
 
-def load(spec: str) -> Tuple[Callable[..., Any], str]:
-    """The component function and the file that defines it, linted."""
+def load(spec: str, check: bool = True) -> Tuple[Callable[..., Any], str]:
+    """The component function and the file that defines it, linted first
+    unless ``check`` is false (trun.specs.finder reports the findings itself)."""
     where, fn_name = _split(spec)
     path, module_name = _source_path(where)
     with open(path, encoding="utf-8") as f:
         source = f.read()
-    problems = lint(path, source, fn_name)
+    problems = lint(path, source, fn_name) if check else []
     if problems:
         raise ComponentError("\n".join(problems))
     from trun import alias

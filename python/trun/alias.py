@@ -19,7 +19,8 @@ The names resolve to trun's own module objects, not copies, so
     torchx                     trun/_torchx_root.py, loaded as torchx (IMAGE, __version__)
     torchx.specs[.*]           trun.specs[.*]       (api, named_resources_aws, ...)
     torchx.components[.*]      trun.components[.*]  (dist, utils)
-    torchx.runner              trun.runner
+    torchx.runner[.config]     trun.runner[.config]
+    torchx.settings            trun.settings
     torchx.schedulers[.*]      trun.schedulers[.*]
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 
@@ -39,7 +40,7 @@ from typing import Sequence
 
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
-_TORCHX_PARTS = {"specs", "components", "runner", "schedulers"}
+_TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -97,8 +98,15 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec.submodule_search_locations = []
             return spec
         name = target(fullname)
-        module_spec = importlib.util.find_spec(name) if name is not None else None
-        if name is None or module_spec is None:
+        if name is None:
+            return None
+        try:
+            module_spec = importlib.util.find_spec(name)
+        except ImportError:
+            # A name under one trun does not have (torchx.specs.test.x, as
+            # pytest's importlib mode asks for a test file's module): not ours.
+            return None
+        if module_spec is None:
             return None
         return importlib.machinery.ModuleSpec(
             fullname, _Loader(name),
@@ -120,8 +128,17 @@ def _real(name: str) -> bool:
     module = sys.modules.get(name)
     if module is not None:
         return not (getattr(module, "__file__", None) or "").startswith(_PACKAGE_DIR)
-    return any(f.find_spec(name, None) is not None for f in sys.meta_path
+    return any(_is_package(f.find_spec(name, None)) for f in sys.meta_path
                if not getattr(f, "trun_alias", False) and hasattr(f, "find_spec"))
+
+
+def _is_package(spec: importlib.machinery.ModuleSpec | None) -> bool:
+    """Whether ``spec`` is a module or a regular package. A namespace package
+    (a folder without ``__init__.py``, such as ``torchx/`` holding TorchX's
+    test files copied out of its checkout) is not a real torchx: with one on
+    ``sys.path``, trun still serves the name."""
+    return spec is not None and not (spec.origin is None and spec.loader is None
+                                      and spec.submodule_search_locations is not None)
 
 
 def _main(argv: list[str]) -> int:

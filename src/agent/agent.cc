@@ -78,7 +78,7 @@ class LocalAgent::Impl {
     WatchSignals();
     telemetry_.AgentStarted(timers_ ? timers_->path() : "");
     telemetry_.RendezvousStarted();
-    s = rdzv_->Start({[this](Result<rendezvous::Round> r) { OnRound(std::move(r)); },
+    s = rdzv_->Start({[this](rendezvous::RoundOutcome r) { OnRound(std::move(r)); },
                       [this](const rendezvous::RoundEnd& end) { OnRoundEnded(end); }});
     if (!s.ok()) {
       Finish(ReportError(s));
@@ -102,19 +102,10 @@ class LocalAgent::Impl {
 
   // ---- rounds ----------------------------------------------------------------
 
-  void OnRound(Result<rendezvous::Round> r) {
+  void OnRound(rendezvous::RoundOutcome outcome) {
     if (state_ != State::kWaiting) return;
-    if (!r.ok()) {
-      if (!failures_.empty()) {
-        telemetry_.GroupFailed(r.status().message());
-        ReportFinalFailure();
-      } else {
-        telemetry_.RendezvousFailed(r.status());
-        (void)ReportError(r.status());
-      }
-      Finish(kExitFailed);
-      return;
-    }
+    if (const auto* none = std::get_if<rendezvous::NoRound>(&outcome)) return OnNoRound(*none);
+    rendezvous::Round* r = &std::get<rendezvous::Round>(outcome);
     const bool restart = round_.has_value();
     // A failed round that spent nothing was judged a membership change (a
     // node of it was lost; its peers' workers failed on it).
@@ -150,6 +141,22 @@ class LocalAgent::Impl {
     }
     state_ = State::kStarting;
     table_->WhenReady([this] { OnTableReady(); });
+  }
+
+  // No round will come: the job is over for this node. A node whose workers
+  // failed in the last attempt ends with their failure (torchrun's table,
+  // the root cause written), however the job ran out of rounds: the budget
+  // spent, or the others never back. Any other node says what the
+  // rendezvous said, and its telemetry tells a timeout by the kind.
+  void OnNoRound(const rendezvous::NoRound& none) {
+    if (!failures_.empty()) {
+      telemetry_.GroupFailed(none.why.message());
+      ReportFinalFailure();
+    } else {
+      telemetry_.RendezvousFailed(none);
+      (void)ReportError(none.why);
+    }
+    Finish(kExitFailed);
   }
 
   void OnTableReady() {

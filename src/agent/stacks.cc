@@ -48,15 +48,11 @@ void Descend(pid_t pid, int depth, std::vector<pid_t>* out) {
 
 // RANK and LOCAL_RANK of a process's environment, as torchrun sets them.
 std::optional<std::pair<int, int>> Ranks(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::optional<int> rank, local_rank;
-  std::string var;
-  while (std::getline(in, var, '\0')) {
-    if (var.rfind("RANK=", 0) == 0) rank = std::atoi(var.c_str() + 5);
-    if (var.rfind("LOCAL_RANK=", 0) == 0) local_rank = std::atoi(var.c_str() + 11);
-  }
-  if (!rank) return std::nullopt;
-  return std::make_pair(*rank, local_rank.value_or(0));
+  const auto env = ProcessEnvironment(pid);
+  auto rank = env.find("RANK"), local_rank = env.find("LOCAL_RANK");
+  if (rank == env.end()) return std::nullopt;
+  return std::make_pair(std::atoi(rank->second.c_str()),
+                        local_rank == env.end() ? 0 : std::atoi(local_rank->second.c_str()));
 }
 
 ojson ThreadJson(const proc::PyThreadStack& t) {
@@ -272,6 +268,23 @@ ojson ReadStacks(const std::vector<StackTarget>& targets, const StacksMeta& meta
   doc["workers"] = ojson::array();
   for (const auto& t : targets) doc["workers"].push_back(WorkerJson(t));
   return doc;
+}
+
+std::vector<StackTarget> ReplicaWorkers(pid_t root) {
+  std::vector<StackTarget> targets = RankedDescendants(root);
+  if (targets.empty()) targets.push_back({0, 0, root, ""});
+  return targets;
+}
+
+std::map<std::string, std::string> ProcessEnvironment(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::map<std::string, std::string> env;
+  std::string var;
+  while (std::getline(in, var, '\0')) {
+    auto eq = var.find('=');
+    if (eq != std::string::npos) env.emplace(var.substr(0, eq), var.substr(eq + 1));
+  }
+  return env;
 }
 
 std::vector<pid_t> Descendants(pid_t root) {

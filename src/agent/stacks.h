@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -65,6 +66,15 @@ nlohmann::ordered_json ReadStacks(const std::vector<StackTarget>& targets, const
 // LOCAL_RANK; where none does (a plain program), every descendant that
 // is a Python. Processes that cannot be read are left out.
 std::vector<StackTarget> RankedDescendants(pid_t root);
+
+// The environment of process `pid` as it was started (/proc/PID/environ:
+// what the process set later is not there); empty when it cannot be read.
+std::map<std::string, std::string> ProcessEnvironment(pid_t pid);
+
+// The workers of a replica whose process is `root`: RankedDescendants(root)
+// (trun's or torchrun's agent), else `root` itself as rank 0 (a replica
+// that is the program, a plain `python`).
+std::vector<StackTarget> ReplicaWorkers(pid_t root);
 
 // Every process below `root` (by /proc/PID/task/*/children), parents
 // before their children; bounded in depth and number.

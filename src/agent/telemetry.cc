@@ -225,13 +225,11 @@ void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
        {{"nodes", round.participants.size()}, {"joined", joined}, {"left", left}});
 }
 
-void Telemetry::RendezvousFailed(const Status& why) {
-  // The coordinator's timeout reaches the agent as its message.
-  const bool timeout =
-      why.code() == StatusCode::kTimeout || why.message().find("timed out") != std::string::npos;
+void Telemetry::RendezvousFailed(const rendezvous::NoRound& none) {
+  const bool timeout = none.kind == rendezvous::NoRound::Kind::kTimedOut;
   metrics_.Add("trun_rendezvous_failures_total", 1, {{"kind", timeout ? "timeout" : "error"}});
   Emit(timeout ? "trun.rendezvous.timed_out" : "trun.rendezvous.failed",
-       {{"reason", why.message()}});
+       {{"reason", none.why.message()}});
 }
 
 void Telemetry::WorkerStarted(int local_rank, int rank, pid_t pid) {

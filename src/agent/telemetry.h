@@ -103,8 +103,8 @@ class Telemetry {
   void AgentStarted(const std::string& timer_file);
   void RendezvousStarted();
   void RendezvousCompleted(const rendezvous::Round& round);
-  // The rendezvous gave no round: it timed out or failed.
-  void RendezvousFailed(const Status& why);
+  // The rendezvous gave no round: it timed out or failed (its kind says).
+  void RendezvousFailed(const rendezvous::NoRound& none);
   void WorkerStarted(int local_rank, int rank, pid_t pid);
   // `stopped`: the agent had asked it to stop. `cause` matters only for a
   // failure (not stopped, exit code not 0).

@@ -86,7 +86,8 @@ TEST(TelemetryTest, WritesEachTransitionAndCountsIt) {
   t.RendezvousStarted();
   t.RendezvousCompleted(MakeRound(1, {"b", "c"}, 1));
   t.Restarting("failure", "rank 2 exited with -9");
-  t.RendezvousFailed(Status::Internal("rendezvous 'job' timed out after 600 s (join_timeout)"));
+  t.RendezvousFailed({rendezvous::NoRound::Kind::kTimedOut,
+                      Status::Internal("rendezvous 'job' timed out after 600 s (join_timeout)")});
   t.Shutdown(143);
 
   std::ifstream in(path);

@@ -24,6 +24,7 @@
 #include "components/builtins.h"
 #include "schedulers/local_scheduler.h"
 #include "schedulers/local_supervisor.h"
+#include "schedulers/slurm_stacks.h"
 #include "specs/config.h"
 #include "specs/named_resources.h"
 #include "specs/serialize.h"
@@ -118,7 +119,8 @@ int StackCommand(const Args& args) {
         "       trun stack [--json] --health HOST:PORT[,HOST:PORT...]\n\n"
         "Every worker's Python stack, all threads, read from outside the workers (nothing\n"
         "they can observe), labelled with rank, local rank, host, pid, state and CPU time.\n"
-        "  HANDLE            a running app of trun run (local: read on this host)\n"
+        "  HANDLE            a running app of trun run (local: read on this host; slurm:\n"
+        "                    by a job step of srun on each of the job's nodes)\n"
         "  --health ADDRS    a launcher job: the health server of one of its agents\n"
         "                    (--health-check-port), which gathers every node's stacks\n"
         "                    from the other agents of its round; several addresses: those\n"
@@ -127,6 +129,7 @@ int StackCommand(const Args& args) {
         "  --json            the documents (docs/events.md, \"Stacks\"), a JSON array\n");
   }
   std::vector<nlohmann::json> nodes;
+  std::vector<std::string> unanswered;  // why each node that gave nothing gave nothing
   if (f->Has("--health")) {
     if (!f->positionals.empty()) {
       return ReportError(Status::InvalidArgument(
@@ -146,12 +149,10 @@ int StackCommand(const Args& args) {
             whole_job, whole_job ? kMaxJobStacksBytes : agent::kMaxNodeStacksBytes);
       }));
     }
-    int failed = 0;
     for (auto& a : asked) {
       auto doc = a.get();
       if (!doc.ok()) {
-        log::Error("{}", doc.status().message());
-        ++failed;
+        unanswered.push_back(doc.status().message());
         continue;
       }
       if (!doc->is_array()) {
@@ -159,29 +160,48 @@ int StackCommand(const Args& args) {
         continue;
       }
       for (auto& node : *doc) {
-        // A node the agent could not ask keeps its place in --json; here
-        // it is named as an agent we could not ask ourselves would be.
+        // A node the agent could not ask keeps its place in --json, and
+        // counts as one we could not ask ourselves.
         if (auto why = node.find("error"); why != node.end() && why->is_string()) {
           const auto address = node.find("address");
-          log::Error("node {} ({}): {}", node.value("node_rank", nlohmann::json()).dump(),
-                     address != node.end() && address->is_string() ? address->get<std::string>()
-                                                                   : "no health server",
-                     why->get<std::string>());
+          unanswered.push_back(fmt::format(
+              "node {} ({}): {}", node.value("node_rank", nlohmann::json()).dump(),
+              address != node.end() && address->is_string() ? address->get<std::string>()
+                                                            : "no health server",
+              why->get<std::string>()));
         }
         nodes.push_back(std::move(node));
       }
     }
-    if (failed > 0 && nodes.empty()) return kExitFailed;
   } else {
     auto handle = OnePositional("stack", *f, "the app handle, SCHEDULER://SESSION/APP_ID");
     if (!handle.ok()) return ReportError(handle.status());
     auto app = OpenApp(*handle);
     if (!app.ok()) return ReportError(app.status());
-    auto docs = app->scheduler->Stacks(app->handle.app_id);
-    if (!docs.ok()) return ReportError(docs.status());
-    nodes = std::move(*docs);
+    auto answer = app->scheduler->Stacks(app->handle.app_id);
+    if (!answer.ok()) return ReportError(answer.status());
+    nodes = std::move(answer->nodes);
+    unanswered = std::move(answer->unanswered);
   }
-  Print(f->Has("--json") ? nlohmann::json(nodes).dump() + "\n" : agent::FormatStacks(nodes));
+  // The nodes that answered are shown all the same: a node that cannot be
+  // asked is often the one stuck.
+  for (const auto& why : unanswered) log::Error("{}", why);
+  if (!nodes.empty() || unanswered.empty()) {
+    Print(f->Has("--json") ? nlohmann::json(nodes).dump() + "\n" : agent::FormatStacks(nodes));
+  }
+  return unanswered.empty() ? kExitSuccess : kExitFailed;
+}
+
+int SlurmStackCommand(const Args& args) {
+  if (args.size() != 1) {
+    return ReportError(Status::InvalidArgument(
+        fmt::format("{}: expected JOBID; `trun stack slurm://SESSION/JOBID` runs it on the job's "
+                    "nodes, not you",
+                    schedulers::slurm::kStackSubcommand)));
+  }
+  auto doc = schedulers::slurm::ReadNodeStacks(args[0]);
+  if (!doc.ok()) return ReportError(doc.status());
+  Print(doc->dump() + "\n");
   return 0;
 }
 

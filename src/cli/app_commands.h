@@ -22,6 +22,8 @@ namespace trun::cli {
 int StatusCommand(const Args& args);
 int LogCommand(const Args& args);
 int StackCommand(const Args& args);
+// Hidden: a node's part of `trun stack` of a SLURM app (schedulers/slurm_stacks.h).
+int SlurmStackCommand(const Args& args);
 int CancelCommand(const Args& args);
 int DeleteCommand(const Args& args);
 int ListCommand(const Args& args);

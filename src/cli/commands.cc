@@ -22,6 +22,7 @@
 #include "launch/numa_binding.h"
 #include "proc/exposure.h"
 #include "schedulers/scheduler.h"
+#include "schedulers/slurm_stacks.h"
 
 namespace trun::cli {
 namespace {
@@ -88,6 +89,7 @@ constexpr Command kCommands[] = {
     {"runopts", "the run options of the schedulers", RunoptsCommand},
     {"configure", "write a .trunconfig", ConfigureCommand},
     {"local-supervisor", nullptr, LocalSupervisorCommand},
+    {schedulers::slurm::kStackSubcommand, nullptr, SlurmStackCommand},
 };
 
 // The completion script, from the same tables the parsers use.

@@ -371,14 +371,15 @@ int RunCommand(const Args& args) {
     j["scheduler"] = info->scheduler;
     j["cfg"] = nlohmann::ordered_json::object();
     for (const auto& [k, v] : info->cfg) j["cfg"][k] = components::ValueJson(v);
-    j["request"] = info->request;
+    j["request"] = info->RequestJson();
     j["text"] = info->Format();
     std::fputs((j.dump() + "\n").c_str(), stdout);
     return 0;
   }
   if (flags->Has("--manifests")) {
-    auto req = schedulers::kube::Request::FromJson(info->request);
-    if (!req.ok()) return ReportError(req.status());
+    const auto* req = std::get_if<schedulers::kube::Request>(&info->request);
+    // -s kubernetes, checked with the flags above.
+    if (req == nullptr) return ReportError(Status::Internal("--manifests: no Kubernetes request"));
     if (req->auto_workload) {
       log::Warning(
           "workload=auto: these are a JobSet, which needs JobSet's controller in the cluster; "

@@ -629,10 +629,10 @@ Result<ProcStat> ReadProcStat(pid_t pid) {
   std::istringstream fields(text.substr(close_paren + 1));
   ProcStat out;
   std::string skip;
-  fields >> out.state;
-  // Fields 4-13 (ppid ... cmajflt), then utime and stime (14, 15), then
+  fields >> out.state >> out.ppid;
+  // Fields 5-13 (pgrp ... cmajflt), then utime and stime (14, 15), then
   // 16-21 (cutime ... itrealvalue), then starttime (22).
-  for (int i = 0; i < 10; ++i) fields >> skip;
+  for (int i = 0; i < 9; ++i) fields >> skip;
   unsigned long long utime = 0, stime = 0;
   fields >> utime >> stime;
   for (int i = 0; i < 6; ++i) fields >> skip;

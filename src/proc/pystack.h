@@ -89,10 +89,11 @@ struct PyProcessStack {
 Result<PyProcessStack> ReadPythonStacks(pid_t pid);
 
 // What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...),
-// the CPU time it used, user and system, children excluded, and when it
+// its parent, the CPU time it used, user and system, children excluded, and when it
 // started (clock ticks after boot: with the pid, it names one process).
 struct ProcStat {
   char state = '?';
+  pid_t ppid = 0;
   double cpu_seconds = 0;
   uint64_t start_time = 0;
 };

@@ -141,6 +141,7 @@ TEST(PyStack, ProcStatOfSleeper) {
   auto stat = ReadProcStat(p.pid());
   ASSERT_TRUE(stat.ok()) << stat.status().ToString();
   EXPECT_EQ(stat->state, 'S');
+  EXPECT_EQ(stat->ppid, getpid());
   EXPECT_GE(stat->cpu_seconds, 0);
   EXPECT_LT(stat->cpu_seconds, 5);
 }

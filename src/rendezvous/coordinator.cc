@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -23,6 +24,14 @@ std::optional<int64_t> Suffix(std::string_view key, std::string_view kind) {
 }
 
 std::string Seconds(Duration d) { return fmt::format("{:g} s", d.count() / 1000.0); }
+
+// NoRound::Kind as assign/'s grammar spells it (coordinator.h).
+constexpr std::pair<NoRound::Kind, std::string_view> kKindWords[] = {
+    {NoRound::Kind::kBudgetSpent, "budget_spent"},
+    {NoRound::Kind::kTimedOut, "timed_out"},
+    {NoRound::Kind::kOther, "other"},
+};
+constexpr std::string_view kNoRoundPrefix = "error:";
 
 }  // namespace
 
@@ -73,6 +82,34 @@ Result<RoundDoc> DecodeRound(std::string_view text) {
   }
   if (doc.nodes.empty()) return bad("no nodes");
   return doc;
+}
+
+std::string EncodeAssignment(const Assignment& answer) {
+  if (const auto* round = std::get_if<int64_t>(&answer)) return std::to_string(*round);
+  const auto& none = std::get<NoRound>(answer);
+  std::string_view word = "other";
+  for (const auto& [kind, w] : kKindWords) {
+    if (kind == none.kind) word = w;
+  }
+  return fmt::format("{}{}:{}", kNoRoundPrefix, word, none.why.message());
+}
+
+Result<Assignment> DecodeAssignment(std::string_view text) {
+  if (text.starts_with(kNoRoundPrefix)) {
+    std::string_view rest = text.substr(kNoRoundPrefix.size());
+    size_t colon = rest.find(':');
+    for (const auto& [kind, word] : kKindWords) {
+      if (colon != std::string_view::npos && rest.substr(0, colon) == word) {
+        return Assignment(NoRound{kind, Status::Internal(std::string(rest.substr(colon + 1)))});
+      }
+    }
+  } else if (auto round = ParseInt(text); round && *round >= 0) {
+    return Assignment(*round);
+  }
+  return Status::Internal(
+      fmt::format("rendezvous: a malformed answer from the coordinator (neither a round number nor "
+                  "error:<kind>:<message>): {:.200}",
+                  text));
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, Clock::time_point now)
@@ -167,7 +204,8 @@ void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point n
   if (options_.by_node_rank) {
     for (auto& [s, other] : nodes_) {
       if (other.alive && other.node_rank == n.node_rank) {
-        Fail(fmt::format("two nodes claim --node-rank {}: {} and {}; give every node its own rank",
+        Fail(NoRound::Kind::kOther,
+             fmt::format("two nodes claim --node-rank {}: {} and {}; give every node its own rank",
                          n.node_rank, other.id, n.id));
         return;
       }
@@ -247,6 +285,7 @@ void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_p
   if (phase_ != Phase::kRunning || r != round_) return;
   if (reason == "done") {
     phase_ = Phase::kFinished;
+    error_kind_ = NoRound::Kind::kOther;
     error_ = fmt::format("job '{}' has already finished", options_.run_id);
     return;
   }
@@ -285,14 +324,16 @@ void Coordinator::JudgeFailure() {
   }
   ++failures_;
   if (failures_ > options_.max_restarts) {
-    Fail(fmt::format(
-        "the restart budget of the job is spent ({} failed round{}, --max-restarts {}); last: {}",
-        failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
+    Fail(NoRound::Kind::kBudgetSpent,
+         fmt::format("the restart budget of the job is spent ({} failed round{}, --max-restarts "
+                     "{}); last: {}",
+                     failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
   }
 }
 
-void Coordinator::Fail(const std::string& message) {
+void Coordinator::Fail(NoRound::Kind kind, const std::string& message) {
   phase_ = Phase::kFailed;
+  error_kind_ = kind;
   error_ = message;
   log::Error("rendezvous: {}", message);
 }
@@ -301,7 +342,8 @@ void Coordinator::Fail(const std::string& message) {
 void Coordinator::AnswerErrors() {
   for (auto& [seq, n] : nodes_) {
     if (!n.waiting || !n.alive) continue;
-    writes_.push_back({fmt::format("assign/{}/{}", seq, n.ready_count), "error:" + error_});
+    writes_.push_back({fmt::format("assign/{}/{}", seq, n.ready_count),
+                       EncodeAssignment(NoRound{error_kind_, Status::Internal(error_)})});
     n.waiting = false;
   }
 }
@@ -381,7 +423,7 @@ void Coordinator::Evaluate(Clock::time_point now) {
   }
   if (close) return Close(std::move(candidates));
   if (count < min && now - forming_since_ >= options_.join_timeout) {
-    Fail(TimeoutMessage(count));
+    Fail(NoRound::Kind::kTimedOut, TimeoutMessage(count));
     AnswerErrors();
   }
 }
@@ -443,8 +485,8 @@ void Coordinator::Close(std::vector<Node*> candidates) {
   round.value = EncodeRound(doc);
   writes_.push_back(std::move(round));
   for (Node* n : candidates) {
-    writes_.push_back(
-        {fmt::format("assign/{}/{}", n->seq, n->ready_count), std::to_string(round_)});
+    writes_.push_back({fmt::format("assign/{}/{}", n->seq, n->ready_count),
+                       EncodeAssignment(Assignment(round_))});
     n->waiting = false;
     n->participant = true;
     n->done = false;

@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "rendezvous/rendezvous.h"
@@ -69,6 +70,19 @@ struct RoundDoc {
 };
 std::string EncodeRound(const RoundDoc& doc);
 Result<RoundDoc> DecodeRound(std::string_view text);
+
+// assign/<s>/<k>, the coordinator's answer to node s's k-th "ready", in
+// ABNF (RFC 5234); nodes decode it here, once, into a round number or a
+// typed NoRound, so that nobody matches the message's words:
+//   answer   = round / no-round
+//   round    = 1*DIGIT                        ; then read round/<round>
+//   no-round = "error:" kind ":" message
+//   kind     = "budget_spent" / "timed_out" / "other"   ; NoRound::Kind
+//   message  = *OCTET                         ; printed whole by the agent
+// A decoded no-round's `why` is an internal error with the message.
+using Assignment = std::variant<int64_t, NoRound>;
+std::string EncodeAssignment(const Assignment& answer);
+Result<Assignment> DecodeAssignment(std::string_view text);
 
 // A write the coordinator wants made, key relative to the rendezvous prefix.
 // `if_absent`: only if the key does not exist yet (COMPARE_SET with "").
@@ -134,7 +148,7 @@ class Coordinator {
   void OnRoundEnded(int64_t r, std::string_view reason, Clock::time_point now);
   void Evaluate(Clock::time_point now);
   void Close(std::vector<Node*> candidates);
-  void Fail(const std::string& message);
+  void Fail(NoRound::Kind kind, const std::string& message);
   void JudgeFailure();
   void AnswerErrors();
   std::string Describe(const Node& n) const;
@@ -148,7 +162,10 @@ class Coordinator {
   int64_t round_ = -1;  // the running (or last) round
   int64_t next_ = 0;    // the round being formed
   int64_t failures_ = 0;
-  std::string error_;  // why the job cannot go on (kFailed, kFinished)
+  // Why the job cannot go on (kFailed, kFinished): every node that asks
+  // for a round from then on is told this.
+  NoRound::Kind error_kind_ = NoRound::Kind::kOther;
+  std::string error_;
   Clock::time_point forming_since_;
   std::optional<Clock::time_point> min_reached_at_;
   // After a store takeover: the previous round's nodes, less the lost host,

@@ -51,6 +51,14 @@ class Harness {
     if (it == data_.end()) return std::nullopt;
     return it->second;
   }
+  // assign/<s>/<k>'s answer, when it says there is no round.
+  std::optional<NoRound> NoRoundAt(const std::string& key) const {
+    auto v = Get(key);
+    if (!v) return std::nullopt;
+    auto answer = DecodeAssignment(*v);
+    if (!answer.ok() || !std::holds_alternative<NoRound>(*answer)) return std::nullopt;
+    return std::get<NoRound>(*answer);
+  }
   std::vector<std::string> RoundIds(int64_t r) const {
     std::vector<std::string> ids;
     auto v = Get("round/" + std::to_string(r));
@@ -177,6 +185,9 @@ TEST(CoordinatorTest, StaticOrdersByNodeRankAndNamesTheMissingOnTimeout) {
   ASSERT_TRUE(answer);
   EXPECT_NE(answer->find("never arrived: node rank 1"), std::string::npos) << *answer;
   EXPECT_NE(answer->find("timed out"), std::string::npos) << *answer;
+  auto none = h.NoRoundAt("assign/1/1");
+  ASSERT_TRUE(none) << *answer;
+  EXPECT_EQ(none->kind, NoRound::Kind::kTimedOut);
 }
 
 TEST(CoordinatorTest, StaticRanksFollowNodeRankNotArrival) {
@@ -243,9 +254,10 @@ TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
   h.Put(102, "end/1", "failure: b: rank 3 exited with 1");
   h.Ready(1, 3);
   h.Ready(2, 3);
-  auto answer = h.Get("assign/1/3");
-  ASSERT_TRUE(answer);
-  EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
+  auto none = h.NoRoundAt("assign/1/3");
+  ASSERT_TRUE(none) << h.Get("assign/1/3").value_or("(none)");
+  EXPECT_EQ(none->kind, NoRound::Kind::kBudgetSpent);
+  EXPECT_TRUE(none->why.message().starts_with("the restart budget")) << none->why.message();
 }
 
 // Nodes a (1) and b (2) join and are ready; round 0 closes with both.
@@ -287,9 +299,10 @@ TEST(CoordinatorTest, AFailureIsJudgedAtTheCloseTimeoutIfANodeNeverComesBack) {
     h.Heartbeat(2);
     h.Advance(1000ms);
   }
-  auto answer = h.Get("assign/1/2");
-  ASSERT_TRUE(answer);
-  EXPECT_TRUE(answer->starts_with("error:the restart budget")) << *answer;
+  auto none = h.NoRoundAt("assign/1/2");
+  ASSERT_TRUE(none) << h.Get("assign/1/2").value_or("(none)");
+  EXPECT_EQ(none->kind, NoRound::Kind::kBudgetSpent);
+  EXPECT_TRUE(none->why.message().starts_with("the restart budget")) << none->why.message();
 }
 
 TEST(CoordinatorTest, ALateNodeRestartsTheRoundAndOneBeyondMaxStandsBy) {
@@ -328,7 +341,10 @@ TEST(CoordinatorTest, TheRoundEndsDoneWhenEveryNodeIsDone) {
   EXPECT_EQ(h.Get("end/0"), "done");
   h.Join(3, "late");
   h.Ready(3, 1);
-  EXPECT_TRUE(h.Get("assign/3/1")->starts_with("error:"));
+  auto none = h.NoRoundAt("assign/3/1");
+  ASSERT_TRUE(none) << h.Get("assign/3/1").value_or("(none)");
+  EXPECT_EQ(none->kind, NoRound::Kind::kOther);
+  EXPECT_EQ(none->why.message(), "job 'job' has already finished");
 }
 
 TEST(CoordinatorTest, AfterATakeoverRoundsAndSpentRestartsGoOn) {
@@ -358,6 +374,39 @@ TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
   for (std::string_view bad :
        {"", "[]", "{}", "{}\na 1.2.3.4 x 0 0", "{}\na b 1 2", "{}\na b 1 2 x", "{}\na b 1 2 3 4"}) {
     EXPECT_FALSE(DecodeRound(bad).ok()) << bad;
+  }
+}
+
+// assign/'s grammar (coordinator.h), byte for byte: a round number, or
+// "error:" kind ":" message with the message whole, colons and all.
+TEST(CoordinatorTest, AssignmentsHaveAGrammarAndMalformedOnesAreNamed) {
+  EXPECT_EQ(EncodeAssignment(Assignment(int64_t{12})), "12");
+  EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kBudgetSpent, Status::Internal("a: b")}),
+            "error:budget_spent:a: b");
+  EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kTimedOut, Status::Timeout("t")}),
+            "error:timed_out:t");
+  EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kOther, Status::Internal("")}), "error:other:");
+
+  auto round = DecodeAssignment("12");
+  ASSERT_TRUE(round.ok()) << round.status().message();
+  EXPECT_EQ(std::get<int64_t>(*round), 12);
+  auto spent = DecodeAssignment("error:budget_spent:the restart budget: spent");
+  ASSERT_TRUE(spent.ok()) << spent.status().message();
+  const auto& none = std::get<NoRound>(*spent);
+  EXPECT_EQ(none.kind, NoRound::Kind::kBudgetSpent);
+  EXPECT_EQ(none.why.message(), "the restart budget: spent");
+  EXPECT_EQ(none.why.code(), StatusCode::kInternal);
+  EXPECT_EQ(std::get<NoRound>(*DecodeAssignment("error:timed_out:x")).kind,
+            NoRound::Kind::kTimedOut);
+
+  // The words of a message never make a kind: an untyped error (an older
+  // coordinator's) or an unknown kind is malformed, and says so.
+  for (std::string_view bad : {"", "-1", "1x", "error:", "error:timed out after 5 s",
+                               "error:budget_spent", "error:nope:x", "Error:other:x"}) {
+    auto got = DecodeAssignment(bad);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_NE(got.status().message().find("malformed answer"), std::string::npos)
+        << got.status().message();
   }
 }
 

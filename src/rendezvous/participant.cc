@@ -97,8 +97,8 @@ class Node final : public Rendezvous {
     });
   }
 
-  void PostError(Status s) {
-    Post([this, s] { handlers_.round(s); });
+  void PostNoRound(NoRound none) {
+    Post([this, none = std::move(none)] { handlers_.round(none); });
   }
 
   void PostDone() {
@@ -146,20 +146,23 @@ class Node final : public Rendezvous {
       if (Stopping()) return;
       if (!link.ok()) {
         if (IsTokenRefusal(link.status())) {
-          PostError(Status::PermissionDenied("rendezvous: " + link.status().message()));
+          PostNoRound({NoRound::Kind::kOther,
+                       Status::PermissionDenied("rendezvous: " + link.status().message())});
         } else if (lost_host.empty()) {
-          PostError(Status::Timeout(fmt::format(
-              "rendezvous: cannot reach {} within join_timeout: {}; is {} running, and is "
-              "--rdzv-endpoint right?",
-              medium_->Where(), link.status().message(),
-              o_.backend == "etcd"     ? "etcd"
-              : o_.backend == "static" ? "the host agent (node rank 0)"
-                                       : "the host agent")));
+          PostNoRound({NoRound::Kind::kTimedOut,
+                       Status::Timeout(fmt::format(
+                           "rendezvous: cannot reach {} within join_timeout: {}; is {} running, "
+                           "and is --rdzv-endpoint right?",
+                           medium_->Where(), link.status().message(),
+                           o_.backend == "etcd"     ? "etcd"
+                           : o_.backend == "static" ? "the host agent (node rank 0)"
+                                                    : "the host agent"))});
         } else {
-          PostError(Status::IOError(
-              fmt::format("rendezvous: lost {} hosted by {}, and no surviving node could take "
-                          "it over: {}",
-                          medium_->Where(), lost_host, medium_->NoTakeOverReason())));
+          PostNoRound({NoRound::Kind::kOther,
+                       Status::IOError(fmt::format(
+                           "rendezvous: lost {} hosted by {}, and no surviving node could take "
+                           "it over: {}",
+                           medium_->Where(), lost_host, medium_->NoTakeOverReason()))});
         }
         return;
       }
@@ -238,15 +241,20 @@ class Node final : public Rendezvous {
       TRUN_RETURN_IF_ERROR(link.Put(fmt::format("ready/{}", *seq), std::to_string(asked)));
       auto assign = link.Await(fmt::format("assign/{}/{}", *seq, asked));
       if (!assign.ok()) return assign.status();
-      if (assign->starts_with("error:")) {
-        PostError(Status::Internal(assign->substr(6)));
+      auto answer = DecodeAssignment(*assign);
+      if (!answer.ok()) {
+        PostNoRound({NoRound::Kind::kOther, answer.status()});
         return Status::OK();
       }
-      auto round_json = link.Await(fmt::format("round/{}", ParseInt(*assign).value_or(-1)));
+      if (auto* none = std::get_if<NoRound>(&*answer)) {
+        PostNoRound(std::move(*none));
+        return Status::OK();
+      }
+      auto round_json = link.Await(fmt::format("round/{}", std::get<int64_t>(*answer)));
       if (!round_json.ok()) return round_json.status();
       auto round = ParseRound(*round_json);
       if (!round.ok()) {
-        PostError(round.status());
+        PostNoRound({NoRound::Kind::kOther, round.status()});
         return Status::OK();
       }
       {

@@ -64,9 +64,10 @@ class SingleNode final : public Rendezvous {
  private:
   void Deliver() {
     if (round_.failures > options_.max_restarts) {
-      Status spent = Status::Internal(
-          fmt::format("the restart budget is spent (--max-restarts {}); last failure: {}",
-                      options_.max_restarts, last_failure_));
+      NoRound spent{NoRound::Kind::kBudgetSpent,
+                    Status::Internal(fmt::format(
+                        "the restart budget is spent (--max-restarts {}); last failure: {}",
+                        options_.max_restarts, last_failure_))};
       asio::post(io_, [this, spent] { handlers_.round(spent); });
       return;
     }

@@ -3,9 +3,9 @@
 //
 // The agent drives a Rendezvous from its event loop and hears back on that
 // loop: Start() joins; `round` delivers each round the node takes part in
-// (or why there will be none); `round_ended` says the running round is over
-// (a node's workers failed, a node joined or was lost), after which the
-// agent stops its workers and calls Ready(). A node whose workers failed
+// (or, typed, why there will be none: NoRound); `round_ended` says the
+// running round is over (a node's workers failed, a node joined or was
+// lost), after which the agent stops its workers and calls Ready(). A node whose workers failed
 // calls Failed() first, so that every node restarts, and the job's restart
 // budget is spent once per failed round, not once per agent (torch's
 // #108158). Succeeded() is the exit barrier.
@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
@@ -70,6 +71,28 @@ struct Round {
   }
 };
 
+// Why this node gets no round: the job cannot go on. The coordinator says
+// it on the node's assign/ key (coordinator.h gives the grammar), the
+// node's own side when its medium fails, a single node when its budget is
+// spent; the agent acts on the kind and only prints the message.
+struct NoRound {
+  enum class Kind {
+    kBudgetSpent,  // more rounds failed than --max-restarts allows
+    kTimedOut,     // join_timeout passed: too few nodes ready, or none to reach
+    // Any other: the job finished before this node had a round, two nodes
+    // claim one --node-rank, the rendezvous's host was lost with nobody to
+    // take over, the job token was refused, an answer was malformed.
+    kOther,
+  };
+  Kind kind = Kind::kOther;
+  // Never OK: the message users see, and the error kind it is reported as
+  // (TRUN_ERROR_JSON).
+  Status why;
+};
+
+// What the rendezvous answers a node that asks for a round.
+using RoundOutcome = std::variant<Round, NoRound>;
+
 // Why a running round ended. The rendezvous's nodes say it to each other as
 // text (`end/<r>` in docs/rendezvous.md); the backend reads that text once,
 // here, so that the agent acts on the cause and only prints the reason.
@@ -94,7 +117,7 @@ std::string_view CauseName(RoundEnd::Cause cause);
 class Rendezvous {
  public:
   struct Handlers {
-    std::function<void(Result<Round>)> round;
+    std::function<void(RoundOutcome)> round;
     std::function<void(const RoundEnd& end)> round_ended;
   };
   virtual ~Rendezvous() = default;

@@ -1,9 +1,11 @@
 #include "schedulers/kubernetes_manifests.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
 
 #include "common/files.h"
@@ -386,9 +388,40 @@ ordered_json PodLabels(const ordered_json& app_labels, int role_index, const spe
   return l;
 }
 
-// The role's `kubernetes` metadata: an overlay object, or a file:// URI or
-// path of a YAML one.
-Result<json> Overlay(const specs::Role& role) {
+// TorchX's operator keys (torchx.specs.overlays: PUT, JOIN, DEL), and the key
+// set_overlay marks a namespace of overlays by kind with.
+constexpr std::string_view kPutPrefix = "__put__:";
+constexpr std::string_view kJoinPrefix = "__join__:";
+constexpr std::string_view kDelPrefix = "__del__:";
+constexpr std::string_view kOverlaysMarker = "__torchx_overlays__";
+
+// The problems of an overlay's JOIN keys (a key field, a list of objects), at
+// every depth; MergeOverlay then needs no checks.
+void CheckOverlay(const json& overlay, const std::string& at, std::vector<std::string>& out) {
+  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
+    const std::string path = at.empty() ? it.key() : at + "." + it.key();
+    if (it.key().starts_with(kJoinPrefix)) {
+      const std::string rest = it.key().substr(kJoinPrefix.size());
+      const size_t colon = rest.find(':');
+      if (colon == std::string::npos || colon + 1 == rest.size()) {
+        out.push_back(
+            fmt::format("{}: a JOIN key needs the field to match items on; write "
+                        "JOIN(\"{}\", on=\"name\")",
+                        path, rest.substr(0, colon)));
+      }
+      if (!it->is_array() ||
+          !std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_object(); })) {
+        out.push_back(fmt::format("{}: JOIN needs a list of objects, got {}", path, it->dump()));
+      }
+    } else if (it->is_object()) {
+      CheckOverlay(*it, path, out);
+    }
+  }
+}
+
+// The role's `kubernetes` metadata as written: an object, or a file:// URI
+// or path of a YAML one.
+Result<json> RawOverlay(const specs::Role& role) {
   auto it = role.metadata.find("kubernetes");
   if (it == role.metadata.end() || it->is_null()) return json::object();
   if (it->is_object()) return *it;
@@ -416,6 +449,26 @@ Result<json> Overlay(const specs::Role& role) {
   return Status::InvalidArgument(fmt::format(
       "role '{}': metadata kubernetes must be a pod overlay object or a file path, not {}",
       role.name, it->type_name()));
+}
+
+// The pod overlay in the role's `kubernetes` metadata: set_overlay's nested
+// form (its V1Pod kind), or TorchX's older flat form, each an object or a
+// file:// URI or path of a YAML one.
+Result<json> Overlay(const specs::Role& role) {
+  auto raw = RawOverlay(role);
+  if (!raw.ok() || !raw->is_object()) return raw;
+  const json& o = *raw;
+  const bool nested =
+      o.contains(std::string(kOverlaysMarker)) && o[std::string(kOverlaysMarker)] == true;
+  const bool has_kind = o.contains("V1Pod") && o["V1Pod"].is_object();
+  json pod = has_kind ? o["V1Pod"] : nested ? json::object() : o;
+  std::vector<std::string> problems;
+  CheckOverlay(pod, "", problems);
+  if (!problems.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("role '{}': metadata kubernetes: {}", role.name, fmt::join(problems, "; ")));
+  }
+  return pod;
 }
 
 // The retry settings of a Volcano task (TorchX's RETRY_POLICIES).
@@ -512,37 +565,62 @@ bool IsDnsLabel(std::string_view s) {
 
 void MergeOverlay(ordered_json& base, const json& overlay) {
   for (auto it = overlay.begin(); it != overlay.end(); ++it) {
-    auto at = base.find(it.key());
+    const std::string& key = it.key();
+    if (key.starts_with(kDelPrefix)) {
+      base.erase(key.substr(kDelPrefix.size()));
+      continue;
+    }
+    if (key.starts_with(kPutPrefix)) {
+      base[key.substr(kPutPrefix.size())] = *it;
+      continue;
+    }
+    if (key.starts_with(kJoinPrefix)) {
+      const std::string rest = key.substr(kJoinPrefix.size());
+      const std::string field = rest.substr(0, rest.find(':'));
+      const std::string on = rest.substr(field.size() + 1);
+      auto at = base.find(field);
+      if (at == base.end() || !at->is_array()) {
+        base[field] = *it;
+        continue;
+      }
+      // Items match the base as it was: two new items with one key both land.
+      std::map<std::string, size_t> by_key;
+      for (size_t i = 0; i < at->size(); ++i) {
+        const auto& item = (*at)[i];
+        if (item.is_object() && item.contains(on)) by_key[item[on].dump()] = i;
+      }
+      for (const auto& item : *it) {
+        auto match = item.contains(on) ? by_key.find(item[on].dump()) : by_key.end();
+        if (match == by_key.end()) {
+          at->push_back(ordered_json(item));
+          continue;
+        }
+        for (auto f = item.begin(); f != item.end(); ++f) {
+          if (f.key() != on) (*at)[match->second][f.key()] = *f;
+        }
+      }
+      continue;
+    }
+    auto at = base.find(key);
     if (at != base.end() && at->is_object() && it->is_object()) {
       MergeOverlay(*at, *it);
     } else if (at != base.end() && at->is_array() && it->is_array()) {
       for (const auto& v : *it) at->push_back(ordered_json(v));
     } else {
-      base[it.key()] = *it;
+      base[key] = *it;
     }
   }
 }
 
-Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
-                            const std::string& unique, const std::string& submitter_trun) {
-  Problems p;
-  Options o = ReadOptions(cfg, p);
-  for (const auto& t : o.tolerations) {
-    if (auto r = Toleration(t); !r.ok()) p.Add(r.status().message());
-  }
-  Request req;
-  req.ns = o.ns;
-  req.workload = o.workload;
-  req.validate_spec = o.validate_spec;
-  req.auto_workload = o.auto_workload;
-  const std::string base = Normalize(app.name);
-  if (base.empty()) {
-    p.Add(fmt::format("app name '{}': Kubernetes names need letters or digits", app.name));
-  }
-  req.name = base + "-" + unique;
-  const size_t grow = kMaxUnique > unique.size() ? kMaxUnique - unique.size() : 0;
-  const std::string shorten = "shorten the app name (--name) or the role names";
+namespace {
 
+// Checks every role against Kubernetes' rules and the workload's longest
+// names, adding each problem to `p`, and records the roles' names in
+// `req`. Returns each role's pod overlay, in role order.
+std::vector<json> ReadRoles(const specs::AppDef& app, Workload workload, Request& req,
+                            Problems& p) {
+  const size_t grow = kMaxUnique > req.unique.size() ? kMaxUnique - req.unique.size() : 0;
+  const std::string shorten = "shorten the app name (--name) or the role names";
   std::vector<json> overlays;
   std::set<std::string> seen;
   for (const auto& role : app.roles) {
@@ -591,7 +669,7 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
     // The longest names the role's pods get.
     const size_t name_len = req.name.size() + grow;
     const size_t index_len = std::to_string(std::max(role.num_replicas - 1, 0)).size();
-    switch (o.workload) {
+    switch (workload) {
       case Workload::kVolcano:  // pod NAME-ROLE-K-0
         CheckName(p, fmt::format("role '{}': the pod name", role.name),
                   fmt::format("{}-{}-{}-0", req.name, n, role.num_replicas - 1),
@@ -609,132 +687,129 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
         break;
     }
   }
-  if (!p.empty()) return p.ToStatus();
+  return overlays;
+}
 
-  const ordered_json app_labels = Labels(app, req.name, o.workload);
-  // The AppDef, so that `describe` answers from any machine.
-  const ordered_json annotations = {{std::string(kAnnotationAppDef), specs::ToJson(app).dump()}};
-  const std::string role0 = Normalize(app.roles.front().name);
-  const std::string rank0_host = o.workload == Workload::kJob
-                                     ? fmt::format("{}-{}-0.{}", req.name, role0, req.name)
-                                     : fmt::format("{}-{}-0-0.{}", req.name, role0, req.name);
+// What every workload's builder shares: the checked app and run options,
+// and what MakeRequest derives from them once.
+struct Build {
+  const specs::AppDef& app;
+  const Options& o;
+  const std::string& submitter_trun;
+  std::vector<json> overlays;  // each role's pod overlay, in role order
+  ordered_json app_labels;
+  ordered_json meta;  // the top object's metadata
+  std::string role0;  // the first role's name, whose replica 0 is rank 0's host
+  std::string rank0_host;
+  ordered_json token_env;  // TRUN_JOB_TOKEN from the Secret
+};
 
-  // Kubeflow's training operator gives workers PET_* (torchrun's flags as
-  // variables), which trun reads as torchrun does: `trun train.py` in a pod
-  // needs no flags.
-  auto pet_env = [&](const specs::Role& role, const std::string& node_rank) {
-    std::vector<ordered_json> env;
-    env.push_back(EnvVar(
-        "PET_NNODES", role.min_replicas && *role.min_replicas != role.num_replicas
-                          ? fmt::format("{}:{}", std::max(*role.min_replicas, 1), role.num_replicas)
-                          : std::to_string(role.num_replicas)));
-    env.push_back(EnvVar("PET_NODE_RANK", node_rank));
-    env.push_back(EnvVar("PET_MASTER_ADDR", rank0_host));
-    env.push_back(EnvVar("PET_MASTER_PORT", std::to_string(kMasterPort)));
-    if (role.resource.gpu > 0) {
-      env.push_back(EnvVar("PET_NPROC_PER_NODE", std::to_string(role.resource.gpu)));
-    }
-    return env;
-  };
-
-  ordered_json meta = {{"name", req.name},
-                       {"namespace", req.ns},
-                       {"labels", app_labels},
-                       {"annotations", annotations}};
-  if (!o.kueue_queue.empty()) meta["labels"]["kueue.x-k8s.io/queue-name"] = o.kueue_queue;
-
-  // The job token, first: the pods read it from the Secret when they start.
-  req.objects.push_back(
-      {{"apiVersion", "v1"},
-       {"kind", "Secret"},
-       {"metadata", {{"name", req.name}, {"namespace", req.ns}, {"labels", app_labels}}},
-       {"type", "Opaque"},
-       {"stringData", {{std::string(kJobTokenKey), store::NewJobToken()}}}});
-  const ordered_json token_env = {
-      {"name", kJobTokenEnv},
-      {"valueFrom", {{"secretKeyRef", {{"name", req.name}, {"key", std::string(kJobTokenKey)}}}}}};
-
-  if (o.workload == Workload::kVolcano) {
-    ordered_json tasks = ordered_json::array();
-    std::string rank0_var;
-    for (char c : fmt::format("VC_{}_0_HOSTS", role0)) {
-      rank0_var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    }
-    int job_retries = app.roles.front().max_retries;
-    for (size_t ri = 0; ri < app.roles.size(); ++ri) {
-      const specs::Role& role = app.roles[ri];
-      job_retries = std::min(job_retries, role.max_retries);
-      for (int k = 0; k < role.num_replicas; ++k) {
-        const bool first = ri == 0 && k == 0;
-        specs::MacroValues values{"", req.name, std::to_string(k),
-                                  first ? std::string(kRank0Var) : rank0_var};
-        specs::Role r = ForPods(role, values, submitter_trun, o.trun_path, req.AppId());
-        const std::string task_name = fmt::format("{}-{}", req.roles[ri].first, k);
-        PodContext c{&o, task_name, rank0_host, rank0_var, false, {}, {}};
-        c.extra_env = pet_env(role, std::to_string(k));
-        if (first) c.extra_env.push_back(EnvVar(std::string(kRank0Var), "localhost"));
-        c.extra_env.push_back(EnvVar("TORCHX_IMAGE", r.image));
-        c.extra_env.push_back(EnvVar("TORCHELASTIC_ERROR_FILE", "/dev/termination-log"));
-        c.extra_env.push_back(token_env);
-        c.labels = PodLabels(app_labels, static_cast<int>(ri), role, k);
-        ordered_json pod = Pod(r, c);
-        MergeOverlay(pod, overlays[ri]);
-        ordered_json task = {{"replicas", 1}, {"name", task_name}, {"template", pod}};
-        VolcanoRetries(task, role);
-        if (role.min_replicas) task["minAvailable"] = k < *role.min_replicas ? 1 : 0;
-        tasks.push_back(task);
-      }
-    }
-    ordered_json spec = {
-        {"schedulerName", "volcano"},
-        {"queue", o.queue},
-        {"tasks", tasks},
-        {"maxRetry", job_retries},
-        // Volcano's svc plugin names each pod in DNS and sets VC_*_HOSTS.
-        {"plugins", {{"svc", {"--publish-not-ready-addresses"}}, {"env", ordered_json::array()}}}};
-    if (!o.priority_class.empty()) spec["priorityClassName"] = o.priority_class;
-    req.objects.push_back({{"apiVersion", "batch.volcano.sh/v1alpha1"},
-                           {"kind", "Job"},
-                           {"metadata", meta},
-                           {"spec", spec}});
-    return req;
+// Kubeflow's training operator gives workers PET_* (torchrun's flags as
+// variables), which trun reads as torchrun does: `trun train.py` in a pod
+// needs no flags.
+std::vector<ordered_json> PetEnv(const Build& b, const specs::Role& role,
+                                 const std::string& node_rank) {
+  std::vector<ordered_json> env;
+  env.push_back(EnvVar(
+      "PET_NNODES", role.min_replicas && *role.min_replicas != role.num_replicas
+                        ? fmt::format("{}:{}", std::max(*role.min_replicas, 1), role.num_replicas)
+                        : std::to_string(role.num_replicas)));
+  env.push_back(EnvVar("PET_NODE_RANK", node_rank));
+  env.push_back(EnvVar("PET_MASTER_ADDR", b.rank0_host));
+  env.push_back(EnvVar("PET_MASTER_PORT", std::to_string(kMasterPort)));
+  if (role.resource.gpu > 0) {
+    env.push_back(EnvVar("PET_NPROC_PER_NODE", std::to_string(role.resource.gpu)));
   }
+  return env;
+}
 
-  // jobset and job: one pod template per role; the replica is the pod's
-  // completion index.
+// The fewest retries of any role: what a workload that restarts the whole
+// app at once allows it.
+int MinRetries(const specs::AppDef& app) {
+  int n = app.roles.front().max_retries;
+  for (const auto& role : app.roles) n = std::min(n, role.max_retries);
+  return n;
+}
+
+// volcano: one Volcano Job, one task of one pod per replica.
+void AddVolcanoJob(const Build& b, Request& req) {
+  ordered_json tasks = ordered_json::array();
+  std::string rank0_var;
+  for (char c : fmt::format("VC_{}_0_HOSTS", b.role0)) {
+    rank0_var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  for (size_t ri = 0; ri < b.app.roles.size(); ++ri) {
+    const specs::Role& role = b.app.roles[ri];
+    for (int k = 0; k < role.num_replicas; ++k) {
+      const bool first = ri == 0 && k == 0;
+      specs::MacroValues values{"", req.name, std::to_string(k),
+                                first ? std::string(kRank0Var) : rank0_var};
+      specs::Role r = ForPods(role, values, b.submitter_trun, b.o.trun_path, req.AppId());
+      const std::string task_name = fmt::format("{}-{}", req.roles[ri].first, k);
+      PodContext c{&b.o, task_name, b.rank0_host, rank0_var, false, {}, {}};
+      c.extra_env = PetEnv(b, role, std::to_string(k));
+      if (first) c.extra_env.push_back(EnvVar(std::string(kRank0Var), "localhost"));
+      c.extra_env.push_back(EnvVar("TORCHX_IMAGE", r.image));
+      c.extra_env.push_back(EnvVar("TORCHELASTIC_ERROR_FILE", "/dev/termination-log"));
+      c.extra_env.push_back(b.token_env);
+      c.labels = PodLabels(b.app_labels, static_cast<int>(ri), role, k);
+      ordered_json pod = Pod(r, c);
+      MergeOverlay(pod, b.overlays[ri]);
+      ordered_json task = {{"replicas", 1}, {"name", task_name}, {"template", pod}};
+      VolcanoRetries(task, role);
+      if (role.min_replicas) task["minAvailable"] = k < *role.min_replicas ? 1 : 0;
+      tasks.push_back(task);
+    }
+  }
+  ordered_json spec = {
+      {"schedulerName", "volcano"},
+      {"queue", b.o.queue},
+      {"tasks", tasks},
+      {"maxRetry", MinRetries(b.app)},
+      // Volcano's svc plugin names each pod in DNS and sets VC_*_HOSTS.
+      {"plugins", {{"svc", {"--publish-not-ready-addresses"}}, {"env", ordered_json::array()}}}};
+  if (!b.o.priority_class.empty()) spec["priorityClassName"] = b.o.priority_class;
+  req.objects.push_back({{"apiVersion", "batch.volcano.sh/v1alpha1"},
+                         {"kind", "Job"},
+                         {"metadata", b.meta},
+                         {"spec", spec}});
+}
+
+// jobset and job: an Indexed Job's spec per role, one pod template for all
+// its replicas; the replica is the pod's completion index.
+std::vector<ordered_json> IndexedJobSpecs(const Build& b, const Request& req) {
   const std::string replica_macro = fmt::format("$({})", kReplicaVar);
   std::vector<ordered_json> jobs;
-  int min_retries = app.roles.front().max_retries;
-  for (size_t ri = 0; ri < app.roles.size(); ++ri) {
-    const specs::Role& role = app.roles[ri];
-    min_retries = std::min(min_retries, role.max_retries);
+  for (size_t ri = 0; ri < b.app.roles.size(); ++ri) {
+    const specs::Role& role = b.app.roles[ri];
     specs::MacroValues values{"", req.name, replica_macro, std::string(kRank0Var)};
-    specs::Role r = ForPods(role, values, submitter_trun, o.trun_path, req.AppId());
+    specs::Role r = ForPods(role, values, b.submitter_trun, b.o.trun_path, req.AppId());
     std::string all = role.entrypoint;
     for (const auto& a : role.args) all += " " + a;
     for (const auto& [k, v] : role.env) all += " " + v;
     const bool uses_rank0 = all.find("rank0_env") != std::string::npos;
-    PodContext c{&o, req.roles[ri].first, rank0_host, std::string(kRank0Var), uses_rank0, {}, {}};
+    PodContext c{&b.o, req.roles[ri].first, b.rank0_host, std::string(kRank0Var), uses_rank0, {},
+                 {}};
     c.extra_env.push_back(
         {{"name", std::string(kReplicaVar)},
          {"valueFrom",
           {{"fieldRef",
             {{"fieldPath", fmt::format("metadata.labels['{}']", kLabelCompletionIndex)}}}}}});
-    for (auto& e : pet_env(role, replica_macro)) c.extra_env.push_back(e);
-    c.extra_env.push_back(EnvVar(std::string(kRank0Var), rank0_host));
+    for (auto& e : PetEnv(b, role, replica_macro)) c.extra_env.push_back(e);
+    c.extra_env.push_back(EnvVar(std::string(kRank0Var), b.rank0_host));
     c.extra_env.push_back(EnvVar("TORCHX_IMAGE", r.image));
     c.extra_env.push_back(EnvVar("TORCHELASTIC_ERROR_FILE", "/dev/termination-log"));
-    c.extra_env.push_back(token_env);
-    c.labels = PodLabels(app_labels, static_cast<int>(ri), role, std::nullopt);
+    c.extra_env.push_back(b.token_env);
+    c.labels = PodLabels(b.app_labels, static_cast<int>(ri), role, std::nullopt);
     ordered_json pod = Pod(r, c);
-    if (o.workload == Workload::kJob) pod["spec"]["subdomain"] = req.name;
-    MergeOverlay(pod, overlays[ri]);
+    if (b.o.workload == Workload::kJob) pod["spec"]["subdomain"] = req.name;
+    MergeOverlay(pod, b.overlays[ri]);
     // A failed pod is replaced up to max_retries times per replica: the
     // others' agents see a node leave and come back, and re-rendezvous.
     ordered_json job_spec = {{"completionMode", "Indexed"},
                              {"completions", role.num_replicas},
                              {"parallelism", role.num_replicas}};
-    if (o.workload == Workload::kJob) {
+    if (b.o.workload == Workload::kJob) {
       job_spec["backoffLimitPerIndex"] = role.max_retries;
       job_spec["maxFailedIndexes"] = 0;
     } else {
@@ -743,26 +818,33 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
     job_spec["template"] = pod;
     jobs.push_back(job_spec);
   }
+  return jobs;
+}
 
-  if (o.workload == Workload::kJobSet) {
-    ordered_json replicated = ordered_json::array();
-    for (size_t ri = 0; ri < jobs.size(); ++ri) {
-      replicated.push_back(
-          {{"name", req.roles[ri].first}, {"replicas", 1}, {"template", {{"spec", jobs[ri]}}}});
-    }
-    // JobSet restarts every job when one fails: retry_policy APPLICATION.
-    ordered_json spec = {
-        {"network", {{"enableDNSHostnames", true}, {"publishNotReadyAddresses", true}}},
-        {"failurePolicy", {{"maxRestarts", min_retries}}},
-        {"replicatedJobs", replicated}};
-    req.objects.push_back({{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
-                           {"kind", "JobSet"},
-                           {"metadata", meta},
-                           {"spec", spec}});
-    return req;
+// jobset: one JobSet with a replicated job per role.
+void AddJobSet(const Build& b, Request& req) {
+  std::vector<ordered_json> jobs = IndexedJobSpecs(b, req);
+  ordered_json replicated = ordered_json::array();
+  for (size_t ri = 0; ri < jobs.size(); ++ri) {
+    replicated.push_back(
+        {{"name", req.roles[ri].first}, {"replicas", 1}, {"template", {{"spec", jobs[ri]}}}});
   }
+  // JobSet restarts every job when one fails: retry_policy APPLICATION.
+  ordered_json spec = {
+      {"network", {{"enableDNSHostnames", true}, {"publishNotReadyAddresses", true}}},
+      {"failurePolicy", {{"maxRestarts", MinRetries(b.app)}}},
+      {"replicatedJobs", replicated}};
+  req.objects.push_back({{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
+                         {"kind", "JobSet"},
+                         {"metadata", b.meta},
+                         {"spec", spec}});
+}
 
-  ordered_json service_meta = meta;
+// job: a headless Service named after the app, then an Indexed Job per
+// role, whose pods are in the Service's subdomain.
+void AddServiceAndJobs(const Build& b, Request& req) {
+  std::vector<ordered_json> jobs = IndexedJobSpecs(b, req);
+  ordered_json service_meta = b.meta;
   service_meta["labels"].erase("kueue.x-k8s.io/queue-name");
   req.objects.push_back({{"apiVersion", "v1"},
                          {"kind", "Service"},
@@ -772,10 +854,69 @@ Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
                            {"publishNotReadyAddresses", true},
                            {"selector", {{std::string(kLabelInstance), LabelValue(req.name)}}}}}});
   for (size_t ri = 0; ri < jobs.size(); ++ri) {
-    ordered_json job_meta = meta;
+    ordered_json job_meta = b.meta;
     job_meta["name"] = fmt::format("{}-{}", req.name, req.roles[ri].first);
     req.objects.push_back(
         {{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", job_meta}, {"spec", jobs[ri]}});
+  }
+}
+
+}  // namespace
+
+Result<Request> MakeRequest(const specs::AppDef& app, const specs::Cfg& cfg,
+                            const std::string& unique, const std::string& submitter_trun) {
+  Problems p;
+  Options o = ReadOptions(cfg, p);
+  for (const auto& t : o.tolerations) {
+    if (auto r = Toleration(t); !r.ok()) p.Add(r.status().message());
+  }
+  Request req;
+  req.ns = o.ns;
+  req.workload = o.workload;
+  req.validate_spec = o.validate_spec;
+  req.auto_workload = o.auto_workload;
+  req.base = Normalize(app.name);
+  if (req.base.empty()) {
+    p.Add(fmt::format("app name '{}': Kubernetes names need letters or digits", app.name));
+  }
+  req.unique = unique;
+  req.name = req.base + "-" + unique;
+  std::vector<json> overlays = ReadRoles(app, o.workload, req, p);
+  if (!p.empty()) return p.ToStatus();
+
+  Build b{app, o, submitter_trun, std::move(overlays), Labels(app, req.name, o.workload), {}, {},
+          {},  {}};
+  // The AppDef, so that `describe` answers from any machine.
+  b.meta = {{"name", req.name},
+            {"namespace", req.ns},
+            {"labels", b.app_labels},
+            {"annotations", {{std::string(kAnnotationAppDef), specs::ToJson(app).dump()}}}};
+  if (!o.kueue_queue.empty()) b.meta["labels"]["kueue.x-k8s.io/queue-name"] = o.kueue_queue;
+  b.role0 = Normalize(app.roles.front().name);
+  b.rank0_host = o.workload == Workload::kJob
+                     ? fmt::format("{}-{}-0.{}", req.name, b.role0, req.name)
+                     : fmt::format("{}-{}-0-0.{}", req.name, b.role0, req.name);
+  b.token_env = {
+      {"name", kJobTokenEnv},
+      {"valueFrom", {{"secretKeyRef", {{"name", req.name}, {"key", std::string(kJobTokenKey)}}}}}};
+
+  // The job token, first: the pods read it from the Secret when they start.
+  req.objects.push_back(
+      {{"apiVersion", "v1"},
+       {"kind", "Secret"},
+       {"metadata", {{"name", req.name}, {"namespace", req.ns}, {"labels", b.app_labels}}},
+       {"type", "Opaque"},
+       {"stringData", {{std::string(kJobTokenKey), store::NewJobToken()}}}});
+  switch (o.workload) {
+    case Workload::kVolcano:
+      AddVolcanoJob(b, req);
+      break;
+    case Workload::kJobSet:
+      AddJobSet(b, req);
+      break;
+    case Workload::kJob:
+      AddServiceAndJobs(b, req);
+      break;
   }
   return req;
 }
@@ -816,27 +957,6 @@ ordered_json Request::ToJson() const {
   for (const auto& [n, k] : roles) j["roles"].push_back({{"name", n}, {"replicas", k}});
   j["objects"] = objects;
   return j;
-}
-
-Result<Request> Request::FromJson(const json& j) {
-  try {
-    Request r;
-    r.ns = j.at("namespace").get<std::string>();
-    r.name = j.at("name").get<std::string>();
-    const std::string w = j.at("workload").get<std::string>();
-    r.workload = w == "jobset" ? Workload::kJobSet
-                 : w == "job"  ? Workload::kJob
-                               : Workload::kVolcano;
-    r.validate_spec = j.at("validate_spec").get<bool>();
-    r.auto_workload = j.value("auto", false);
-    for (const auto& role : j.at("roles")) {
-      r.roles.emplace_back(role.at("name").get<std::string>(), role.at("replicas").get<int>());
-    }
-    for (const auto& o : j.at("objects")) r.objects.push_back(o);
-    return r;
-  } catch (const json::exception& e) {
-    return Status::IOError(std::string("a kubernetes request record is damaged: ") + e.what());
-  }
 }
 
 }  // namespace trun::schedulers::kube

@@ -71,8 +71,13 @@ inline constexpr std::string_view kTrunBinDir = "/opt/trun/bin";
 specs::RunOpts KubernetesRunOpts();
 
 struct Request {
-  std::string ns;    // the namespace
-  std::string name;  // the app's unique name: the Volcano Job, JobSet or Service
+  std::string ns;  // the namespace
+  // The app's unique name (the Volcano Job, JobSet or Service): `base`,
+  // the normalized app name, then '-' and `unique`, the random part, which
+  // a request made again (auto mode at submission) keeps.
+  std::string name;
+  std::string base;
+  std::string unique;
   Workload workload = Workload::kVolcano;
   bool validate_spec = true;
   bool auto_workload = false;                      // workload=auto: `job` where JobSet is missing
@@ -83,8 +88,8 @@ struct Request {
 
   // The app id of the handle: NAMESPACE:NAME, as TorchX.
   std::string AppId() const { return ns + ":" + name; }
+  // As `trun run --dryrun --json` prints it.
   nlohmann::ordered_json ToJson() const;
-  static Result<Request> FromJson(const nlohmann::json& j);
 };
 
 // The objects for `app` under the resolved run config `cfg`. `unique` is
@@ -115,8 +120,12 @@ std::string LabelValue(std::string_view s);
 // A DNS-1123 label: [a-z0-9-], at most 63, alphanumeric at both ends.
 bool IsDnsLabel(std::string_view s);
 
-// TorchX's pod overlay: objects merge key by key, a list is appended to the
-// list it meets, anything else replaces.
+// TorchX's pod overlay (torchx.specs.overlays.apply_overlay): objects merge
+// key by key, a list is appended to the list it meets, anything else
+// replaces; the keys `__put__:F` replace F, `__del__:F` remove it, and
+// `__join__:F:K` merge the list F item by item on the field K (a matching
+// item's fields replace the base item's, others are appended). The JOIN
+// keys' shapes are checked before (the role's overlay is refused otherwise).
 void MergeOverlay(nlohmann::ordered_json& base, const nlohmann::json& overlay);
 
 // The labels TorchX puts on a pod (torchx.pytorch.org/... and

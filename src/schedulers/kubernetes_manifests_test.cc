@@ -152,9 +152,11 @@ TEST(KubeManifests, AutoIsAJobSetThatSaysSo) {
   EXPECT_TRUE(req.auto_workload);
   EXPECT_EQ(req.objects[1]["kind"], "JobSet");
   EXPECT_EQ(FormatRequest(req).rfind("# workload=auto", 0), 0u);
-  auto back = Request::FromJson(json::parse(req.ToJson().dump()));
-  ASSERT_TRUE(back.ok());
-  EXPECT_TRUE(back->auto_workload);
+  EXPECT_EQ(req.ToJson()["auto"], true);
+  // Submission may make it again as Jobs, under the same name.
+  EXPECT_EQ(req.base, "train");
+  EXPECT_EQ(req.unique, "bx2kq7mvf1sd");
+  EXPECT_EQ(req.name, req.base + "-" + req.unique);
 }
 
 TEST(KubeManifests, PlainJobsShareAHeadlessService) {
@@ -236,15 +238,16 @@ TEST(KubeManifests, BadInputIsEveryProblemAtOnce) {
   EXPECT_NE(e.find("expected volcano, jobset, job or auto"), std::string::npos) << e;
 }
 
-TEST(KubeManifests, RequestRoundTripsThroughJson) {
+TEST(KubeManifests, RequestAsJsonAndAsYaml) {
   specs::AppDef app{"train", {Role("trainer", 2)}, {}};
   Request req =
       Make(app, Cfg({{"workload", std::string("job")}, {"namespace", std::string("ml")}}));
-  auto back = Request::FromJson(json::parse(req.ToJson().dump()));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->AppId(), "ml:train-bx2kq7mvf1sd");
-  EXPECT_EQ(back->workload, Workload::kJob);
-  EXPECT_EQ(back->objects.size(), 3u);  // the Secret, the Service and one Job
+  EXPECT_EQ(req.AppId(), "ml:train-bx2kq7mvf1sd");
+  ordered_json j = req.ToJson();
+  EXPECT_EQ(j["namespace"], "ml");
+  EXPECT_EQ(j["name"], "train-bx2kq7mvf1sd");
+  EXPECT_EQ(j["workload"], "job");
+  EXPECT_EQ(j["objects"].size(), 3u);  // the Secret, the Service and one Job
   // YAML documents that read back as the objects.
   std::string yaml = FormatRequest(req);
   EXPECT_EQ(yaml.rfind("---\n", 0), 0u);
@@ -347,6 +350,53 @@ TEST(KubeManifests, MergeOverlayUpsertsAndAppends) {
   ordered_json base = {{"a", {{"b", 1}, {"l", {1}}}}, {"c", "x"}};
   MergeOverlay(base, json{{"a", {{"l", {2}}, {"d", true}}}, {"c", "y"}});
   EXPECT_EQ(base.dump(), R"({"a":{"b":1,"l":[1,2],"d":true},"c":"y"})");
+}
+
+TEST(KubeManifests, MergeOverlayTakesTorchXsOperators) {
+  ordered_json base = {{"spec",
+                        {{"containers", {{{"name", "main"}, {"image", "v1"}}}},
+                         {"volumes", {{{"name", "old"}}}},
+                         {"hostNetwork", true}}}};
+  MergeOverlay(base, json::parse(R"({"spec": {
+      "__join__:containers:name": [{"name": "main", "livenessProbe": {"path": "/health"}},
+                                   {"name": "side", "image": "proxy"},
+                                   {"name": "main", "cpu": "1"}],
+      "__put__:volumes": [{"name": "data"}],
+      "__del__:hostNetwork": null}})"));
+  EXPECT_EQ(
+      base.dump(),
+      R"({"spec":{"containers":[{"name":"main","image":"v1","livenessProbe":{"path":)"
+      R"("/health"},"cpu":"1"},{"image":"proxy","name":"side"}],"volumes":[{"name":"data"}]}})");
+}
+
+TEST(KubeManifests, SetOverlaysV1PodKindIsThePodsOverlay) {
+  // What trun.specs.overlays.set_overlay(role, "kubernetes", "V1Pod", ...) stores.
+  specs::Role r = Role("trainer", 1);
+  r.metadata["kubernetes"] = json::parse(R"({"__torchx_overlays__": true,
+      "V1Pod": {"spec": {"nodeSelector": {"gpu": "a100"}, "__put__:tolerations": []}}})");
+  Request req = Make(specs::AppDef{"train", {r}, {}},
+                     Cfg({{"tolerations", std::vector<std::string>{"spot=true"}}}));
+  const auto& spec = req.objects[1]["spec"]["tasks"][0]["template"]["spec"];
+  EXPECT_EQ(spec["nodeSelector"]["gpu"], "a100");
+  EXPECT_EQ(spec["tolerations"], ordered_json::array());
+  EXPECT_FALSE(spec.contains("V1Pod"));
+  EXPECT_FALSE(req.objects[1]["spec"]["tasks"][0]["template"].contains("__torchx_overlays__"));
+
+  // Another kind only: nothing for the pod.
+  r.metadata["kubernetes"] = json::parse(R"({"__torchx_overlays__": true, "Other": {"x": 1}})");
+  req = Make(specs::AppDef{"train", {r}, {}}, Cfg());
+  EXPECT_FALSE(req.objects[1]["spec"]["tasks"][0]["template"].contains("Other"));
+
+  r.metadata["kubernetes"] = json::parse(R"({"__torchx_overlays__": true,
+      "V1Pod": {"spec": {"__join__:containers": [{"name": "x"}], "__join__:volumes:name": {}}}})");
+  std::string e = Error(specs::AppDef{"train", {r}, {}}, Cfg());
+  EXPECT_NE(e.find("role 'trainer': metadata kubernetes: spec.__join__:containers: a JOIN key "
+                   "needs the field to match items on; write JOIN(\"containers\", on=\"name\")"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("spec.__join__:volumes:name: JOIN needs a list of objects, got {}"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

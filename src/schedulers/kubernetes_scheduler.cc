@@ -358,17 +358,21 @@ Result<DryRunInfo> KubernetesScheduler::DryRun(const specs::AppDef& app, const s
   auto req = kube::MakeRequest(app, cfg, RandomId(), SelfExecutable());
   if (!req.ok()) return req.status();
   DryRunInfo info;
-  info.request = req->ToJson();
   info.text = kube::FormatRequest(*req);
+  info.request = std::move(*req);
   return info;
 }
 
 Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
-  auto req = kube::Request::FromJson(info.request);
-  if (!req.ok()) return req.status();
+  const auto* made = std::get_if<kube::Request>(&info.request);
+  if (made == nullptr) {
+    return Status::Internal("the kubernetes scheduler was given another's request");
+  }
+  // A copy: the job token goes in below, and auto mode may make it again.
+  kube::Request req = *made;
   auto c = Client();
   if (!c.ok()) return c.status();
-  if (req->auto_workload) {
+  if (req.auto_workload) {
     // API discovery: the group version answers 404 where JobSet's CRD is
     // not installed. Then the same app, with the same name, as Jobs.
     auto group = (*c)->Call("GET", "/apis/jobset.x-k8s.io/v1alpha2");
@@ -376,27 +380,26 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
     if (!group.ok()) {
       specs::Cfg cfg = info.cfg;
       cfg["workload"] = std::string("job");
-      auto jobs = kube::MakeRequest(info.app, cfg, req->name.substr(req->name.rfind('-') + 1),
-                                    SelfExecutable());
+      auto jobs = kube::MakeRequest(info.app, cfg, req.unique, SelfExecutable());
       if (!jobs.ok()) return jobs.status();
-      req = std::move(jobs);
+      req = std::move(*jobs);
     }
   }
   // The job token of this app's agents; the dry run's was only a stand-in.
-  kube::SetJobToken(*req, JobTokenForSubmission());
+  kube::SetJobToken(req, JobTokenForSubmission());
   // The server checks every object before any is created (as TorchX's
   // validate_spec), so a refused Job leaves no Service behind.
-  if (req->validate_spec) {
-    for (const auto& obj : req->objects) {
-      auto r = (*c)->Call("POST", CollectionOf(obj, req->ns) + "?dryRun=All", obj.dump());
-      if (!r.ok()) return CreateError(r.status(), obj, req->ns);
+  if (req.validate_spec) {
+    for (const auto& obj : req.objects) {
+      auto r = (*c)->Call("POST", CollectionOf(obj, req.ns) + "?dryRun=All", obj.dump());
+      if (!r.ok()) return CreateError(r.status(), obj, req.ns);
     }
   }
   std::vector<std::string> created;
   bool secret = false;  // the job token's Secret was created
   json owner;           // the first other object created
-  for (const auto& obj : req->objects) {
-    const std::string collection = CollectionOf(obj, req->ns);
+  for (const auto& obj : req.objects) {
+    const std::string collection = CollectionOf(obj, req.ns);
     auto r = (*c)->Call("POST", collection, obj.dump());
     if (!r.ok()) {
       // Undo what was created, so that nothing half made keeps running.
@@ -404,9 +407,9 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
       if (r.status().http_status() == 409) {
         return Status::InvalidArgument(fmt::format(
             "{} {} already exists; this is a transient clash of random names, submit again",
-            obj.value("kind", ""), req->name));
+            obj.value("kind", ""), req.name));
       }
-      return CreateError(r.status(), obj, req->ns);
+      return CreateError(r.status(), obj, req.ns);
     }
     created.push_back(collection + "/" + obj["metadata"].value("name", ""));
     if (obj.value("kind", "") == "Secret") {
@@ -420,8 +423,8 @@ Result<std::string> KubernetesScheduler::Schedule(const DryRunInfo& info) {
                  {"uid", Str(*r, json::json_pointer("/metadata/uid"))}}}};
     }
   }
-  if (secret && !owner.is_null()) OwnSecret(**c, req->ns, req->name, owner);
-  return req->AppId();
+  if (secret && !owner.is_null()) OwnSecret(**c, req.ns, req.name, owner);
+  return req.AppId();
 }
 
 Result<DescribeAppResponse> KubernetesScheduler::Describe(const std::string& app_id) {

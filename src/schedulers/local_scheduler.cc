@@ -291,13 +291,13 @@ Result<DryRunInfo> LocalScheduler::DryRun(const specs::AppDef& app, const specs:
   }
   if (!p.empty()) return p.ToStatus();
   DryRunInfo info;
-  info.request = local::ToJson(req);
+  info.request = std::move(req);
   return info;
 }
 
 Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
-  auto req = local::RequestFromJson(nlohmann::json::parse(info.request.dump()));
-  if (!req.ok()) return req.status();
+  const auto* req = std::get_if<local::Request>(&info.request);
+  if (req == nullptr) return Status::Internal("the local scheduler was given another's request");
   TRUN_RETURN_IF_ERROR(MakeDirs(local::LocalRoot()));
   if (::mkdir(req->app_dir.c_str(), local::kPrivateDir) != 0 ||
       ::chmod(req->app_dir.c_str(), local::kPrivateDir) != 0) {
@@ -327,8 +327,8 @@ Result<std::string> LocalScheduler::Schedule(const DryRunInfo& info) {
   }
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(
       req->app_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n", local::kPrivateFile));
-  TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json", info.request.dump(2) + "\n",
-                                       local::kPrivateFile));
+  TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->app_dir + "/request.json",
+                                       info.RequestJson().dump(2) + "\n", local::kPrivateFile));
   TRUN_RETURN_IF_ERROR(local::WriteState(req->app_dir, st));
   Status started = StartSupervisor(req->app_dir, JobTokenForSubmission());
   if (!started.ok()) {
@@ -457,25 +457,22 @@ Status LocalScheduler::Delete(const std::string& app_id) {
   return Status::OK();
 }
 
-Result<std::vector<nlohmann::json>> LocalScheduler::Stacks(const std::string& app_id) {
+Result<StacksAnswer> LocalScheduler::Stacks(const std::string& app_id) {
   auto st = CurrentState(app_id);
   if (!st.ok()) return st.status();
   if (specs::IsTerminal(st->state)) {
     return Status::InvalidArgument(
         fmt::format("{} is {}: it has no stacks to show", app_id, specs::AppStateName(st->state)));
   }
-  std::vector<nlohmann::json> nodes;
+  StacksAnswer answer;
   for (const auto& role : st->roles) {
     for (const auto& r : role.replicas) {
       if (r.pid <= 0 || r.state != AppState::kRunning) continue;
-      // The replica itself is the worker where it is the program (a plain
-      // `python`), else its workers are below it (trun's agent).
-      std::vector<agent::StackTarget> targets = agent::RankedDescendants(r.pid);
-      if (targets.empty()) targets.push_back({0, 0, r.pid, ""});
-      nodes.push_back(agent::ReadStacks(targets, {FqdnHostname(), app_id, r.id, std::nullopt}));
+      answer.nodes.push_back(agent::ReadStacks(agent::ReplicaWorkers(r.pid),
+                                               {FqdnHostname(), app_id, r.id, std::nullopt}));
     }
   }
-  return nodes;
+  return answer;
 }
 
 Result<std::vector<ListAppResponse>> LocalScheduler::List() {

@@ -48,7 +48,7 @@ class LocalScheduler : public Scheduler {
   Result<std::vector<ListAppResponse>> List() override;
   // Reads the workers below each running replica (agent/stacks.h's
   // RankedDescendants): the same user's processes, on this host.
-  Result<std::vector<nlohmann::json>> Stacks(const std::string& app_id) override;
+  Result<StacksAnswer> Stacks(const std::string& app_id) override;
 
  protected:
   Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) override;

@@ -44,8 +44,8 @@ TEST_F(LocalSchedulerTest, DryRunIsTheExactRequest) {
   LocalScheduler s("sess");
   auto info = s.SubmitDryRun(App(), {});
   ASSERT_TRUE(info.ok()) << info.status().message();
-  auto req = local::RequestFromJson(nlohmann::json::parse(info->request.dump()));
-  ASSERT_TRUE(req.ok());
+  const auto* req = std::get_if<local::Request>(&info->request);
+  ASSERT_TRUE(req);
   EXPECT_TRUE(std::regex_match(req->app_id, std::regex("my-app-1-[b-z][b-z0-79]+"))) << req->app_id;
   EXPECT_EQ(req->session, "sess");
   EXPECT_EQ(req->app_dir, (dir_ / "trun" / "local" / req->app_id).string());
@@ -71,6 +71,10 @@ TEST_F(LocalSchedulerTest, DryRunIsTheExactRequest) {
   EXPECT_EQ(std::get<double>(info->cfg.at("stop_timeout")), 10.0);
   // Nothing was created by a dry run.
   EXPECT_FALSE(fs::exists(req->app_dir));
+  // The JSON printed and stored as request.json, which the supervisor reads.
+  auto stored = local::RequestFromJson(nlohmann::json::parse(info->RequestJson().dump()));
+  ASSERT_TRUE(stored.ok()) << stored.status().message();
+  EXPECT_EQ(local::ToJson(*stored), local::ToJson(*req));
 }
 
 TEST_F(LocalSchedulerTest, OnlyARoleThatRunsTrunsAgentGetsTheJobToken) {
@@ -82,8 +86,8 @@ TEST_F(LocalSchedulerTest, OnlyARoleThatRunsTrunsAgentGetsTheJobToken) {
   LocalScheduler s("sess");
   auto info = s.SubmitDryRun(app, {});
   ASSERT_TRUE(info.ok()) << info.status().message();
-  auto req = local::RequestFromJson(nlohmann::json::parse(info->request.dump()));
-  ASSERT_TRUE(req.ok());
+  const auto* req = std::get_if<local::Request>(&info->request);
+  ASSERT_TRUE(req);
   ASSERT_EQ(req->roles.size(), 2u);
   EXPECT_FALSE(req->roles[0].job_token);
   EXPECT_TRUE(req->roles[1].job_token);
@@ -95,7 +99,8 @@ TEST_F(LocalSchedulerTest, RunOptionsShapeTheRequest) {
   ASSERT_TRUE(cfg.ok());
   auto info = s.SubmitDryRun(App(), *cfg);
   ASSERT_TRUE(info.ok()) << info.status().message();
-  auto req = local::RequestFromJson(nlohmann::json::parse(info->request.dump()));
+  const auto* req = std::get_if<local::Request>(&info->request);
+  ASSERT_TRUE(req);
   const auto& r0 = req->roles[0].replicas[0];
   EXPECT_EQ(r0.log_dir, "/logs/sess/" + req->app_id + "/trainer/0");
   EXPECT_EQ(r0.env.at("PATH").rfind(fs::current_path().string() + ":/opt/role/bin", 0), 0u);

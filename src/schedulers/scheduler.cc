@@ -16,7 +16,18 @@
 
 namespace trun::schedulers {
 
-std::string DryRunInfo::Format() const { return text.empty() ? specs::ToYaml(request) : text; }
+nlohmann::ordered_json DryRunInfo::RequestJson() const {
+  struct {
+    nlohmann::ordered_json operator()(const local::Request& r) const { return local::ToJson(r); }
+    nlohmann::ordered_json operator()(const slurm::BatchRequest& r) const { return r.ToJson(); }
+    nlohmann::ordered_json operator()(const kube::Request& r) const { return r.ToJson(); }
+  } to_json;
+  return std::visit(to_json, request);
+}
+
+std::string DryRunInfo::Format() const {
+  return text.empty() ? specs::ToYaml(RequestJson()) : text;
+}
 
 specs::AppStatus DescribeAppResponse::ToAppStatus() const {
   specs::AppStatus s;
@@ -117,7 +128,7 @@ std::string JobTokenForSubmission() {
   return given && *given ? given : store::NewJobToken();
 }
 
-Result<std::vector<nlohmann::json>> Scheduler::Stacks(const std::string& app_id) {
+Result<StacksAnswer> Scheduler::Stacks(const std::string& app_id) {
   return Status::Unsupported(fmt::format(
       "trun stack of {}: the {} scheduler's apps are not reachable from here; give trun stack "
       "--health HOST:PORT,... of the job's agents (--health-check-port) instead",

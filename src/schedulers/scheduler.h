@@ -24,25 +24,36 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
+#include "schedulers/kubernetes_manifests.h"
+#include "schedulers/local_state.h"
+#include "schedulers/slurm_batch.h"
 #include "specs/app.h"
 #include "specs/runopts.h"
 
 namespace trun::schedulers {
+
+// The exact request a scheduler submits, as its own type: the local
+// scheduler's every replica's command line, environment additions,
+// directory and log files; SLURM's sbatch arguments and script;
+// Kubernetes' objects. Schedule() takes the one its DryRun() made.
+using SchedulerRequest = std::variant<local::Request, slurm::BatchRequest, kube::Request>;
 
 // The request a scheduler would submit, and what it was made from.
 struct DryRunInfo {
   std::string scheduler;
   specs::AppDef app;  // as given, before macros
   specs::Cfg cfg;     // resolved: defaults filled in
-  // The exact request, as JSON: for the local scheduler every replica's
-  // command line, environment additions, directory and log files.
-  nlohmann::ordered_json request;
-  // When set, what `--dryrun` prints instead of `request` as YAML (the slurm
-  // scheduler's sbatch command and script, exactly).
+  SchedulerRequest request;
+  // When set, what `--dryrun` prints instead of the request as YAML (the
+  // slurm scheduler's sbatch command and script, exactly).
   std::string text;
+  // The request as JSON: what `--dryrun --json` prints, and what the local
+  // and slurm schedulers store as the app's request.json.
+  nlohmann::ordered_json RequestJson() const;
   // The request as `--dryrun` prints it.
   std::string Format() const;
 };
@@ -77,6 +88,13 @@ struct LogOptions {
   std::optional<LogStream> streams;  // the scheduler's default when unset
 };
 
+// What `trun stack` of an app shows: a document per node that answered
+// (agent/stacks.h), and for each node that did not, why (naming it).
+struct StacksAnswer {
+  std::vector<nlohmann::json> nodes;
+  std::vector<std::string> unanswered;
+};
+
 class Scheduler {
  public:
   Scheduler(std::string name, std::string session)
@@ -97,7 +115,8 @@ class Scheduler {
   // run options, then builds the request. Nothing is started.
   Result<DryRunInfo> SubmitDryRun(const specs::AppDef& app, const specs::Cfg& cfg);
 
-  // Submits the request; returns the app id.
+  // Submits the request `info` of this scheduler's SubmitDryRun; returns
+  // the app id.
   virtual Result<std::string> Schedule(const DryRunInfo& info) = 0;
 
   // NotFound when the scheduler knows no such app.
@@ -123,9 +142,9 @@ class Scheduler {
   virtual Result<std::vector<ListAppResponse>> List() = 0;
 
   // Every worker's Python stacks of a running app, one document per node
-  // (agent/stacks.h). Unsupported where the scheduler cannot reach the
-  // app's processes from here.
-  virtual Result<std::vector<nlohmann::json>> Stacks(const std::string& app_id);
+  // (agent/stacks.h), and the nodes that gave none. Unsupported where the
+  // scheduler cannot reach the app's processes from here.
+  virtual Result<StacksAnswer> Stacks(const std::string& app_id);
 
  protected:
   virtual Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) = 0;

@@ -20,6 +20,7 @@
 #include "schedulers/log_files.h"
 #include "schedulers/slurm_batch.h"
 #include "schedulers/slurm_jobs.h"
+#include "schedulers/slurm_stacks.h"
 #include "specs/serialize.h"
 
 namespace trun::schedulers {
@@ -32,6 +33,9 @@ using specs::AppState;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kDefaultTimeout = 60;
+// `trun stack` waits this long at most for every node's answer (less where
+// $TRUN_SLURM_TIMEOUT is less): a node that has not answered by then is named.
+constexpr double kStackTimeout = 10;
 constexpr std::string_view kSubmitPrefix = "submit-";
 
 double CommandTimeout() {
@@ -74,16 +78,18 @@ Status Unreachable(std::string_view said, std::string_view consequence) {
       LastLine(said), consequence));
 }
 
-// Runs one of SLURM's commands with the timeout (and `env` added to its
-// environment).
+// Runs one of SLURM's commands with the timeout, `timeout_s` where given
+// (and `env` added to its environment).
 Result<proc::CommandResult> Slurm(const std::vector<std::string>& argv,
-                                  const std::map<std::string, std::string>& env = {}) {
-  auto r = proc::RunCommand(argv, CommandTimeout(), env);
+                                  const std::map<std::string, std::string>& env = {},
+                                  double timeout_s = 0) {
+  auto r = proc::RunCommand(argv, timeout_s > 0 ? timeout_s : CommandTimeout(), env);
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
     return Status::IOError(fmt::format(
         "{} is not on PATH: the slurm scheduler runs SLURM's commands (sbatch, squeue, scontrol, "
-        "scancel, sacct); run trun where they are installed (a login node of the cluster), or "
-        "add their directory to PATH (Debian and Ubuntu: apt-get install slurm-client)",
+        "scancel, sacct, and srun for trun stack); run trun where they are installed (a login "
+        "node of the cluster), or add their directory to PATH (Debian and Ubuntu: apt-get "
+        "install slurm-client)",
         argv[0]));
   }
   return r;
@@ -216,6 +222,8 @@ std::vector<std::string> Hosts(const std::string& nodes) {
 struct App {
   DescribeAppResponse d;
   std::string job_dir;
+  std::vector<std::string> hosts;  // the nodes of its replicas, in order
+  int components = 1;              // a heterogeneous job's, else 1
 };
 
 // A failed app's root cause, by failure::RootCause's rule, among the error
@@ -277,6 +285,7 @@ App Build(const std::string& app_id, std::vector<SlurmJob> jobs, const Record& r
     names.emplace_back(k ? j.name.substr(0, dash) : j.name, k ? static_cast<int>(*k) : 0);
   }
   const std::vector<std::string> hosts = Hosts(lead.nodes);
+  if (het) app.components = static_cast<int>(jobs.size());
   if (record.request) {
     roles = record.request->roles;
   } else if (het) {
@@ -309,6 +318,7 @@ App Build(const std::string& app_id, std::vector<SlurmJob> jobs, const Record& r
         r.hostname = hosts[k];
       }
       r.hostaddr = r.hostname;
+      if (!r.hostname.empty()) app.hosts.push_back(r.hostname);
       rs.replicas.push_back(std::move(r));
     }
     d.roles_statuses.push_back(std::move(rs));
@@ -398,14 +408,14 @@ Result<DryRunInfo> SlurmScheduler::DryRun(const specs::AppDef& app, const specs:
                                      RecordDir(std::string(kSubmitPrefix) + token));
   if (!req.ok()) return req.status();
   DryRunInfo info;
-  info.request = req->ToJson();
   info.text = slurm::FormatBatchRequest(*req);
+  info.request = std::move(*req);
   return info;
 }
 
 Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
-  auto req = BatchRequest::FromJson(nlohmann::json::parse(info.request.dump()));
-  if (!req.ok()) return req.status();
+  const auto* req = std::get_if<BatchRequest>(&info.request);
+  if (req == nullptr) return Status::Internal("the slurm scheduler was given another's request");
   const std::string submit_dir = fs::path(req->script_path).parent_path().string();
   std::error_code ec;
   fs::create_directories(req->job_dir, ec);
@@ -417,7 +427,8 @@ Result<std::string> SlurmScheduler::Schedule(const DryRunInfo& info) {
   if (ec) return Status::IOError(fmt::format("cannot create {}: {}", submit_dir, ec.message()));
   TRUN_RETURN_IF_ERROR(
       WriteFileAtomic(submit_dir + "/app.json", specs::ToJson(info.app).dump(2) + "\n"));
-  TRUN_RETURN_IF_ERROR(WriteFileAtomic(submit_dir + "/request.json", info.request.dump(2) + "\n"));
+  TRUN_RETURN_IF_ERROR(
+      WriteFileAtomic(submit_dir + "/request.json", info.RequestJson().dump(2) + "\n"));
   TRUN_RETURN_IF_ERROR(WriteFileAtomic(req->script_path, req->script));
 
   std::vector<std::string> argv = {"sbatch"};
@@ -593,6 +604,35 @@ Status SlurmScheduler::Cancel(const std::string& app_id) {
   }
   return Status::Timeout(
       fmt::format("job {} did not end within {} s of scancel", app_id, CommandTimeout()));
+}
+
+Result<StacksAnswer> SlurmScheduler::Stacks(const std::string& app_id) {
+  auto app = Lookup(app_id);
+  if (!app.ok()) return app.status();
+  if (app->d.state != AppState::kRunning) {
+    return Status::InvalidArgument(fmt::format(
+        "{} is {}: it has no stacks to show{}", app_id, specs::AppStateName(app->d.state),
+        app->d.state == AppState::kPending
+            ? "; its workers have not started yet: try again once `trun status` says RUNNING"
+            : ""));
+  }
+  const double timeout = std::min(CommandTimeout(), kStackTimeout);
+  auto r = Slurm(slurm::StackStepCommand(SelfExecutable(), app_id,
+                                         static_cast<int>(app->hosts.size()), app->components),
+                 {}, timeout);
+  if (!r.ok()) return r.status();
+  auto gathered = slurm::GatherStacks(r->out, app->hosts);
+  StacksAnswer answer{std::move(gathered.nodes), {}};
+  const std::string why = r->timed_out     ? fmt::format("no answer within {} s", timeout)
+                          : r->err.empty() ? fmt::format("srun exited with {}", r->exit_code)
+                                           : LastLine(r->err);
+  for (const auto& node : gathered.missing) {
+    answer.unanswered.push_back(
+        fmt::format("node {} of SLURM job {} gave no stacks ({}); `scontrol show node {}` "
+                    "says how the node is",
+                    node, app_id, why, node));
+  }
+  return answer;
 }
 
 Result<std::vector<ListAppResponse>> SlurmScheduler::List() {

@@ -51,6 +51,9 @@ class SlurmScheduler : public Scheduler {
              const std::function<bool(std::string_view)>& on_line) override;
   Status Cancel(const std::string& app_id) override;
   Result<std::vector<ListAppResponse>> List() override;
+  // One step of srun in the app's allocation reads every node's workers
+  // (slurm_stacks.h), within $TRUN_SLURM_TIMEOUT or 10 s, the less.
+  Result<StacksAnswer> Stacks(const std::string& app_id) override;
 
  protected:
   Result<DryRunInfo> DryRun(const specs::AppDef& app, const specs::Cfg& cfg) override;

@@ -1,5 +1,6 @@
-// Connection: one client of the store, as bytes on a socket. It reads into
-// a small buffer of its own, feeds the RequestParser, hands each whole
+// Connection: one client of the store, as bytes on a socket. It reads
+// through the server's shared buffer when its socket is readable, feeds the
+// RequestParser, hands each whole
 // request to its ConnectionHost (the server), and queues the replies, one
 // write in flight at a time. What a request means, and whether it is
 // allowed, is the host's business; this file only moves bytes.
@@ -39,9 +40,9 @@ class ConnectionHost {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // `read_buf`: shared by every connection of the server for the reads
-  // after a full small buffer; one thread, and the bytes are copied into
-  // the parser before anything else runs. `keep_host` keeps the host alive
+  // `read_buf`: shared by every connection of the server for its reads;
+  // one thread, and the bytes are copied into the parser before anything
+  // else runs. `keep_host` keeps the host alive
   // for handlers still queued after the server is destroyed.
   Connection(std::shared_ptr<ConnectionHost> keep_host, asio::ip::tcp::socket socket,
              const Limits& limits, size_t max_pending_reply_bytes, uint64_t id,
@@ -82,7 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   void Read();
   void OnReadError(std::error_code ec);
-  void OnBytes(size_t n);
+  void OnReadable();
   bool Consume(const char* data, size_t n);
   void Flush();
 
@@ -90,7 +91,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::ip::tcp::socket socket_;
   const size_t max_pending_reply_bytes_;
   std::array<char, 64 * 1024>& shared_buf_;
-  char buf_[512];
   std::string out_, sending_;
   bool writing_ = false;
   bool spoke_ = false;  // sent a byte since accept

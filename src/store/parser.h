@@ -49,11 +49,11 @@ const char* OpName(Op op);
 
 enum class Generation { kUnknown, kV1, kV2 };
 
-// A connection's buffer that grew past this for one large message is given
-// back once emptied, so that an idle connection holds little whatever it
-// once carried (thousands of ranks each reading a large value once would
-// otherwise each keep a copy's worth of buffer).
-inline constexpr size_t kKeepBufferBytes = 4096;
+// What a string holds on the heap: its capacity, less the bytes an empty
+// string holds in itself (the short-string buffer).
+inline size_t HeapBytes(const std::string& s) {
+  return s.capacity() > std::string().capacity() ? s.capacity() : 0;
+}
 
 struct Limits {
   size_t max_key_bytes = kDefaultMaxKeyBytes;
@@ -97,9 +97,11 @@ class RequestParser {
   // What this parser holds for the connection: buffered() plus the decoded
   // fields of the message in progress.
   size_t held() const { return buffered() + cur_arg_bytes_; }
-  // Bytes the parser's buffer has allocated: at most kKeepBufferBytes once
-  // every byte in it is parsed.
-  size_t allocated() const { return buf_.capacity(); }
+  // Bytes the parser's buffer has allocated: none once every byte in it is
+  // parsed, so that an idle connection holds no buffer whatever it once
+  // carried (thousands of ranks each reading a large value once would
+  // otherwise each keep a copy's worth).
+  size_t allocated() const { return HeapBytes(buf_); }
 
  private:
   // Each returns false when the bytes are not all there yet; a violation

@@ -137,18 +137,29 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
             import torchx.plugins
         except ImportError as e:
             print("no", e.name)
+        # pytest's importlib mode asks every finder for a test file's module
+        # directly: a name under a part trun lacks is None, not an error.
+        finder = next(f for f in sys.meta_path if getattr(f, "trun_alias", False))
+        print(finder.find_spec("torchx.specs.test.api_test", None))
         """))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.plugins",
+                "None"]
     out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert out.stdout.splitlines() == [
-        "True", "True True True True True True True ['a', '-b']", "no torchx.plugins"], out
+    assert out.stdout.splitlines() == expected, out
+    # A torchx/ folder without __init__.py (TorchX's test files copied out of
+    # its checkout) is a namespace package, not a real torchx: still served.
+    (tmp_path / "torchx" / "specs" / "test").mkdir(parents=True)
+    (tmp_path / "torchx" / "specs" / "test" / "__init__.py").write_text("")
+    out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.stdout.splitlines() == expected, out
     # A real torchx (here: a package in the program's folder) is never shadowed.
-    (tmp_path / "torchx").mkdir()
     (tmp_path / "torchx" / "__init__.py").write_text("")
     out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert out.stdout.startswith("False\n") and "No module named 'torchx.specs'" in out.stderr
+    assert out.stdout.startswith("False\n") and "No module named 'torchx.specs.api'" in out.stderr
     usage = subprocess.run([sys.executable, "-m", "trun.alias"], capture_output=True,
                            text=True, env=env)
     assert usage.returncode == 2 and "python -m trun.alias (SCRIPT | -m MODULE)" in usage.stderr
@@ -592,3 +603,205 @@ def test_file_linter_validates_as_torchx(tmp_path):
         ["Function nope not found"]
     path.write_text("def (")
     assert file_linter.validate(str(path), "x")[0].description == "invalid syntax"
+
+
+def test_overlays_as_torchx(tmp_path):
+    # trun.specs.overlays is TorchX's torchx.specs.overlays: stored in
+    # metadata (accumulating, operator keys kept), applied by apply_overlay.
+    from trun.specs.overlays import (DEL, JOIN, PUT, OverlaySpec, apply_overlay, get_overlay,
+                                     set_overlay, validate_overlay)
+    base = {"spec": {"cpu": "1"}, "tags": ["a"], "n": 1,
+            "containers": [{"name": "main", "image": "v1"}], "old": True}
+    apply_overlay(base, {"spec": {"mem": "1Gi"}, "tags": ["b"], "n": "HIGH", DEL("old"): None,
+                         JOIN("containers", on="name"): [{"name": "main", "cpu": "2"},
+                                                         {"name": "side"}]})
+    assert base == {"spec": {"cpu": "1", "mem": "1Gi"}, "tags": ["a", "b"], "n": "HIGH",
+                    "containers": [{"name": "main", "image": "v1", "cpu": "2"},
+                                   {"name": "side"}]}
+    apply_overlay(base, {PUT("tags"): ["only"], "containers": ({"name": "t"},)})
+    assert base["tags"] == ["only"] and base["containers"] == [{"name": "t"}]
+    with pytest.raises(TypeError, match="type mismatch for attr: `tags`"):
+        apply_overlay(base, {"tags": "x"})
+    with pytest.raises(TypeError, match="JOIN on `tags` needs a list of dicts"):
+        apply_overlay({}, {JOIN("tags", on="name"): ["x"]})
+
+    role = specs.Role(name="trainer", image="img", entrypoint="train.py")
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {"tolerations": [{"key": "gpu"}]}})
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {PUT("tolerations"): [],
+                                                       "nodeSelector": {"gpu": "a100"}}})
+    assert get_overlay(role, "kubernetes", "V1Pod") == {
+        "spec": {PUT("tolerations"): [], "nodeSelector": {"gpu": "a100"}}}
+    assert get_overlay(role, "kubernetes", "Other") == {}  # marked: no flat fallback
+    with pytest.raises(ValueError, match="reserved"):
+        set_overlay(role, "kubernetes", "__torchx_overlays__", {})
+    flat = specs.Role(name="f", image="img", metadata={"sched": {"priority": "high"}})
+    assert get_overlay(flat, "sched", "JobSpec") == {"priority": "high"}
+    assert get_overlay(flat, "sched", "JobSpec", flat_fallback=False) == {}
+    (tmp_path / "o.yaml").write_text("pod:\n  spec:\n    tolerations: !!python/tuple\n"
+                                     "      - key: gpu\n")
+    from_file = specs.Role(name="y", image="img", metadata={"k": f"file://{tmp_path}/o.yaml"})
+    assert get_overlay(from_file, "k", "pod") == {"spec": {"tolerations": ({"key": "gpu"},)}}
+    with pytest.raises(ValueError, match=r"`V1Pod.env`"):
+        OverlaySpec("kubernetes", "V1Pod", blocklist=("env",)).set(role, {PUT("env"): []})
+    with pytest.raises(ValueError, match="misplaced keys: {'retries'}. Use JobConfig."):
+        validate_overlay({"retries": 1}, forbidden_keys={"retries"}, suggestion="Use JobConfig.")
+
+    # trun's kubernetes scheduler applies the V1Pod overlay, operators included.
+    app = specs.AppDef(name="train", roles=[role])
+    (tmp_path / "app.json").write_text(specs.to_json(app))
+    env = dict(os.environ, HOME=str(tmp_path), KUBECONFIG="", TRUNCONFIG="")
+    r = subprocess.run([TRUN, "run", "-s", "kubernetes", "--dryrun", "--manifests",
+                        "-cfg", "queue=default,tolerations=gpu:NoSchedule", "./app.json"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import yaml
+    job = next(d for d in yaml.safe_load_all(r.stdout) if d and d["kind"] == "Job")
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "a100"} and pod["tolerations"] == []
+    assert "V1Pod" not in pod and "__torchx_overlays__" not in job["spec"]["tasks"][0]["template"]
+
+
+def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
+    import dataclasses
+    import io
+    from trun import alias
+    from trun.runner import config
+    from trun.schedulers import get_scheduler_factories
+    from trun.schedulers.api import Scheduler, StructuredOpts
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    assert alias.target("torchx.runner.config") == "trun.runner.config"
+    assert alias.target("torchx.settings") == "trun.settings"
+
+    # The binary's schedulers as TorchX's Scheduler objects, options from `trun runopts`.
+    local = get_scheduler_factories()["local"](session_name="s")
+    assert isinstance(local, Scheduler) and local.backend == "local"
+    opts = local.run_opts()
+    assert (opts.get("log_dir").opt_type, opts.get("log_dir").default) == (str, None)
+    assert (opts.get("prepend_cwd").opt_type, opts.get("prepend_cwd").default) == (bool, False)
+    assert opts.get("stop_timeout").default == 10.0 and "SIGKILL" in opts.get("stop_timeout").help
+    kube = get_scheduler_factories()["kubernetes"]("s").run_opts()
+    assert kube.get("node_selector").is_type_dict_of_str and kube.get("tolerations").is_type_list_of_str
+    role = specs.Role(name="r", image="i", entrypoint="echo", args=["hi"], resource=specs.resource())
+    info = local.submit_dryrun(specs.AppDef("a", roles=[role]), {"prepend_cwd": True})
+    assert info._scheduler == "local" and info.app.roles[0].args == ["hi"]
+    assert info.cfg["prepend_cwd"] is True and info.cfg["stop_timeout"] == 10.0
+    with pytest.raises(ValueError, match="has no resource: set Role.resource"):
+        local.submit_dryrun(specs.AppDef("a", roles=[specs.Role(name="r", image="i")]), {})
+
+    # .torchxconfig: the first file's value wins, cfg wins over files, casts as cast_to_type.
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    (home / ".torchxconfig").write_text(
+        "[local]\nlog_dir = /h\n\n[component:dist.ddp]\nj = 1x2\n\n[component:]\nx = y\n")
+    (cwd / ".torchxconfig").write_text(
+        "[local]\nlog_dir = /c\nprepend_cwd = yes\nstop_timeout = None\nnope = 1\n\n"
+        "[component:dist.ddp]\nj = 2x2\nimage = img\n")
+    cfg = {"stop_timeout": 3.0}
+    config.apply("local", cfg, dirs=[str(home), str(cwd)])
+    assert cfg == {"stop_timeout": 3.0, "log_dir": "/h", "prepend_cwd": True}
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIRS", [str(cwd)])
+    cfg = {}
+    config.apply("local", cfg)
+    assert cfg == {"log_dir": "/c", "prepend_cwd": True, "stop_timeout": None}
+    assert config.load_sections("component", [str(home), str(cwd)]) == \
+        {"dist.ddp": {"j": "1x2", "image": "img"}}
+    assert config.get_config("component", "dist.ddp", "image", [str(cwd)]) == "img"
+    assert config.get_configs("component", "nope", [str(cwd)]) == {}
+    monkeypatch.setenv("TORCHXCONFIG", str(home / ".torchxconfig"))
+    assert config.find_configs([str(cwd)]) == [str(home / ".torchxconfig")]
+    monkeypatch.setenv("TORCHXCONFIG", "")
+    assert config.find_configs([str(cwd)]) == []
+    monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="TORCHXCONFIG=.*missing is not a file"):
+        config.find_configs()
+    with pytest.raises(ValueError, match="`local_cwd` is not a registered scheduler; the "
+                                         "schedulers are local, slurm, kubernetes"):
+        config.load("local_cwd", io.StringIO(""), {})
+    # A dump of every scheduler loads back as every option at its default.
+    out = io.StringIO()
+    config.dump(out)
+    for name in ("local", "slurm", "kubernetes"):
+        out.seek(0)
+        cfg = {}
+        config.load(name, out, cfg)
+        defaults = {k: o.default for k, o in get_scheduler_factories()[name]("s").run_opts()}
+        assert cfg == defaults
+
+    # StructuredOpts: fields as options (help from the string under each), groups as FIELD.NAME.
+    @dataclasses.dataclass
+    class Inner(StructuredOpts):
+        x: str | None = None
+        """the x"""
+        y: List[str] = dataclasses.field(default_factory=lambda: ["a"])
+
+    @dataclasses.dataclass
+    class Outer(StructuredOpts):
+        need: int
+        """needed"""
+        inner: Inner = dataclasses.field(default_factory=Inner)
+
+    ro = Outer.as_runopts()
+    assert [k for k, _ in ro] == ["need", "inner.x", "inner.y"]
+    assert ro.get("need").is_required and ro.get("need").help == "needed"
+    assert (ro.get("inner.x").help, ro.get("inner.y").default) == ("the x", ["a"])
+    o = Outer.from_cfg({"need": 3, "inner.x": "v", "other": 1})
+    assert (o.need, o.inner.x, o.inner.y) == (3, "v", ["a"])
+    assert dict(o) == {"need": 3, "inner.x": "v", "inner.y": ["a"]}
+    assert (o | {"need": 4})["need"] == 4
+
+
+def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
+    from trun.specs import finder
+    monkeypatch.setattr(finder, "_components", None)
+    builtins = finder.get_components()
+    assert {"dist.ddp", "dist.spmd", "utils.echo", "utils.sh"} <= set(builtins)
+    echo = finder.get_component("utils.echo")
+    assert (echo.name, echo.fn_name, echo.validation_errors) == ("utils.echo", "echo", [])
+    assert all(not c.validation_errors for c in builtins.values())
+    with pytest.raises(finder.ComponentNotFoundException, match="did you mean utils.echo"):
+        finder.get_component("utils.ech")
+    f = tmp_path / "comps.py"
+    f.write_text(textwrap.dedent('''
+        from trun import specs
+        def good(name: str) -> specs.AppDef:
+            """Makes an app.
+
+            Args:
+                name: its name
+            """
+            return specs.AppDef(name)
+        def nodoc(name: str) -> specs.AppDef:
+            return specs.AppDef(name)
+        def bad(name) -> specs.AppDef:
+            return specs.AppDef(name)
+        '''))
+    good = finder.get_component(f"{f}:good")
+    assert (good.name, good.description, good.fn("x").name) == (f"{f}:good", "Makes an app.", "x")
+    assert finder.get_component(f"{f}:nodoc").description.startswith(
+        "nodoc TIP: improve this help string by adding a docstring")
+    with pytest.raises(finder.ComponentValidationException, match="Missing type annotation"):
+        finder.get_component(f"{f}:bad")
+    with pytest.raises(finder.ComponentNotFoundException, match="Function nope not found"):
+        finder.get_component(f"{f}:nope")
+    [bad] = finder.CustomComponentsFinder(str(f), "bad").find(None)
+    assert len(bad.validation_errors) == 1
+    import trun.components as pkg
+    import trun.components.dist as dist
+    assert (finder.module_relname(pkg, relative_to=pkg), finder.module_relname(dist, pkg)) == \
+        ("", "dist")
+    with pytest.raises(ValueError):
+        finder.module_relname(pkg, relative_to=dist)
+    src = tmp_path / "echo_copy.py"
+    src.write_text(finder.get_builtin_source("utils.echo"))
+    assert finder.get_component(f"{src}:echo").validation_errors == []
+    # Packages registered under torchx.components replace the builtins; `_*` adds no prefix.
+    from importlib.metadata import EntryPoint, EntryPoints
+    group = "torchx.components"
+    monkeypatch.setattr(finder.metadata, "entry_points", lambda group: EntryPoints([
+        EntryPoint("_0", "trun.components.dist", group),
+        EntryPoint("u", "trun.components.utils", group)]))
+    monkeypatch.setattr(finder, "_components", None)
+    names = set(finder.get_components())
+    assert {"ddp", "u.echo"} <= names and "dist.ddp" not in names and "echo" not in names

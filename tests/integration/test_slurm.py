@@ -288,6 +288,58 @@ def test_log_tail_follows_the_replicas_until_the_job_ends(cluster):
     assert "echo/0 followed" in r.err, r.err
 
 
+def test_trun_stack_reads_every_node_by_a_step_in_the_allocation(cluster):
+    """A 2-node app whose last rank sleeps in a function of its script's own
+    while rank 0 waits in all_reduce: `trun stack` runs one srun step over
+    both nodes and shows each rank where it is; a node that does not answer
+    is named (exit 1) with the other printed; no srun is exit 3, an ended
+    app exit 2."""
+    script = FIXTURES / "stack_worker.py"
+    sleep_line = next(i for i, line in enumerate(script.read_text().splitlines(), 1)
+                      if "SLEEP_LINE" in line)
+    handle = cluster.submit("dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
+                            "--script", script)
+    ranks = cluster.wait_for_stuck_stacks(handle)
+    top = ranks[1][1][0]
+    assert (top["file"], top["line"]) == (str(script), sleep_line)
+    # One document per node, named as SLURM names it, numbered as the replicas.
+    nodes = {rank: node for rank, (node, _) in ranks.items()}
+    assert sorted(n["node_rank"] for n in nodes.values()) == [0, 1], nodes
+    assert {n["hostname"] for n in nodes.values()} == \
+        {r["hostname"] for r in cluster.status(handle)["roles"][0]["replicas"]}
+    t0 = time.monotonic()
+    text = cluster.trun("stack", handle).out
+    print(f"trun stack of a 2-node SLURM app took {time.monotonic() - t0:.3f} s")
+    assert "rank 0 (local_rank 0, host node" in text and "rank 1 (local_rank 0, host node" in text
+    assert f'line {sleep_line}, in stuck_before_the_collective' in text, text
+
+    # The node of rank 1 does not answer (its slurmd stopped): named, rank 0 shown.
+    slow = nodes[1]["hostname"]
+    pid = int((cluster.root / "cluster" / f"slurmd.{slow}.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = cluster.trun("stack", handle, env=dict(cluster.env, TRUN_SLURM_TIMEOUT="3"))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert r.returncode == 1, (r.returncode, r.err)
+    assert f"node {slow} of SLURM job" in r.err and "no answer within 3 s" in r.err, r.err
+    assert "rank 0 (local_rank 0" in r.out and "rank 1 (" not in r.out, r.out
+
+    # SLURM's commands without srun.
+    bin_dir = cluster.root / "no-srun"
+    bin_dir.mkdir()
+    for tool in ("squeue", "scontrol", "sacct"):
+        real = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                              text=True).stdout.strip()
+        (bin_dir / tool).symlink_to(real)
+    r = cluster.trun("stack", handle, env=dict(cluster.env, PATH=str(bin_dir)))
+    assert r.returncode == 3 and "srun is not on PATH" in r.err, (r.returncode, r.err)
+
+    assert cluster.trun("cancel", handle).returncode == 0
+    r = cluster.trun("stack", handle)
+    assert r.returncode == 2 and "is CANCELLED: it has no stacks to show" in r.err, r.err
+
+
 def test_squeue_without_json_falls_back_to_scontrol(cluster):
     """Clusters whose squeue cannot print JSON (Slurm before 21.08, or no
     openapi plugins): the same answers from `scontrol -o show job`."""

@@ -306,22 +306,11 @@ def test_trun_stack_of_a_running_app_shows_every_rank(jobs):
                       if "SLEEP_LINE" in line)
     handle = jobs.submit("-s", "local", "dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
                          "--script", script)
-    deadline = time.monotonic() + 120
-    while True:
-        r = jobs.trun("stack", "--json", handle)
-        assert r.returncode == 0, r.err
-        workers = {w["rank"]: (node, w) for node in json.loads(r.out) for w in node["workers"]}
-        frames = {rank: w["threads"][0]["frames"] if w["threads"] else []
-                  for rank, (_, w) in workers.items()}
-        if (sorted(frames) == [0, 1] and frames[1][:1]
-                and frames[1][0]["function"] == "stuck_before_the_collective"
-                and any(f["function"] == "all_reduce" for f in frames[0])):
-            break
-        assert time.monotonic() < deadline, r.out
-        time.sleep(0.5)
-    assert (frames[1][0]["file"], frames[1][0]["line"]) == (str(script), sleep_line)
+    ranks = jobs.wait_for_stuck_stacks(handle)
+    top = ranks[1][1][0]
+    assert (top["file"], top["line"]) == (str(script), sleep_line)
     # One document per replica, each with its own worker.
-    assert sorted(node["node_rank"] for node, _ in workers.values()) == [0, 1]
+    assert sorted(node["node_rank"] for node, _ in ranks.values()) == [0, 1]
     text = jobs.trun("stack", handle).out
     assert "rank 0 (local_rank 0, host " in text and "rank 1 (local_rank 0, host " in text
     assert f'line {sleep_line}, in stuck_before_the_collective' in text

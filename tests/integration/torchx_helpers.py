@@ -70,6 +70,25 @@ class Jobs:
             time.sleep(0.2)
         raise AssertionError(f"no /{pattern}/ in the log of {handle}:\n{out}")
 
+    def wait_for_stuck_stacks(self, handle, timeout=120):
+        """`trun stack --json` of a 2-rank app of fixtures/stack_worker.py
+        until rank 1 sleeps in the script's own function and rank 0 waits in
+        all_reduce (an app still starting may answer with an error meanwhile).
+        Returns {rank: (its node's document, its main thread's frames)}."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.trun("stack", "--json", handle)
+            ranks = {}
+            if r.returncode == 0:
+                ranks = {w["rank"]: (node, w["threads"][0]["frames"] if w["threads"] else [])
+                         for node in json.loads(r.out) for w in node["workers"]}
+            if (sorted(ranks) == [0, 1] and ranks[1][1][:1]
+                    and ranks[1][1][0]["function"] == "stuck_before_the_collective"
+                    and any(f["function"] == "all_reduce" for f in ranks[0][1])):
+                return ranks
+            assert time.monotonic() < deadline, (r.returncode, r.out, r.err)
+            time.sleep(0.5)
+
     def cancel_all(self):
         r = self.trun("list")
         for handle in HANDLE.findall(r.out):

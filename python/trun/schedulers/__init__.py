@@ -1,33 +1,138 @@
 """TorchX's ``torchx.schedulers`` for trun: the schedulers the trun binary has.
 
-trun's schedulers are C++ (``trun runopts`` lists their options); Python
-reaches them through :mod:`trun.runner`. ``get_scheduler_factories()``
-names them, as TorchX's does, for code that lists or checks scheduler names.
+trun's schedulers are C++ (``trun runopts`` lists their options).
+``get_scheduler_factories()`` makes, for each, a :class:`Scheduler` that
+drives the binary through :class:`trun.runner.Runner`, so code written
+against TorchX's scheduler objects (``run_opts()``, ``submit_dryrun``,
+``describe``, ``.torchxconfig`` loading) works unchanged. Thread-safety: as
+the Runner's (each call runs the binary on its own).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
-from trun.specs.api import SCHEDULERS
+from trun import _binary
+from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle, runopt,
+                            runopts)
+
+if TYPE_CHECKING:
+    from trun.runner import Runner
+
+__all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "get_default_scheduler_name",
+           "get_scheduler_factories"]
 
 
 class SchedulerFactory(Protocol):
-    def __call__(self, session_name: str, **kwargs: object) -> object: ...
+    def __call__(self, session_name: str, **kwargs: object) -> Scheduler: ...
 
 
-def _refuse(name: str) -> SchedulerFactory:
-    def factory(session_name: str, **kwargs: object) -> object:
-        raise NotImplementedError(
-            f"scheduler {name}: trun's schedulers run in the trun binary and have no Python "
-            f"object; submit with trun.runner.get_runner().run(app, scheduler={name!r})")
+# One option of `trun runopts` (TorchX's layout): "name=NAME (type[, default])",
+# its help on the next line.
+_OPTION = re.compile(r"^ {8}(?P<name>\S+)=\S+ \((?P<type>\w+(?:\[[^\]]*\])?)"
+                     r"(?:, (?P<default>.*))?\)$")
+_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool,
+                          "list[str]": list[str], "dict[str, str]": dict[str, str]}
+
+
+def parse_runopts(text: str) -> runopts:
+    """The options ``trun runopts SCHEDULER`` printed, as :class:`runopts`."""
+    opts = runopts()
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _OPTION.match(line)
+        if not m:
+            continue
+        tp = _TYPES.get(m["type"].lower())
+        if tp is None:
+            raise ValueError(f"trun runopts printed option {m['name']!r} of unknown type "
+                             f"{m['type']!r}; is TRUN_BINARY a trun of another version?")
+        raw = m["default"]
+        help_text = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        default = (None if raw is None or raw == "None"
+                   else runopt(None, tp, False, help_text).cast_to_type(raw))
+        opts.add(m["name"], type_=tp, help=help_text, default=default,
+                 required=raw is None)
+    return opts
+
+
+class TrunScheduler(Scheduler):
+    """One of the trun binary's schedulers as TorchX's Scheduler object. Apps are
+    named by id within trun's session (handles ``BACKEND://trun/ID``) whatever
+    ``session_name`` says, as with the Runner."""
+
+    def __init__(self, backend: str, session_name: str, *, trun: str | None = None) -> None:
+        if backend not in SCHEDULERS:
+            raise ValueError(f"trun has no scheduler {backend!r} (it has "
+                             f"{', '.join(SCHEDULERS)})")
+        super().__init__(backend, session_name)
+        self._trun = trun
+        self._opts: runopts | None = None
+
+    def _runner(self) -> Runner:
+        from trun.runner import Runner  # trun.runner imports this package
+        return Runner(self.session_name, trun=self._trun)
+
+    def _handle(self, app_id: str) -> str:
+        return make_app_handle(self.backend, "trun", app_id)
+
+    def _run_opts(self) -> runopts:
+        if self._opts is None:
+            r = _binary.run(["runopts", self.backend], trun=self._trun, no_config=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"`trun runopts {self.backend}` failed "
+                                   f"(exit {r.returncode}): {r.stderr.strip()}")
+            self._opts = parse_runopts(r.stdout)
+        return self._opts
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+        return self._runner().dryrun(app, self.backend, cfg)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        handle = self._runner().schedule(dryrun_info)
+        return handle.rsplit("/", 1)[-1]
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        runner = self._runner()
+        status = runner.status(self._handle(app_id))
+        if status is None:
+            return None
+        app = runner.describe(self._handle(app_id))
+        return DescribeAppResponse(app_id=app_id, state=status.state,
+                                   num_restarts=status.num_restarts, msg=status.msg,
+                                   structured_error_msg=status.structured_error_msg,
+                                   ui_url=status.ui_url, roles_statuses=list(status.roles),
+                                   roles=list(app.roles) if app else [])
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        return self._runner().list(self.backend, cfg)
+
+    def _cancel_existing(self, app_id: str) -> None:
+        self._runner().cancel(self._handle(app_id))
+
+    def _delete_existing(self, app_id: str) -> None:
+        self._runner().delete(self._handle(app_id))
+
+    def log_iter(self, app_id: str, role_name: str, k: int = 0, regex: str | None = None,
+                 since: datetime | None = None, until: datetime | None = None,
+                 should_tail: bool = False, streams: Stream | None = None) -> Iterable[str]:
+        return self._runner().log_lines(self._handle(app_id), role_name, k, regex, since,
+                                        until, should_tail, streams)
+
+
+def _factory(name: str) -> SchedulerFactory:
+    def factory(session_name: str, **kwargs: object) -> Scheduler:
+        return TrunScheduler(name, session_name)
     return factory
 
 
 def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
-    """The schedulers by name (local first: the default). Their factories raise
-    NotImplementedError: trun's schedulers are driven through the Runner."""
-    return {} if skip_defaults else {name: _refuse(name) for name in SCHEDULERS}
+    """The schedulers by name (local first: the default), each a factory of a
+    :class:`TrunScheduler`."""
+    return {} if skip_defaults else {name: _factory(name) for name in SCHEDULERS}
 
 
 def get_default_scheduler_name() -> str:

@@ -1,18 +1,136 @@
-"""TorchX's ``torchx.schedulers.api`` types, for code that reads what a Runner returns.
+"""TorchX's ``torchx.schedulers.api``: the types a Runner returns, the
+``Scheduler`` base class and ``StructuredOpts``.
 
-trun's schedulers are the binary's (``local``, ``slurm``, ``kubernetes``), so
-TorchX's ``Scheduler`` base class and ``StructuredOpts`` (for writing
-scheduler plug-ins in Python) are not here; see docs/python.md.
+trun's schedulers are the binary's (``local``, ``slurm``, ``kubernetes``);
+``trun.schedulers.get_scheduler_factories()`` gives a :class:`Scheduler` for
+each that drives the binary. A Python subclass of :class:`Scheduler` (TorchX's
+plug-in interface) can be made and used directly, and its ``run_opts`` read
+(``.torchxconfig`` loading does), but the Runner submits only to the binary's
+schedulers; see docs/python.md.
 """
 
 from __future__ import annotations
 
+import abc
+import ast
+import dataclasses
+import inspect
 import re
+import textwrap
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
-from trun.specs.api import NONE, AppState, Role, RoleStatus
+from trun.specs.api import (NONE, AppDef, AppDryRunInfo, AppState, CfgVal, Role, RoleStatus,
+                            runopts)
+
+_S = TypeVar("_S", bound="StructuredOpts")
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    """``X`` of ``Optional[X]`` / ``X | None``; anything else as it is."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(tp):
+        return args[0]
+    return tp
+
+
+def _is_structured(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, StructuredOpts)
+
+
+class StructuredOpts(Mapping[str, CfgVal]):
+    """Run options as a dataclass: subclass it with ``@dataclass``, one field per
+    option (its type, its default; no default means required), a string literal
+    under a field as its help. A field whose type is itself a StructuredOpts
+    groups options under ``FIELD.``. The object reads as the flat mapping of
+    option names to values, as ``cfg`` does.
+
+    Not thread-safe to mutate; reading from several threads is safe."""
+
+    @classmethod
+    def _fields(cls) -> dict[str, tuple[dataclasses.Field[Any], Any]]:
+        hints = typing.get_type_hints(cls)
+        return {f.name: (f, _unwrap_optional(hints[f.name]))
+                for f in dataclasses.fields(cls) if f.init}
+
+    @classmethod
+    def get_docstrings(cls) -> dict[str, str]:
+        """Each field's help: the string literal written right under it."""
+        docs: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            if klass in (StructuredOpts, object) or not dataclasses.is_dataclass(klass):
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            except (OSError, TypeError, SyntaxError):
+                continue
+            body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+            for node, after in zip(body, body[1:]):
+                if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                        and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                        and isinstance(after.value.value, str)):
+                    docs[node.target.id] = inspect.cleandoc(after.value.value)
+        return docs
+
+    @classmethod
+    def as_runopts(cls) -> runopts:
+        """The options as :class:`runopts`, groups flattened to ``FIELD.NAME``."""
+        opts = runopts()
+        docs = cls.get_docstrings()
+        for name, (f, tp) in cls._fields().items():
+            if _is_structured(tp):
+                for sub, opt in tp.as_runopts():
+                    opts.add(f"{name}.{sub}", type_=opt.opt_type, help=opt.help,
+                             default=opt.default, required=opt.is_required)
+                continue
+            required = (f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING)
+            default = (None if required else f.default if f.default is not dataclasses.MISSING
+                       else f.default_factory())  # type: ignore[misc]
+            opts.add(name, type_=tp, help=docs.get(name, name), default=default,
+                     required=required)
+        return opts
+
+    @classmethod
+    def from_cfg(cls: type[_S], cfg: Mapping[str, CfgVal]) -> _S:
+        """The options of a flat ``cfg`` (``FIELD.NAME`` keys fill groups); an
+        option ``cfg`` lacks keeps its default, a key no field has is ignored."""
+        kwargs: dict[str, Any] = {}
+        for name, (_, tp) in cls._fields().items():
+            if _is_structured(tp):
+                prefix = name + "."
+                kwargs[name] = tp.from_cfg({k[len(prefix):]: v for k, v in cfg.items()
+                                            if k.startswith(prefix)})
+            elif name in cfg:
+                kwargs[name] = cfg[name]
+        return cls(**kwargs)
+
+    def _flat(self) -> dict[str, CfgVal]:
+        out: dict[str, CfgVal] = {}
+        for name, (_, tp) in self._fields().items():
+            value = getattr(self, name)
+            if _is_structured(tp):
+                out.update({f"{name}.{k}": v for k, v in value._flat().items()})
+            else:
+                out[name] = value
+        return out
+
+    def __getitem__(self, key: str) -> CfgVal:
+        return self._flat()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flat())
+
+    def __len__(self) -> int:
+        return len(self._flat())
+
+    def __or__(self, other: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
+        """Both as one flat dict, ``other``'s values winning."""
+        return {**self._flat(), **dict(other)}
 
 
 class Stream(str, Enum):
@@ -64,3 +182,98 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
     """The lines of each chunk in turn (a line is not joined across chunks)."""
     for chunk in chunks:
         yield from split_lines(chunk)
+
+
+class Scheduler(abc.ABC):
+    """TorchX's scheduler interface: ``backend`` is the scheduler's name,
+    ``session_name`` the session its apps belong to. Subclasses implement
+    ``schedule``, ``_submit_dryrun``, ``describe``, ``list``, ``log_iter``,
+    ``_cancel_existing`` and ``_run_opts`` (``_delete_existing`` to support
+    ``delete``). Thread-safety is the subclass's."""
+
+    def __init__(self, backend: str, session_name: str) -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    def close(self) -> None:
+        """Releases what the scheduler holds (nothing, here)."""
+
+    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal],
+               workspace: object | None = None) -> str:
+        """``schedule(submit_dryrun(app, cfg))``: the app's id."""
+        if workspace is not None:
+            raise ValueError(f"scheduler {self.backend}: workspaces are not supported "
+                             f"(trun builds no images); pass workspace=None")
+        return self.schedule(self.submit_dryrun(app, cfg))
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """Submits what ``submit_dryrun`` returned; the app's id."""
+
+    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+        """The request for ``app``, with ``cfg`` checked against ``run_opts`` and
+        defaults filled in; submits nothing."""
+        resolved = self.run_opts().resolve(cfg)
+        self._validate(app, self.backend, resolved)
+        info = self._submit_dryrun(app, resolved)
+        info._app = app
+        info._cfg = resolved
+        info._scheduler = self.backend
+        return info
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+        ...
+
+    def run_opts(self) -> runopts:
+        """The scheduler's run options."""
+        return self._run_opts()
+
+    @abc.abstractmethod
+    def _run_opts(self) -> runopts:
+        ...
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's state; None when the scheduler knows no such app."""
+
+    @abc.abstractmethod
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """The scheduler's apps."""
+
+    def exists(self, app_id: str) -> bool:
+        return self.describe(app_id) is not None
+
+    @abc.abstractmethod
+    def _cancel_existing(self, app_id: str) -> None:
+        ...
+
+    def cancel(self, app_id: str) -> None:
+        """Stops the app; an app the scheduler does not know is left alone."""
+        if self.exists(app_id):
+            self._cancel_existing(app_id)
+
+    def delete(self, app_id: str) -> None:
+        """Stops the app and removes it from the scheduler."""
+        if self.exists(app_id):
+            self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        raise NotImplementedError(f"scheduler {self.backend} cannot delete apps")
+
+    @abc.abstractmethod
+    def log_iter(self, app_id: str, role_name: str, k: int = 0, regex: str | None = None,
+                 since: datetime | None = None, until: datetime | None = None,
+                 should_tail: bool = False, streams: Stream | None = None) -> Iterable[str]:
+        """The lines of one replica's log."""
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str,
+                            cfg: Mapping[str, CfgVal]) -> None:
+        """A check before a workspace is built (none here)."""
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Every role needs a resource: a role left at NULL_RESOURCE is refused."""
+        for role in app.roles:
+            if role.resource.cpu < 0 or role.resource.memMB < 0:
+                raise ValueError(f"role {role.name!r} of app {app.name!r} has no resource: "
+                                 f"set Role.resource (specs.Resource or a named resource)")
