@@ -245,7 +245,11 @@ class LocalAgent::Impl {
     // The rendezvous hosts the workers' store (torch's
     // TORCHELASTIC_USE_AGENT_STORE) on one port for the whole job: a dead
     // rank 0 takes nothing down and restarts never meet EADDRINUSE.
-    auto rdzv = rendezvous::Make(io_, launch::RdzvOptions(config_));
+    rendezvous::Options rdzv_options = launch::RdzvOptions(config_);
+    // The other nodes reach this health server through the rounds, for a
+    // whole job's stacks (GET /stacks?scope=job).
+    rdzv_options.health_port = telemetry_.health_port();
+    auto rdzv = rendezvous::Make(io_, std::move(rdzv_options));
     if (!rdzv.ok()) return rdzv.status();
     rdzv_ = std::move(*rdzv);
 

@@ -214,24 +214,27 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     }
 
     void Read() {
-      socket.async_read_some(asio::buffer(buf),
-                             [self = shared_from_this()](std::error_code ec, size_t n) {
-                               if (self->closed) return;
-                               if (ec) return self->server.Finish(self);
-                               switch (self->parser.Feed(std::string_view(self->buf, n))) {
-                                 case HttpRequestParser::State::kIncomplete:
-                                   return self->Read();
-                                 case HttpRequestParser::State::kComplete:
-                                   return self->Reply(self->server.Answer(self->parser.request()),
-                                                      self->parser.request().method == "HEAD");
-                                 case HttpRequestParser::State::kError: {
-                                   HttpResponse r;
-                                   r.status = self->parser.error_status();
-                                   r.body = self->parser.error() + "\n";
-                                   return self->Reply(r, false);
-                                 }
-                               }
-                             });
+      socket.async_read_some(
+          asio::buffer(buf), [self = shared_from_this()](std::error_code ec, size_t n) {
+            if (self->closed) return;
+            if (ec) return self->server.Finish(self);
+            switch (self->parser.Feed(std::string_view(self->buf, n))) {
+              case HttpRequestParser::State::kIncomplete:
+                return self->Read();
+              case HttpRequestParser::State::kComplete:
+                return self->server.Answer(
+                    self->parser.request(),
+                    [self, head = self->parser.request().method == "HEAD"](HttpResponse r) {
+                      if (!self->closed && !self->writing) self->Reply(r, head);
+                    });
+              case HttpRequestParser::State::kError: {
+                HttpResponse r;
+                r.status = self->parser.error_status();
+                r.body = self->parser.error() + "\n";
+                return self->Reply(r, false);
+              }
+            }
+          });
     }
 
     void Reply(const HttpResponse& r, bool head_only) {
@@ -316,15 +319,15 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     c->Start();
   }
 
-  HttpResponse Answer(const HttpRequest& req) {
+  void Answer(const HttpRequest& req, const Responder& reply) {
     if (req.method != "GET" && req.method != "HEAD") {
       HttpResponse r;
       r.status = 405;
       r.headers = {{"Allow", "GET, HEAD"}};
       r.body = "only GET and HEAD are served\n";
-      return r;
+      return reply(std::move(r));
     }
-    return handler_(req);
+    handler_(req, reply);
   }
 
   void Finish(const std::shared_ptr<Conn>& c) {

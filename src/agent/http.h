@@ -107,8 +107,14 @@ class HttpServer {
     std::chrono::milliseconds timeout{5000};  // a whole request and its reply
     size_t max_head_bytes = kDefaultMaxHttpHeadBytes;
   };
-  // Answers each GET or HEAD request; other methods get 405 without it.
-  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+  // Sends a request's reply: called once, on the loop's thread, at once or
+  // later (an answer gathered off the loop); a reply after the
+  // connection's deadline, or after it was closed to make room, is
+  // dropped.
+  using Responder = std::function<void(HttpResponse)>;
+  // Answers each GET or HEAD request through its Responder; other methods
+  // get 405 without it.
+  using Handler = std::function<void(const HttpRequest&, Responder)>;
 
   struct Stats {
     uint64_t connections = 0;  // accepted and served

@@ -113,11 +113,22 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void StartServer(HttpServer::Options o) {
     o.host = "127.0.0.1";
-    auto s = HttpServer::Start(io_, o, [this](const HttpRequest& req) {
+    auto s = HttpServer::Start(io_, o, [this](const HttpRequest& req, HttpServer::Responder reply) {
       ++handled_;
       HttpResponse r;
       r.body = "you asked for " + req.path + "\n";
-      return r;
+      // /later is answered when /release comes, as a reply gathered off
+      // the loop is (the agent's job-wide /stacks).
+      if (req.path == "/later") {
+        later_ = std::move(reply);
+        return;
+      }
+      if (req.path == "/release" && later_) {
+        HttpResponse l;
+        l.body = "later\n";
+        later_(std::move(l));
+      }
+      reply(std::move(r));
     });
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
@@ -156,6 +167,7 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;
   std::atomic<int> handled_{0};
+  HttpServer::Responder later_;  // the loop's thread only
   std::atomic<int64_t> evicted_{-1};
 };
 
@@ -174,6 +186,19 @@ TEST_F(HttpServerTest, ServesGetAndHeadAndRefusesOtherMethods) {
   EXPECT_TRUE(del.starts_with("HTTP/1.1 405 ")) << del;
   EXPECT_NE(del.find("Allow: GET, HEAD\r\n"), std::string::npos);
   EXPECT_EQ(handled_, 2);
+}
+
+TEST_F(HttpServerTest, AReplyMayComeLaterWhileOthersAreServed) {
+  StartServer({});
+  tcp::socket waiting = Connect();
+  asio::write(waiting, asio::buffer(std::string("GET /later HTTP/1.1\r\n\r\n")));
+  for (int i = 0; i < 1000 && handled_ == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(handled_, 1);
+  EXPECT_TRUE(Exchange("GET /a HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200 "));
+  EXPECT_TRUE(Exchange("GET /release HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200 "));
+  std::string later = ReadAll(waiting);
+  EXPECT_TRUE(later.starts_with("HTTP/1.1 200 ")) << later;
+  EXPECT_TRUE(later.ends_with("\r\n\r\nlater\n")) << later;
 }
 
 TEST_F(HttpServerTest, GarbageGetsAnErrorAndTheServerGoesOn) {
@@ -250,7 +275,8 @@ TEST(HttpServerStartTest, RejectsANameAsAddress) {
   asio::io_context io;
   HttpServer::Options o;
   o.host = "localhost";
-  auto s = HttpServer::Start(io, o, [](const HttpRequest&) { return HttpResponse{}; });
+  auto s =
+      HttpServer::Start(io, o, [](const HttpRequest&, HttpServer::Responder reply) { reply({}); });
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
 }

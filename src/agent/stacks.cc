@@ -112,9 +112,10 @@ int MsLeft(Clock::time_point deadline) {
 }
 
 // One HTTP/1.1 GET of `target` (the server closes after its reply), its
-// whole reply as bytes.
+// whole reply as bytes, at most `max_bytes` of them.
 Result<std::string> HttpGet(const std::string& host, const std::string& port,
-                            const std::string& target, Clock::time_point deadline) {
+                            const std::string& target, Clock::time_point deadline,
+                            size_t max_bytes) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -167,6 +168,12 @@ Result<std::string> HttpGet(const std::string& host, const std::string& port,
     ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EAGAIN) continue;
     if (n <= 0) break;
+    if (reply.size() + static_cast<size_t>(n) > max_bytes) {
+      close(fd);
+      return Status::IOError(
+          fmt::format("{}:{}: the reply is larger than {} KiB, more than stacks take; not read on",
+                      host, port, max_bytes >> 10));
+    }
     reply.append(buf, static_cast<size_t>(n));
   }
   close(fd);
@@ -208,7 +215,8 @@ Reply ParseReply(const std::string& bytes) {
 }  // namespace
 
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   size_t max_bytes) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
     return Status::InvalidArgument(fmt::format(
@@ -219,20 +227,21 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
     host = host.substr(1, host.size() - 2);
   const std::string port = address.substr(colon + 1);
   const auto deadline = Clock::now() + timeout;
+  const std::string path = whole_job ? "/stacks?scope=job" : "/stacks";
   auto ask = [&](const std::string& target) -> Result<Reply> {
-    auto bytes = HttpGet(host, port, target, deadline);
+    auto bytes = HttpGet(host, port, target, deadline, max_bytes);
     if (!bytes.ok()) return bytes.status();
     return ParseReply(*bytes);
   };
-  auto r = ask("/stacks");
+  auto r = ask(path);
   if (r.ok() && r->status == 401 && !r->nonce.empty()) {
     if (token.empty()) {
       return Status::PermissionDenied(fmt::format(
           "{}: the job has a job token and /stacks asks for it: set TRUN_JOB_TOKEN to the job's",
           address));
     }
-    r = ask(
-        fmt::format("/stacks?nonce={}&proof={}", r->nonce, store::HttpAuthProof(token, r->nonce)));
+    r = ask(fmt::format("{}{}nonce={}&proof={}", path, whole_job ? "&" : "?", r->nonce,
+                        store::HttpAuthProof(token, r->nonce)));
     if (r.ok() && r->status == 401) {
       return Status::PermissionDenied(fmt::format(
           "{}: the agent refused the job token: is TRUN_JOB_TOKEN this job's?", address));

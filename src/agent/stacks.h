@@ -108,9 +108,12 @@ class StacksGate {
 
 // GET /stacks of the agent whose health server is `address` (HOST:PORT,
 // [V6]:PORT), proving `token` when it asks for one; the whole exchange
-// within `timeout`. Every failure names the address and what to do.
+// within `timeout`. `whole_job`: /stacks?scope=job, every node's document
+// in an array (job_stacks.h). A reply of more than `max_bytes` is not read
+// on. Every failure names the address and what to do.
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   size_t max_bytes);
 
 // The value of `key` in a request target's query ("/stacks?nonce=a&proof=b"),
 // "" when absent.

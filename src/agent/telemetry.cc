@@ -116,8 +116,13 @@ std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+Telemetry::~Telemetry() {
+  if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
+}
+
 Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
                         std::function<GroupHealth()> health) {
+  io_ = &io;
   options_ = std::move(options);
   health_ = std::move(health);
   stacks_gate_ = StacksGate(options_.job_token);
@@ -131,7 +136,10 @@ Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
     HttpServer::Options ho;
     ho.host = options_.health_addr;
     ho.port = *options_.health_port;
-    auto server = HttpServer::Start(io, ho, [this](const HttpRequest& req) { return Serve(req); });
+    auto server =
+        HttpServer::Start(io, ho, [this](const HttpRequest& req, HttpServer::Responder reply) {
+          Serve(req, std::move(reply));
+        });
     if (!server.ok()) {
       // Which flag to change depends on what failed: the address or the port.
       return Status::InvalidArgument(
@@ -345,7 +353,7 @@ void Telemetry::Collect() {
   }
 }
 
-HttpResponse Telemetry::Serve(const HttpRequest& req) {
+void Telemetry::Serve(const HttpRequest& req, HttpServer::Responder reply) {
   HttpResponse r;
   if (req.path == "/health") {
     GroupHealth h = health_();
@@ -357,21 +365,23 @@ HttpResponse Telemetry::Serve(const HttpRequest& req) {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = metrics_.Render();
   } else if (req.path == "/stacks") {
-    return ServeStacks(req);
+    return ServeStacks(req, std::move(reply));
   } else if (req.path == "/") {
     r.body =
         "trun agent: /health (200 while the worker group is healthy, else 503), /metrics, "
-        "/stacks (every worker's Python stacks)\n";
+        "/stacks (every worker's Python stacks; ?scope=job: every node's)\n";
   } else {
     r.status = 404;
     r.body = "not found; try /health, /metrics or /stacks\n";
   }
-  return r;
+  reply(std::move(r));
 }
 
-HttpResponse Telemetry::ServeStacks(const HttpRequest& req) {
+void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply) {
   HttpResponse r;
   const auto now = StacksGate::Clock::now();
+  // The proof comes first: nobody without the token learns anything, nor
+  // makes this agent ask its peers.
   if (!stacks_gate_.Admit(QueryValue(req.target, "nonce"), QueryValue(req.target, "proof"), now)) {
     r.status = 401;
     r.headers.emplace_back("X-Trun-Nonce", stacks_gate_.Challenge(now));
@@ -379,17 +389,60 @@ HttpResponse Telemetry::ServeStacks(const HttpRequest& req) {
         "this job has a job token: ask again with ?nonce=NONCE&proof=PROOF, NONCE this reply's "
         "X-Trun-Nonce, PROOF hex(HMAC-SHA-256(token, \"trun-job-token-v1\\nhttp\\n\" NONCE)); "
         "`trun stack` does so with TRUN_JOB_TOKEN\n";
-    return r;
+    return reply(std::move(r));
   }
+  const std::string scope = QueryValue(req.target, "scope");
+  if (scope == "job") return ServeJobStacks(std::move(reply));
+  if (!scope.empty()) {
+    r.status = 400;
+    r.body = fmt::format(
+        "unknown scope '{:.40}': leave it out for this node's workers, or scope=job for every "
+        "node's\n",
+        scope);
+    return reply(std::move(r));
+  }
+  r.content_type = "application/json";
+  r.body = LocalStacks().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  reply(std::move(r));
+}
+
+nlohmann::ordered_json Telemetry::LocalStacks() {
   GroupHealth h = health_();
   std::vector<StackTarget> targets;
   for (const auto& w : h.workers) targets.push_back({w.rank, w.local_rank, w.pid, w.state});
-  StacksMeta meta{options_.hostname, options_.run_id, h.node_rank, h.round};
+  return ReadStacks(targets, {options_.hostname, options_.run_id, h.node_rank, h.round});
+}
+
+void Telemetry::ServeJobStacks(HttpServer::Responder reply) {
+  job_stacks_waiting_.push_back(std::move(reply));
+  if (job_stacks_waiting_.size() > 1) return;  // it shares the answer under way
+  const int local_node_rank = round_ ? round_->group_rank : 0;
+  std::vector<PeerNode> peers = round_ ? PeersOf(*round_) : std::vector<PeerNode>{};
+  if (peers.empty()) return AnswerJobStacks(local_node_rank, peers, {});
+  // The last asker posted its answer and ended, or is about to.
+  if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
+  job_stacks_thread_ =
+      std::thread([this, local_node_rank, peers = std::move(peers), token = options_.job_token,
+                   alive = std::weak_ptr<bool>(alive_)]() mutable {
+        auto answers = FetchPeerStacks(peers, token, kJobStacksBudget, kMaxNodeStacksBytes);
+        asio::post(*io_, [this, alive, local_node_rank, peers = std::move(peers),
+                          answers = std::move(answers)]() mutable {
+          if (alive.expired()) return;
+          AnswerJobStacks(local_node_rank, peers, std::move(answers));
+        });
+      });
+}
+
+void Telemetry::AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
+                                std::vector<Result<nlohmann::json>> answers) {
+  HttpResponse r;
   r.content_type = "application/json";
-  r.body =
-      ReadStacks(targets, meta).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-      "\n";
-  return r;
+  r.body = MergeJobStacks(LocalStacks(), local_node_rank, peers, std::move(answers))
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+           "\n";
+  std::vector<HttpServer::Responder> waiting = std::move(job_stacks_waiting_);
+  job_stacks_waiting_.clear();
+  for (auto& reply : waiting) reply(r);
 }
 
 }  // namespace trun::agent

@@ -5,6 +5,11 @@
 // state, read through a callback at request time, and /metrics. Names,
 // fields and the health document are in docs/events.md.
 //
+// GET /stacks?scope=job asks the other agents of the round on a thread of
+// its own (job_stacks.h), so the loop never waits on a peer; the answer
+// comes back through the loop. Requests that arrive while one is under way
+// share its answer, so there is one such thread at a time.
+//
 // Thread-safety: the agent's loop thread only.
 #pragma once
 
@@ -19,12 +24,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "agent/events.h"
 #include "agent/file_timer.h"
 #include "agent/hang.h"
 #include "agent/http.h"
+#include "agent/job_stacks.h"
 #include "agent/metrics.h"
 #include "agent/stacks.h"
 #include "common/status.h"
@@ -77,6 +84,12 @@ enum class FailureCause { kExitCode, kSignal, kWatchdog };
 
 class Telemetry {
  public:
+  Telemetry() = default;
+  // Waits for a job-wide /stacks under way (kJobStacksBudget at most).
+  ~Telemetry();
+  Telemetry(const Telemetry&) = delete;
+  Telemetry& operator=(const Telemetry&) = delete;
+
   // Opens the event sink and starts the HTTP server when a port is given.
   // Every failure is an InvalidArgument naming the flag to change: the
   // file, address and port all come from the user (--event-log-file,
@@ -114,8 +127,15 @@ class Telemetry {
 
  private:
   void Emit(std::string_view name, nlohmann::ordered_json fields);
-  HttpResponse Serve(const HttpRequest& req);
-  HttpResponse ServeStacks(const HttpRequest& req);
+  void Serve(const HttpRequest& req, HttpServer::Responder reply);
+  void ServeStacks(const HttpRequest& req, HttpServer::Responder reply);
+  // This node's document: every worker of the current attempt.
+  nlohmann::ordered_json LocalStacks();
+  // Asks the round's other agents, unless that is under way already; every
+  // waiting request gets the answer.
+  void ServeJobStacks(HttpServer::Responder reply);
+  void AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
+                       std::vector<Result<nlohmann::json>> answers);
   // Copies counters kept elsewhere (store, watchdog, HTTP, logs) into the
   // registry, just before it is rendered.
   void Collect();
@@ -126,6 +146,12 @@ class Telemetry {
   MetricsRegistry metrics_;
   std::unique_ptr<HttpServer> http_;
   StacksGate stacks_gate_{""};
+  asio::io_context* io_ = nullptr;
+  // Job-wide /stacks: the requests waiting for the answer, the thread that
+  // asks the peers, and what tells its answer whether we are still here.
+  std::vector<HttpServer::Responder> job_stacks_waiting_;
+  std::thread job_stacks_thread_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   const FileTimerServer* timers_ = nullptr;
   std::optional<rendezvous::Round> round_;
   std::optional<std::chrono::steady_clock::time_point> rdzv_started_;

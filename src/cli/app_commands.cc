@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "agent/job_stacks.h"
 #include "agent/stacks.h"
 #include "cli/app_helpers.h"
 #include "cli/flags.h"
@@ -105,6 +106,10 @@ int StatusCommand(const Args& args) {
   return 0;
 }
 
+// The most of a whole job's stacks `trun stack` reads from one agent: a
+// node's most (agent/job_stacks.h) for each of a few hundred nodes.
+constexpr size_t kMaxJobStacksBytes = size_t{1} << 30;
+
 int StackCommand(const Args& args) {
   auto f = ParseFlags("stack", {kHelp, {{"--json"}, false}, {{"--health"}, true}}, args);
   if (!f.ok()) return ReportError(f.status());
@@ -116,9 +121,11 @@ int StackCommand(const Args& args) {
         "they can observe), labelled with rank, local rank, host, pid, state and CPU time.\n"
         "  HANDLE            a running app of trun run (local: read on this host; slurm:\n"
         "                    by a job step of srun on each of the job's nodes)\n"
-        "  --health ADDRS    a launcher job: the health servers of its agents\n"
-        "                    (--health-check-port); asked all at once, with the job token\n"
-        "                    of TRUN_JOB_TOKEN where the job has one\n"
+        "  --health ADDRS    a launcher job: the health server of one of its agents\n"
+        "                    (--health-check-port), which gathers every node's stacks\n"
+        "                    from the other agents of its round; several addresses: those\n"
+        "                    agents' own workers only, asked all at once. With the job\n"
+        "                    token of TRUN_JOB_TOKEN where the job has one\n"
         "  --json            the documents (docs/events.md, \"Stacks\"), a JSON array\n");
   }
   std::vector<nlohmann::json> nodes;
@@ -129,10 +136,17 @@ int StackCommand(const Args& args) {
           "stack: give either an app handle or --health HOST:PORT,..., not both"));
     }
     const char* token = std::getenv("TRUN_JOB_TOKEN");
+    const std::vector<std::string> addresses = Split(f->Get("--health"), ',');
+    // One agent answers for the whole job within its budget for the peers
+    // (agent/job_stacks.h); the wait here only has to cover that.
+    const bool whole_job = addresses.size() == 1;
     std::vector<std::future<Result<nlohmann::json>>> asked;
-    for (const auto& address : Split(f->Get("--health"), ',')) {
-      asked.push_back(std::async(std::launch::async, [address, token] {
-        return agent::FetchStacks(address, token ? token : "", std::chrono::seconds(2));
+    for (const auto& address : addresses) {
+      asked.push_back(std::async(std::launch::async, [address, token, whole_job] {
+        return agent::FetchStacks(
+            address, token ? token : "",
+            whole_job ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(2000),
+            whole_job, whole_job ? kMaxJobStacksBytes : agent::kMaxNodeStacksBytes);
       }));
     }
     for (auto& a : asked) {
@@ -141,7 +155,23 @@ int StackCommand(const Args& args) {
         unanswered.push_back(doc.status().message());
         continue;
       }
-      nodes.push_back(std::move(*doc));
+      if (!doc->is_array()) {
+        nodes.push_back(std::move(*doc));
+        continue;
+      }
+      for (auto& node : *doc) {
+        // A node the agent could not ask keeps its place in --json, and
+        // counts as one we could not ask ourselves.
+        if (auto why = node.find("error"); why != node.end() && why->is_string()) {
+          const auto address = node.find("address");
+          unanswered.push_back(fmt::format(
+              "node {} ({}): {}", node.value("node_rank", nlohmann::json()).dump(),
+              address != node.end() && address->is_string() ? address->get<std::string>()
+                                                            : "no health server",
+              why->get<std::string>()));
+        }
+        nodes.push_back(std::move(node));
+      }
     }
   } else {
     auto handle = OnePositional("stack", *f, "the app handle, SCHEDULER://SESSION/APP_ID");

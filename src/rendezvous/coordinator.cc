@@ -44,7 +44,7 @@ std::string EncodeRound(const RoundDoc& doc) {
       {"host",
        doc.host}}.dump();
   for (const auto& n : doc.nodes) {
-    out += fmt::format("\n{} {} {} {}", n.id, n.addr, n.nproc, n.store_port);
+    out += fmt::format("\n{} {} {} {} {}", n.id, n.addr, n.nproc, n.store_port, n.health_port);
   }
   return out;
 }
@@ -67,7 +67,7 @@ Result<RoundDoc> DecodeRound(std::string_view text) {
     size_t start = nl + 1;
     nl = text.find('\n', start);
     std::string_view line = text.substr(start, nl == std::string_view::npos ? nl : nl - start);
-    std::string_view f[4];
+    std::string_view f[5];
     for (auto& field : f) {
       size_t sp = line.find(' ');
       field = line.substr(0, sp);
@@ -75,9 +75,10 @@ Result<RoundDoc> DecodeRound(std::string_view text) {
     }
     auto nproc = ParseInt(f[2]);
     auto port = ParseInt(f[3]);
-    if (f[0].empty() || !nproc || !port || !line.empty()) return bad("a node line");
-    doc.nodes.push_back(
-        {std::string(f[0]), std::string(f[1]), static_cast<int>(*nproc), static_cast<int>(*port)});
+    auto health = ParseInt(f[4]);
+    if (f[0].empty() || !nproc || !port || !health || !line.empty()) return bad("a node line");
+    doc.nodes.push_back({std::string(f[0]), std::string(f[1]), static_cast<int>(*nproc),
+                         static_cast<int>(*port), static_cast<int>(*health)});
   }
   if (doc.nodes.empty()) return bad("no nodes");
   return doc;
@@ -192,6 +193,9 @@ void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point n
   n.nproc = j.value("nproc", 0);
   n.node_rank = j.value("node_rank", -1);
   n.store_port = j.value("store_port", 0);
+  n.health_port = j.value("health_port", 0);
+  // Peers ask it for stacks: a port that cannot be one is none.
+  if (n.health_port < 0 || n.health_port > 65535) n.health_port = 0;
   n.last_seen = now;
   if (n.nproc <= 0) {
     log::Warning("rendezvous: ignored a join without workers ({})", n.id);
@@ -475,7 +479,7 @@ void Coordinator::Close(std::vector<Node*> candidates) {
   doc.nodes.reserve(candidates.size());
   Write round{fmt::format("round/{}", round_), "", false, {}};
   for (Node* n : candidates) {
-    doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port});
+    doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port, n->health_port});
     if (options_.peer_of) round.seen_from.push_back(n->seen_from);
   }
   round.value = EncodeRound(doc);

@@ -56,7 +56,7 @@ struct CoordinatorOptions {
 // round/<r>, as the coordinator writes it and the nodes read it: a JSON
 // header line {"round", "failures", "store_addr", "store_port", "host"},
 // then one line per node in group-rank order, "<id> <addr> <nproc>
-// <store_port>". Lines rather than JSON objects: each of a thousand nodes
+// <store_port> <health_port>". Lines rather than JSON objects: each of a thousand nodes
 // reads a thousand-node round, and splitting lines costs a fraction of
 // parsing JSON (ids and addresses never hold spaces; joins that do are
 // refused).
@@ -131,6 +131,7 @@ class Coordinator {
     int nproc = 0;
     int node_rank = -1;
     int store_port = 0;     // its workers' store, where the medium has none
+    int health_port = 0;    // its agent's health server, 0 for none
     std::string seen_from;  // where its join came from (peer_of)
     Clock::time_point last_seen;
     bool alive = true;

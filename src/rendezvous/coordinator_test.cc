@@ -140,6 +140,22 @@ TEST(CoordinatorTest, ARoundSaysWhereItsJoinsCameFrom) {
   EXPECT_TRUE(e.seen_from().empty());
 }
 
+// Issue 30: each node's health port goes into the round, for the others'
+// GET /stacks?scope=job; one that cannot be a port is none.
+TEST(CoordinatorTest, ARoundCarriesEachNodesHealthPort) {
+  Harness h(Elastic(3, 3));
+  h.Join(1, "a", {{"health_port", 8081}});
+  h.Join(2, "b");
+  h.Join(3, "c", {{"health_port", 70000}});
+  for (int s = 1; s <= 3; ++s) h.Ready(s, 1);
+  auto round = DecodeRound(*h.Get("round/0"));
+  ASSERT_TRUE(round.ok()) << round.status().message();
+  ASSERT_EQ(round->nodes.size(), 3u);
+  EXPECT_EQ(round->nodes[0].health_port, 8081);
+  EXPECT_EQ(round->nodes[1].health_port, 0);
+  EXPECT_EQ(round->nodes[2].health_port, 0);
+}
+
 TEST(CoordinatorTest, AboveMinTheFirstRoundWaitsForTheLastCall) {
   Harness h(Elastic(1, 3));
   h.Join(1, "a");
@@ -345,7 +361,7 @@ TEST(CoordinatorTest, AfterATakeoverRoundsAndSpentRestartsGoOn) {
 }
 
 TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
-  RoundDoc doc{7, 2, "", 0, "h", {{"a_1", "10.0.0.1", 8, 29401}, {"b_2", "::1", 1, 0}}};
+  RoundDoc doc{7, 2, "", 0, "h", {{"a_1", "10.0.0.1", 8, 29401, 8080}, {"b_2", "::1", 1, 0, 0}}};
   auto back = DecodeRound(EncodeRound(doc));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->round, 7);
@@ -353,8 +369,10 @@ TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
   EXPECT_EQ(back->host, "h");
   ASSERT_EQ(back->nodes.size(), 2u);
   EXPECT_EQ(back->nodes[0].store_port, 29401);
+  EXPECT_EQ(back->nodes[0].health_port, 8080);
   EXPECT_EQ(back->nodes[1].addr, "::1");
-  for (std::string_view bad : {"", "[]", "{}", "{}\na 1.2.3.4 x 0", "{}\na b 1", "{}\na b 1 2 3"}) {
+  for (std::string_view bad :
+       {"", "[]", "{}", "{}\na 1.2.3.4 x 0 0", "{}\na b 1 2", "{}\na b 1 2 x", "{}\na b 1 2 3 4"}) {
     EXPECT_FALSE(DecodeRound(bad).ok()) << bad;
   }
 }

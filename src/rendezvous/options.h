@@ -59,6 +59,9 @@ struct Options : Settings {
   int max_restarts = 0;
   int node_rank = 0;       // static
   std::string local_addr;  // --local-addr; empty: the address the store sees us from
+  // This agent's health server's port, told to the other nodes in its
+  // join (docs/rendezvous.md); 0 for none.
+  int health_port = 0;
   // How long a leaving host serves the others' last reads (Leave): their
   // workers' shutdown grace plus a heartbeat timeout.
   Duration linger{35'000};

@@ -221,7 +221,8 @@ class Node final : public Rendezvous {
                  {"failures", known_failures_},
                  {"prev", prev_ids_},
                  {"prev_host", last_host_},
-                 {"store_port", medium_->WorkerStorePort()}};
+                 {"store_port", medium_->WorkerStorePort()},
+                 {"health_port", o_.health_port}};
     auto seq = link.Join(info.dump());
     if (!seq.ok()) return seq.status();
     {

@@ -43,6 +43,9 @@ struct Participant {
   // The store its agent hosts for its workers, where the medium has no
   // common one (etcd); 0 otherwise.
   int store_port = 0;
+  // Its agent's health server (--health-check-port), at `addr`; 0 for none.
+  // How `GET /stacks?scope=job` reaches the round's other agents.
+  int health_port = 0;
 };
 
 struct Round {

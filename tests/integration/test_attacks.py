@@ -25,7 +25,7 @@ import uuid
 
 import pytest
 
-from conftest import FIXTURES, PYTHON, ROOT, TRUN, Agent, base_env, free_port
+from conftest import FIXTURES, PYTHON, ROOT, TRUN, Agent, base_env, free_port, trun
 from test_observability import until
 from test_python_api import ssh_config, ssh_kwargs  # noqa: F401 (a fixture)
 
@@ -897,6 +897,117 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
     finally:
         a.proc.kill()
         a.proc.wait()
+
+
+class _Peer:
+    """A listener standing in for a node's health server: it counts who
+    comes and, with `endless`, answers each with a 200 whose body never
+    ends (sent until the client stops reading)."""
+
+    def __init__(self, port, endless=False):
+        self.sock = socket.create_server(("127.0.0.1", port))
+        self.port = self.sock.getsockname()[1]
+        self.endless = endless
+        self.visits = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.visits += 1
+            threading.Thread(target=self._answer, args=(c,), daemon=True).start()
+
+    def _answer(self, c):
+        with c:
+            try:
+                c.settimeout(10)
+                c.recv(65536)
+                if not self.endless:
+                    return
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
+                chunk = b" " * MiB
+                for _ in range(1024):
+                    c.sendall(chunk)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_job_wide_stacks_ask_only_the_rounds_peers_for_a_caller_with_the_token(tmp_path):
+    """GET /stacks?scope=job (issue 30): without a proof it is 401 and no
+    peer hears of it; an address in the request is never asked; a peer that
+    answers without end is read up to a bound, named in the answer, and
+    costs the agent 16 MiB or less.
+
+    The second agent's health server listens on 127.0.0.2; the first asks
+    it at the address it took part in the round from, 127.0.0.1, where this
+    test listens on the same port in its place."""
+    peer = _Peer(0, endless=True)
+    decoy = _Peer(0)
+    port = free_port()
+    common = ["--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"atk-{uuid.uuid4().hex[:8]}"]
+    host = TokenAgent(tmp_path, "host", *common, "--health-check-port", 0,
+                      "--health-check-addr", "127.0.0.1", "--no-python", "sleep", "600")
+    other = None
+    try:
+        host.wait_for("hosting the store")
+        other = TokenAgent(tmp_path, "other", *common, "--health-check-port", peer.port,
+                           "--health-check-addr", "127.0.0.2", "--no-python", "sleep", "600")
+        for a in (host, other):
+            a.wait_for(r"round 0: node \d of 2")
+        hport = int(host.wait_for(r"health check at http://[^ ]*:(\d+)/health").group(1))
+
+        status, nonce, body = _stacks_reply(hport, "/stacks?scope=job")
+        assert status == 401 and nonce and '"workers"' not in body
+        for target in [f"/stacks?scope=job&nonce={nonce}&proof={_stacks_proof(nonce, 'guess')}",
+                       f"/stacks?scope=job&nonce={nonce}&proof={_stacks_proof(nonce)}",  # used up
+                       "/stacks?scope=job&nonce=&proof="]:
+            status, _, body = _stacks_reply(hport, target)
+            assert status == 401 and '"workers"' not in body, target
+        time.sleep(1)
+        assert peer.visits == 0  # nobody without the token made the agent ask
+
+        before = reset_peak(host.proc.pid)
+        _, nonce, _ = _stacks_reply(hport, "/stacks?scope=job")
+        t0 = time.monotonic()
+        status, _, body = _stacks_reply(
+            hport, f"/stacks?scope=job&peer=127.0.0.1:{decoy.port}&address=127.0.0.1:"
+                   f"{decoy.port}&host=127.0.0.1&port={decoy.port}"
+                   f"&nonce={nonce}&proof={_stacks_proof(nonce)}")
+        took = time.monotonic() - t0
+        grown = status_bytes(host.proc.pid, "VmHWM") - before
+        assert status == 200, body
+        nodes = json.loads(body)
+        assert [n["node_rank"] for n in nodes] == [0, 1]  # in node-rank order
+        mine = next(n for n in nodes if n["hostname"])
+        theirs = next(n for n in nodes if not n["hostname"])
+        assert mine["workers"] and mine["workers"][0]["rank"] in (0, 1)
+        assert theirs["address"] == f"127.0.0.1:{peer.port}" and theirs["workers"] == []
+        assert "larger than" in theirs["error"], theirs
+        assert peer.visits >= 1 and decoy.visits == 0
+        assert took < 5, took
+        assert grown <= 16 << 20, f"the agent grew {grown >> 10} KiB"
+
+        # trun stack names the node it could not see, prints the rest, and
+        # exits 1 as for any node that gave no answer.
+        r = trun("stack", "--health", f"127.0.0.1:{hport}", env=base_env(TRUN_JOB_TOKEN=TOKEN),
+                 timeout=30)
+        assert r.returncode == 1 and "rank " in r.out, r.err
+        assert f"127.0.0.1:{peer.port}" in r.err and "larger than" in r.err, r.err
+        assert host.proc.poll() is None and other.proc.poll() is None
+    finally:
+        for a in (host, other):
+            if a:
+                a.proc.kill()
+                a.proc.wait()
+        peer.close()
+        decoy.close()
 
 
 def _hello(token="x" * 32, **fields):

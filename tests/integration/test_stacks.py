@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, base_env, trun
+from conftest import FIXTURES, base_env, free_port, trun
 from test_observability import Agent, until
 
 
@@ -82,3 +82,75 @@ def test_stacks_of_a_hung_rank_name_its_own_line_and_the_others_collective(tmp, 
         assert r.returncode != 0 and "refused the job token" in r.err and not r.out
     finally:
         a.kill()
+
+
+@pytest.mark.timing("trun stack of a whole 2 x 4 job through one agent answers in 2 s or less "
+                    "(issue 30); the same job checks what it shows")
+def test_trun_stack_of_one_agent_shows_every_rank_of_a_2_node_job(tmp):
+    """Two c10d agents of 4 gloo workers each; `trun stack --health` given
+    only the first agent's address shows all 8 ranks, the second node's
+    gathered by that agent from its peer (docs/events.md, "A whole job's
+    stacks")."""
+    script = FIXTURES / "stack_worker.py"
+    token = "stacks-job-" + os.urandom(8).hex()
+    port = free_port()
+    flags = ["--nnodes", 2, "--nproc-per-node", 4, "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "stacks-" + os.urandom(4).hex(),
+             "--health-check-port", 0, "--health-check-addr", "127.0.0.1", script]
+    agents = [Agent(*flags, env=base_env(TRUN_JOB_TOKEN=token))]
+    try:
+        agents.append(Agent(*flags, env=base_env(TRUN_JOB_TOKEN=token)))
+        env = base_env(TRUN_JOB_TOKEN=token)
+
+        def all_waiting():
+            r = trun("stack", "--json", "--health", f"127.0.0.1:{agents[0].port}", env=env,
+                     timeout=30)
+            if r.returncode != 0:
+                return None
+            nodes = json.loads(r.out)
+            workers = {w["rank"]: (n, w) for n in nodes for w in n["workers"]}
+            if sorted(workers) != list(range(8)):
+                return None
+            top = {rank: [f["function"] for f in w["threads"][0]["frames"]] if w["threads"] else []
+                   for rank, (_, w) in workers.items()}
+            if top[7][:1] == ["stuck_before_the_collective"] and all(
+                    "all_reduce" in top[r] for r in range(7)):
+                return nodes, workers
+            return None
+
+        nodes, workers = until(all_waiting, "rank 7 asleep, 0-6 in all_reduce, seen from agent 0",
+                               180)
+        assert [n["node_rank"] for n in nodes] == [0, 1]
+        assert len({n["round"] for n in nodes}) == 1
+        pids = set()
+        for rank, (node, w) in workers.items():
+            assert node["node_rank"] == rank // 4 and w["local_rank"] == rank % 4
+            assert node["hostname"] and w["pid"] > 0 and w["error"] is None
+            pids.add(w["pid"])
+        assert len(pids) == 8
+
+        # As text, and timed: the first agent reads its workers and asks the
+        # second for its own, all within 2 s.
+        took = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            r = trun("stack", "--health", f"127.0.0.1:{agents[0].port}", env=env, timeout=30)
+            took.append(time.monotonic() - t0)
+            assert r.returncode == 0 and not r.err, r.err
+            for rank in range(8):
+                node, w = workers[rank]
+                assert (f"rank {rank} (local_rank {rank % 4}, host {node['hostname']}, "
+                        f"pid {w['pid']}, state ") in r.out, r.out
+        print("trun stack of a 2 x 4 job through one agent took "
+              + ", ".join(f"{t:.3f}" for t in took) + " s")
+        assert max(took) <= 2.0, took
+
+        # Several addresses: each agent's own workers, as before.
+        r = trun("stack", "--json", "--health",
+                 ",".join(f"127.0.0.1:{a.port}" for a in agents), env=env, timeout=30)
+        assert r.returncode == 0, r.err
+        assert sorted([w["rank"] for w in n["workers"]] for n in json.loads(r.out)) == [
+            [0, 1, 2, 3], [4, 5, 6, 7]]
+    finally:
+        for a in agents:
+            a.kill()
