@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "components/builtins.h"
+#include "components/file_component.h"
 #include "schedulers/local_scheduler.h"
 #include "schedulers/local_supervisor.h"
 #include "schedulers/slurm_stacks.h"
@@ -412,13 +413,15 @@ int BuiltinsCommand(const Args& args) {
 }
 
 int RunoptsCommand(const Args& args) {
-  auto f = ParseFlags("runopts", {kHelp}, args);
+  auto f = ParseFlags("runopts", {kHelp, {{"--json"}, false}}, args);
   if (!f.ok()) return ReportError(f.status());
   if (f->Has("--help")) {
     return Usage(
-        "usage: trun runopts [SCHEDULER]\n\n"
+        "usage: trun runopts [--json] [SCHEDULER]\n\n"
         "The run options of each scheduler (or one): give them with `trun run -cfg K=V,...` or\n"
-        "in .trunconfig.\n");
+        "in .trunconfig.\n"
+        "  --json  one object: each scheduler's options as a list of {name, type, default,\n"
+        "          required, help} (what trun's Python package reads)\n");
   }
   if (f->positionals.size() > 1) {
     return ReportError(Status::InvalidArgument("runopts: give at most one scheduler"));
@@ -429,16 +432,26 @@ int RunoptsCommand(const Args& args) {
     if (!s.ok()) return ReportError(s.status());
   }
   std::string out;
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
   for (const auto& info : schedulers::Schedulers()) {
     if (!only.empty() && only != info.name) continue;
     if (!info.create) {
+      doc[info.name] = nullptr;
       out += fmt::format("{}:\n    not available yet\n\n", info.name);
       continue;
     }
-    out += fmt::format("{}:\n{}\n\n", info.name,
-                       info.create(std::string(schedulers::kDefaultSession))->RunOpts().Format());
+    const specs::RunOpts opts = info.create(std::string(schedulers::kDefaultSession))->RunOpts();
+    auto& list = doc[info.name] = nlohmann::ordered_json::array();
+    for (const auto& o : opts.opts()) {
+      list.push_back({{"name", o.name},
+                      {"type", specs::OptTypeName(o.type)},
+                      {"default", components::ValueJson(o.default_value)},
+                      {"required", o.required},
+                      {"help", o.help}});
+    }
+    out += fmt::format("{}:\n{}\n\n", info.name, opts.Format());
   }
-  Print(out);
+  Print(f->Has("--json") ? doc.dump() + "\n" : out);
   return 0;
 }
 

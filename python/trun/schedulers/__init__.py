@@ -10,13 +10,13 @@ the Runner's (each call runs the binary on its own).
 
 from __future__ import annotations
 
-import re
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from trun import _binary
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle, runopt,
+from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle,
                             runopts)
 
 if TYPE_CHECKING:
@@ -30,32 +30,20 @@ class SchedulerFactory(Protocol):
     def __call__(self, session_name: str, **kwargs: object) -> Scheduler: ...
 
 
-# One option of `trun runopts` (TorchX's layout): "name=NAME (type[, default])",
-# its help on the next line.
-_OPTION = re.compile(r"^ {8}(?P<name>\S+)=\S+ \((?P<type>\w+(?:\[[^\]]*\])?)"
-                     r"(?:, (?P<default>.*))?\)$")
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool,
                           "list[str]": list[str], "dict[str, str]": dict[str, str]}
 
 
-def parse_runopts(text: str) -> runopts:
-    """The options ``trun runopts SCHEDULER`` printed, as :class:`runopts`."""
+def parse_runopts(options: list[dict[str, Any]]) -> runopts:
+    """One scheduler's options as ``trun runopts --json`` lists them, as :class:`runopts`."""
     opts = runopts()
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _OPTION.match(line)
-        if not m:
-            continue
-        tp = _TYPES.get(m["type"].lower())
+    for o in options:
+        tp = _TYPES.get(o["type"])
         if tp is None:
-            raise ValueError(f"trun runopts printed option {m['name']!r} of unknown type "
-                             f"{m['type']!r}; is TRUN_BINARY a trun of another version?")
-        raw = m["default"]
-        help_text = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        default = (None if raw is None or raw == "None"
-                   else runopt(None, tp, False, help_text).cast_to_type(raw))
-        opts.add(m["name"], type_=tp, help=help_text, default=default,
-                 required=raw is None)
+            raise ValueError(f"trun runopts gave option {o['name']!r} of unknown type "
+                             f"{o['type']!r}; is TRUN_BINARY a trun of another version?")
+        opts.add(o["name"], type_=tp, help=o["help"], default=o["default"],
+                 required=o["required"])
     return opts
 
 
@@ -81,11 +69,12 @@ class TrunScheduler(Scheduler):
 
     def _run_opts(self) -> runopts:
         if self._opts is None:
-            r = _binary.run(["runopts", self.backend], trun=self._trun, no_config=True)
+            r = _binary.run(["runopts", "--json", self.backend], trun=self._trun,
+                            no_config=True)
             if r.returncode != 0:
-                raise RuntimeError(f"`trun runopts {self.backend}` failed "
+                raise RuntimeError(f"`trun runopts --json {self.backend}` failed "
                                    f"(exit {r.returncode}): {r.stderr.strip()}")
-            self._opts = parse_runopts(r.stdout)
+            self._opts = parse_runopts(json.loads(r.stdout)[self.backend])
         return self._opts
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
