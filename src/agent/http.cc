@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/acceptor.h"
+#include "common/net.h"
 #include "common/strings.h"
 
 namespace trun::agent {
@@ -214,27 +215,29 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     }
 
     void Read() {
-      socket.async_read_some(
-          asio::buffer(buf), [self = shared_from_this()](std::error_code ec, size_t n) {
-            if (self->closed) return;
-            if (ec) return self->server.Finish(self);
-            switch (self->parser.Feed(std::string_view(self->buf, n))) {
-              case HttpRequestParser::State::kIncomplete:
-                return self->Read();
-              case HttpRequestParser::State::kComplete:
-                return self->server.Answer(
-                    self->parser.request(),
-                    [self, head = self->parser.request().method == "HEAD"](HttpResponse r) {
-                      if (!self->closed && !self->writing) self->Reply(r, head);
-                    });
-              case HttpRequestParser::State::kError: {
-                HttpResponse r;
-                r.status = self->parser.error_status();
-                r.body = self->parser.error() + "\n";
-                return self->Reply(r, false);
-              }
-            }
-          });
+      socket.async_read_some(asio::buffer(buf),
+                             [self = shared_from_this()](std::error_code ec, size_t n) {
+                               if (self->closed) return;
+                               if (ec) return self->server.Finish(self);
+                               switch (self->parser.Feed(std::string_view(self->buf, n))) {
+                                 case HttpRequestParser::State::kIncomplete:
+                                   return self->Read();
+                                 case HttpRequestParser::State::kComplete: {
+                                   HttpRequest req = self->parser.request();
+                                   req.local = SocketEndpoint(self->socket.native_handle(), false);
+                                   const bool head = req.method == "HEAD";
+                                   return self->server.Answer(req, [self, head](HttpResponse r) {
+                                     if (!self->closed && !self->writing) self->Reply(r, head);
+                                   });
+                                 }
+                                 case HttpRequestParser::State::kError: {
+                                   HttpResponse r;
+                                   r.status = self->parser.error_status();
+                                   r.body = self->parser.error() + "\n";
+                                   return self->Reply(r, false);
+                                 }
+                               }
+                             });
     }
 
     void Reply(const HttpResponse& r, bool head_only) {

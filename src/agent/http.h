@@ -52,6 +52,10 @@ struct HttpRequest {
   std::string target;  // as sent: "/metrics?x=1"
   std::string path;    // without the query: "/metrics"
   int minor_version = 1;
+  // The address and port the client's connection reached (common/net.h's
+  // SocketEndpoint), set by the server: what a proof of the job token
+  // names (agent/stacks.h).
+  std::string local;
 };
 
 class HttpRequestParser {

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
+#include "common/net.h"
 #include "common/strings.h"
 #include "proc/pystack.h"
 #include "store/auth.h"
@@ -112,10 +114,11 @@ int MsLeft(Clock::time_point deadline) {
 }
 
 // One HTTP/1.1 GET of `target` (the server closes after its reply), its
-// whole reply as bytes, at most `max_bytes` of them.
+// whole reply as bytes, at most `max_bytes` of them; `reached` is set to the
+// address and port the connection reached (SocketEndpoint).
 Result<std::string> HttpGet(const std::string& host, const std::string& port,
-                            const std::string& target, Clock::time_point deadline,
-                            size_t max_bytes) {
+                            const std::string& target, Clock::time_point deadline, size_t max_bytes,
+                            std::string& reached) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -148,6 +151,7 @@ Result<std::string> HttpGet(const std::string& host, const std::string& port,
   }
   freeaddrinfo(found);
   if (fd < 0) return failed;
+  reached = SocketEndpoint(fd, true);
   const std::string request = fmt::format(
       "GET {} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n", target, host, port);
   size_t sent = 0;
@@ -185,7 +189,8 @@ Result<std::string> HttpGet(const std::string& host, const std::string& port,
 
 struct Reply {
   int status = 0;
-  std::string nonce;  // X-Trun-Nonce
+  std::string nonce;    // X-Trun-Nonce
+  std::string refused;  // X-Trun-Refused: why a proof was refused, where it says
   std::string body;
 };
 
@@ -208,6 +213,7 @@ Reply ParseReply(const std::string& bytes) {
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return std::tolower(c); });
     if (name == "x-trun-nonce") r.nonce = std::string(Trim(line.substr(colon + 1)));
+    if (name == "x-trun-refused") r.refused = std::string(Trim(line.substr(colon + 1)));
   }
   return r;
 }
@@ -222,26 +228,34 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
     return Status::InvalidArgument(fmt::format(
         "'{}': expected an agent's health address HOST:PORT (its --health-check-port)", address));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  const std::string port = address.substr(colon + 1);
   const auto deadline = Clock::now() + timeout;
   const std::string path = whole_job ? "/stacks?scope=job" : "/stacks";
-  auto ask = [&](const std::string& target) -> Result<Reply> {
-    auto bytes = HttpGet(host, port, target, deadline, max_bytes);
+  std::string reached;
+  auto ask = [&](std::string_view at, const std::string& target) -> Result<Reply> {
+    const auto colon = at.rfind(':');
+    std::string host(at.substr(0, colon));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    auto bytes =
+        HttpGet(host, std::string(at.substr(colon + 1)), target, deadline, max_bytes, reached);
     if (!bytes.ok()) return bytes.status();
     return ParseReply(*bytes);
   };
-  auto r = ask(path);
+  auto r = ask(address, path);
   if (r.ok() && r->status == 401 && !r->nonce.empty()) {
     if (token.empty()) {
       return Status::PermissionDenied(fmt::format(
           "{}: the job has a job token and /stacks asks for it: set TRUN_JOB_TOKEN to the job's",
           address));
     }
-    r = ask(fmt::format("{}{}nonce={}&proof={}", path, whole_job ? "&" : "?", r->nonce,
-                        store::HttpAuthProof(token, r->nonce)));
+    // The proof names the agent this connection reached, and goes there.
+    const std::string agent = reached;
+    r = ask(agent, fmt::format("{}{}nonce={}&agent={}&proof={}", path, whole_job ? "&" : "?",
+                               r->nonce, agent, store::HttpAuthProof(token, r->nonce, agent)));
+    if (r.ok() && r->status == 401 && r->refused == "agent-address") {
+      return Status::PermissionDenied(fmt::format("{}: the agent refused the proof: {}", address,
+                                                  Trim(std::string_view(r->body).substr(0, 300))));
+    }
     if (r.ok() && r->status == 401) {
       return Status::PermissionDenied(fmt::format(
           "{}: the agent refused the job token: is TRUN_JOB_TOKEN this job's?", address));
@@ -359,24 +373,42 @@ std::string FormatStacks(const std::vector<nlohmann::json>& nodes) {
   return out;
 }
 
-std::string StacksGate::Challenge(Clock::time_point now) {
-  while (!outstanding_.empty() && (outstanding_.size() >= kMaxOutstanding ||
-                                   now - outstanding_.front().second > kNonceLifetime)) {
-    outstanding_.pop_front();
-  }
-  std::string nonce = store::NewAuthNonce();
-  outstanding_.emplace_back(nonce, now);
-  return nonce;
+namespace {
+
+// A nonce: 16 hex digits of the time it was made (milliseconds of the gate's
+// clock), then the gate's MAC of those digits.
+constexpr size_t kStampDigits = 16;
+
+std::string NonceMessage(std::string_view stamp) { return fmt::format("stacks-nonce\n{}", stamp); }
+
+}  // namespace
+
+StacksGate::StacksGate(std::string token)
+    : token_(std::move(token)), secret_(store::NewAuthNonce()) {}
+
+std::string StacksGate::Challenge(Clock::time_point now) const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch());
+  const std::string stamp = fmt::format("{:016x}", static_cast<uint64_t>(ms.count()));
+  return stamp + store::AuthProof(secret_, NonceMessage(stamp));
 }
 
-bool StacksGate::Admit(std::string_view nonce, std::string_view proof, Clock::time_point now) {
+bool StacksGate::Admit(std::string_view nonce, std::string_view proof, std::string_view agent,
+                       Clock::time_point now) {
   if (open()) return true;
-  auto it = std::find_if(outstanding_.begin(), outstanding_.end(),
-                         [&](const auto& o) { return o.first == nonce; });
-  if (nonce.empty() || it == outstanding_.end()) return false;
-  const bool fresh = now - it->second <= kNonceLifetime;
-  outstanding_.erase(it);
-  return fresh && store::HttpAuthProofMatches(token_, nonce, proof);
+  if (nonce.size() != kStampDigits + 64 || spent_.contains(nonce)) return false;
+  const std::string_view stamp = nonce.substr(0, kStampDigits);
+  uint64_t ms = 0;
+  auto [end, ec] = std::from_chars(stamp.data(), stamp.data() + stamp.size(), ms, 16);
+  if (ec != std::errc() || end != stamp.data() + stamp.size()) return false;
+  if (!store::AuthProofMatches(secret_, NonceMessage(stamp), nonce.substr(kStampDigits)))
+    return false;
+  const Clock::time_point made{std::chrono::milliseconds(ms)};
+  if (made > now || now - made > kNonceLifetime) return false;
+  if (!store::HttpAuthProofMatches(token_, nonce, agent, proof)) return false;
+  std::erase_if(spent_, [&](const auto& s) { return now - s.second > kNonceLifetime; });
+  if (spent_.size() >= kMaxSpent) return false;
+  spent_.emplace(nonce, made);
+  return true;
 }
 
 std::string QueryValue(std::string_view target, std::string_view key) {

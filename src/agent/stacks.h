@@ -18,9 +18,12 @@
 // With a job token, GET /stacks is a challenge and a proof
 // (store/auth.h's HttpAuthProof): a request without a good proof is 401
 // with a fresh nonce in `X-Trun-Nonce`; the client asks again with
-// `?nonce=NONCE&proof=PROOF`. A nonce is good once and for 30 s; at most
-// 64 are outstanding (a newer one forgets the oldest), so a client that
-// only asks for nonces costs the agent a bounded few KiB.
+// `?nonce=NONCE&agent=AGENT&proof=PROOF`, AGENT the address and port its
+// connection reached. A nonce is the time it was made and this agent's MAC
+// of that time, good for 30 s: the agent keeps no state for a nonce until
+// it is proved, so no number of nonce requests, from however many
+// addresses, can push an honest client's nonce out. A proved nonce is
+// remembered until it expires, so each is good once.
 //
 // Thread-safety: StacksGate is owned by the agent's loop thread; the free
 // functions are safe from any thread.
@@ -29,7 +32,6 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -88,22 +90,28 @@ std::string FormatStacks(const std::vector<nlohmann::json>& nodes);
 class StacksGate {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kMaxOutstanding = 64;
   static constexpr std::chrono::seconds kNonceLifetime{30};
+  // Proved nonces remembered at once (each for its lifetime, 76 bytes):
+  // only a holder of the token adds to them, and one asking faster than
+  // this is refused until some expire.
+  static constexpr size_t kMaxSpent = 4096;
 
   // `token` "": the job has none and every request is let in.
-  explicit StacksGate(std::string token) : token_(std::move(token)) {}
+  explicit StacksGate(std::string token);
 
   bool open() const { return token_.empty(); }
-  // A fresh nonce to prove the token for.
-  std::string Challenge(Clock::time_point now);
-  // Whether `proof` proves the token for `nonce`, an outstanding nonce not
-  // older than kNonceLifetime; the nonce is used up either way.
-  bool Admit(std::string_view nonce, std::string_view proof, Clock::time_point now);
+  // A fresh nonce to prove the token for: hex digits, the same length each.
+  std::string Challenge(Clock::time_point now) const;
+  // Whether `proof` proves the token for `nonce`, a nonce of this gate's not
+  // older than kNonceLifetime and not proved before, and for `agent`, the
+  // address and port the request's connection reached (SocketEndpoint).
+  bool Admit(std::string_view nonce, std::string_view proof, std::string_view agent,
+             Clock::time_point now);
 
  private:
   std::string token_;
-  std::deque<std::pair<std::string, Clock::time_point>> outstanding_;
+  std::string secret_;  // signs nonces; never leaves the gate
+  std::map<std::string, Clock::time_point, std::less<>> spent_;  // nonce, made at
 };
 
 // GET /stacks of the agent whose health server is `address` (HOST:PORT,

@@ -10,41 +10,67 @@ namespace {
 
 using Clock = StacksGate::Clock;
 
+constexpr std::string_view kAgent = "10.0.0.7:8000";
+
+std::string Proof(std::string_view token, const std::string& nonce,
+                  std::string_view agent = kAgent) {
+  return store::HttpAuthProof(token, nonce, agent);
+}
+
 TEST(StacksGate, OpenWithoutAToken) {
   StacksGate gate("");
   EXPECT_TRUE(gate.open());
-  EXPECT_TRUE(gate.Admit("", "", Clock::now()));
+  EXPECT_TRUE(gate.Admit("", "", "", Clock::now()));
 }
 
-TEST(StacksGate, AProofIsGoodOnceForItsNonce) {
+TEST(StacksGate, AProofIsGoodOnceForItsNonceAndAgent) {
   StacksGate gate("secret");
   const auto now = Clock::now();
-  EXPECT_FALSE(gate.Admit("", "", now));
+  EXPECT_FALSE(gate.Admit("", "", kAgent, now));
   std::string nonce = gate.Challenge(now);
-  EXPECT_FALSE(gate.Admit(nonce, store::HttpAuthProof("wrong", nonce), now));
-  // A refused proof used the nonce up.
-  EXPECT_FALSE(gate.Admit(nonce, store::HttpAuthProof("secret", nonce), now));
-  nonce = gate.Challenge(now);
-  EXPECT_FALSE(gate.Admit(nonce, store::AuthProof("secret", nonce), now));  // the store's proof
-  nonce = gate.Challenge(now);
-  EXPECT_TRUE(gate.Admit(nonce, store::HttpAuthProof("secret", nonce), now));
-  EXPECT_FALSE(gate.Admit(nonce, store::HttpAuthProof("secret", nonce), now));  // replayed
-  // A nonce this gate never gave.
+  EXPECT_FALSE(gate.Admit(nonce, Proof("wrong", nonce), kAgent, now));
+  EXPECT_FALSE(gate.Admit(nonce, store::AuthProof("secret", nonce), kAgent, now));  // the store's
+  // Proved for the address a client was pointed at, shown at the agent's
+  // own: a listener passing a client's proof on.
+  EXPECT_FALSE(gate.Admit(nonce, Proof("secret", nonce, "10.0.0.9:8000"), kAgent, now));
+  EXPECT_TRUE(gate.Admit(nonce, Proof("secret", nonce), kAgent, now));
+  EXPECT_FALSE(gate.Admit(nonce, Proof("secret", nonce), kAgent, now));  // replayed
+  // Nonces this gate never gave: random, another gate's, one with its time changed.
   std::string other = store::NewAuthNonce();
-  EXPECT_FALSE(gate.Admit(other, store::HttpAuthProof("secret", other), now));
+  EXPECT_FALSE(gate.Admit(other, Proof("secret", other), kAgent, now));
+  other = StacksGate("secret").Challenge(now);
+  EXPECT_FALSE(gate.Admit(other, Proof("secret", other), kAgent, now));
+  other = gate.Challenge(now);
+  other[15] = other[15] == '0' ? '1' : '0';
+  EXPECT_FALSE(gate.Admit(other, Proof("secret", other), kAgent, now));
 }
 
-TEST(StacksGate, NoncesExpireAndAreBounded) {
+TEST(StacksGate, NoncesExpireAndNoFloodForgetsOne) {
   StacksGate gate("secret");
   const auto now = Clock::now();
   std::string old = gate.Challenge(now);
-  EXPECT_FALSE(gate.Admit(old, store::HttpAuthProof("secret", old),
+  EXPECT_FALSE(gate.Admit(old, Proof("secret", old), kAgent,
                           now + StacksGate::kNonceLifetime + std::chrono::seconds(1)));
+  // The gate keeps nothing for a nonce it gives, so an honest client's
+  // survives any number given after it.
   std::string first = gate.Challenge(now);
-  for (size_t i = 0; i < StacksGate::kMaxOutstanding; ++i) gate.Challenge(now);
-  EXPECT_FALSE(gate.Admit(first, store::HttpAuthProof("secret", first), now));
-  std::string last = gate.Challenge(now);
-  EXPECT_TRUE(gate.Admit(last, store::HttpAuthProof("secret", last), now));
+  for (int i = 0; i < 100'000; ++i) gate.Challenge(now);
+  EXPECT_TRUE(gate.Admit(first, Proof("secret", first), kAgent, now + std::chrono::seconds(29)));
+}
+
+TEST(StacksGate, ProvedNoncesAreBounded) {
+  StacksGate gate("secret");
+  const auto now = Clock::now();
+  for (size_t i = 0; i < StacksGate::kMaxSpent; ++i) {
+    std::string n = gate.Challenge(now + std::chrono::milliseconds(i));
+    ASSERT_TRUE(gate.Admit(n, Proof("secret", n), kAgent, now + std::chrono::milliseconds(i)));
+  }
+  const auto later = now + std::chrono::seconds(10);
+  std::string n = gate.Challenge(later);
+  EXPECT_FALSE(gate.Admit(n, Proof("secret", n), kAgent, later));  // full until some expire
+  const auto expired = now + StacksGate::kNonceLifetime + std::chrono::seconds(5);
+  n = gate.Challenge(expired);
+  EXPECT_TRUE(gate.Admit(n, Proof("secret", n), kAgent, expired));
 }
 
 TEST(StacksQuery, Values) {

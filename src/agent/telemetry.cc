@@ -382,13 +382,26 @@ void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply)
   const auto now = StacksGate::Clock::now();
   // The proof comes first: nobody without the token learns anything, nor
   // makes this agent ask its peers.
-  if (!stacks_gate_.Admit(QueryValue(req.target, "nonce"), QueryValue(req.target, "proof"), now)) {
+  const std::string agent = QueryValue(req.target, "agent");
+  if (!stacks_gate_.Admit(QueryValue(req.target, "nonce"), QueryValue(req.target, "proof"),
+                          req.local, now)) {
     r.status = 401;
     r.headers.emplace_back("X-Trun-Nonce", stacks_gate_.Challenge(now));
-    r.body =
-        "this job has a job token: ask again with ?nonce=NONCE&proof=PROOF, NONCE this reply's "
-        "X-Trun-Nonce, PROOF hex(HMAC-SHA-256(token, \"trun-job-token-v1\\nhttp\\n\" NONCE)); "
-        "`trun stack` does so with TRUN_JOB_TOKEN\n";
+    if (!agent.empty() && agent != req.local) {
+      // Said at once, so that a user who reaches the agent through a
+      // forwarded port learns why a good token is refused.
+      r.headers.emplace_back("X-Trun-Refused", "agent-address");
+      r.body = fmt::format(
+          "the proof is for the agent at {:.60}, but this agent was reached at {}: a forwarded "
+          "port or another listener lies between; ask this agent at its own address\n",
+          agent, req.local);
+    } else {
+      r.body =
+          "this job has a job token: ask again with ?nonce=NONCE&agent=AGENT&proof=PROOF, NONCE "
+          "this reply's X-Trun-Nonce, AGENT the address and port your connection reached "
+          "(a.b.c.d:P or [v6]:P), PROOF hex(HMAC-SHA-256(token, \"trun-job-token-v1\\nhttp\\n\" "
+          "NONCE \"\\n\" AGENT)); `trun stack` does so with TRUN_JOB_TOKEN\n";
+    }
     return reply(std::move(r));
   }
   const std::string scope = QueryValue(req.target, "scope");

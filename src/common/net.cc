@@ -72,6 +72,20 @@ asio::ip::address Unmapped(const asio::ip::address& a) {
   return a;
 }
 
+std::string SocketEndpoint(int fd, bool peer) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return "";
+  asio::ip::tcp::endpoint e;
+  if (len > e.capacity()) return "";
+  std::memcpy(e.data(), &ss, len);
+  e.resize(len);
+  const auto a = Unmapped(e.address());
+  return a.is_v6() ? fmt::format("[{}]:{}", a.to_string(), e.port())
+                   : fmt::format("{}:{}", a.to_string(), e.port());
+}
+
 Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, int port,
                  std::string_view what) {
   using asio::ip::tcp;

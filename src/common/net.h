@@ -25,6 +25,12 @@ bool IsLocalAddress(const std::string& host);
 // dual-stack socket arrives as ::ffff:a.b.c.d).
 asio::ip::address Unmapped(const asio::ip::address& a);
 
+// The address and port of socket `fd`'s own end (`peer` false) or of the
+// other end (`peer` true) as "a.b.c.d:P" or "[v6]:P", an IPv4 address
+// mapped into IPv6 written as IPv4, so that both ends of one connection
+// write its address alike; "" when the socket has none.
+std::string SocketEndpoint(int fd, bool peer);
+
 // Opens, binds (SO_REUSEADDR) and listens `acceptor` on `host`:`port`. ""
 // or "::" is every address, IPv6 and IPv4 at once (IPv4 alone where the
 // kernel has IPv6 off), as torch's libuv store listens; anything else must

@@ -51,12 +51,13 @@ bool AuthProofMatches(std::string_view token, std::string_view nonce, std::strin
   return proof.size() == want.size() && sodium_memcmp(proof.data(), want.data(), want.size()) == 0;
 }
 
-std::string HttpAuthProof(std::string_view token, std::string_view nonce) {
-  return AuthProof(token, fmt::format("http\n{}", nonce));
+std::string HttpAuthProof(std::string_view token, std::string_view nonce, std::string_view agent) {
+  return AuthProof(token, fmt::format("http\n{}\n{}", nonce, agent));
 }
 
-bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof) {
-  return AuthProofMatches(token, fmt::format("http\n{}", nonce), proof);
+bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view agent,
+                          std::string_view proof) {
+  return AuthProofMatches(token, fmt::format("http\n{}\n{}", nonce, agent), proof);
 }
 
 std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,

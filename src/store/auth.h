@@ -65,11 +65,16 @@ std::string AuthProof(std::string_view token, std::string_view nonce);
 bool AuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof);
 
 // The proof a client of an agent's HTTP server shows for the agent's nonce
-// (GET /stacks, docs/events.md): AuthProof(token, "http\n" NONCE). No other
-// exchange proves a message of that form, so neither side of the store's
-// can be made to compute it, nor it theirs.
-std::string HttpAuthProof(std::string_view token, std::string_view nonce);
-bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view proof);
+// (GET /stacks, docs/events.md): AuthProof(token, "http\n" NONCE "\n"
+// AGENT), AGENT the address and port the client's connection reached, as
+// common/net.h's SocketEndpoint writes them. No other exchange proves a
+// message of that form, so neither side of the store's can be made to
+// compute it, nor it theirs; and since the agent checks AGENT against the
+// address its own socket was reached at, a listener that a client was
+// pointed at cannot pass the client's proof on to the real agent.
+std::string HttpAuthProof(std::string_view token, std::string_view nonce, std::string_view agent);
+bool HttpAuthProofMatches(std::string_view token, std::string_view nonce, std::string_view agent,
+                          std::string_view proof);
 
 // The store's answer to a good proof: "ok " + STORE_PROOF (above).
 std::string AuthOkAnswer(std::string_view token, std::string_view agent_nonce,

@@ -846,55 +846,112 @@ def _stacks_reply(port, target):
     return int(head.split(b" ", 2)[1]), nonce and nonce.group(1).decode(), body.decode()
 
 
-def _stacks_proof(nonce, token=TOKEN, context="http\n"):
-    msg = ("trun-job-token-v1\n" + context + nonce).encode()
+def _stacks_proof(nonce, port, token=TOKEN):
+    """The proof of GET /stacks for an agent reached at 127.0.0.1:port."""
+    msg = f"trun-job-token-v1\nhttp\n{nonce}\n127.0.0.1:{port}".encode()
     return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def _ask_from(source, port):
+    """A nonce request to the agent from `source`, another loopback address."""
+    with socket.socket() as s:
+        s.settimeout(30)
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /stacks HTTP/1.1\r\nHost: x\r\n\r\n")
+        while s.recv(65536):
+            pass
+
+
+class _Relay:
+    """A listener that a user was pointed at instead of the agent: it passes
+    every byte on to the agent and back, and keeps what the agent sent."""
+
+    def __init__(self, target_port):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.target = target_port
+        self.replies = b""
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._pass, args=(c,), daemon=True).start()
+
+    def _pass(self, c):
+        with c, socket.create_connection(("127.0.0.1", self.target), timeout=10) as up:
+            c.settimeout(10)
+            request = b""
+            while b"\r\n\r\n" not in request and (chunk := c.recv(65536)):
+                request += chunk
+            up.sendall(request)
+            while chunk := up.recv(65536):
+                self.replies += chunk
+                c.sendall(chunk)
+
+    def close(self):
+        self.sock.close()
 
 
 def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(tmp_path):
     """GET /stacks of a job with a token: no proof, a wrong, replayed,
-    made-up, oversized or cross-protocol one (the store's proof) is 401 with
-    no worker in it; a flood of nonce requests costs the agent 16 MiB or
-    less and forgets the oldest nonces; a good proof still opens, once."""
+    made-up, oversized or cross-protocol one (the store's proof), or one
+    made for another address is 401 with no worker in it; a flood of nonce
+    requests from many addresses costs the agent 16 MiB or less and makes
+    no honest nonce stale; a good proof opens, once; a listener that
+    passes `trun stack`'s exchange on to the agent gets nothing."""
     a = TokenAgent(tmp_path, "stacks", "--standalone", "--nproc-per-node", 1,
                    "--health-check-port", 0, "--health-check-addr", "127.0.0.1",
                    "--no-python", "sleep", "600")
+    relay = None
     try:
         port = int(a.wait_for(r"health check at http://[^ ]*:(\d+)/health").group(1))
         status, nonce, body = _stacks_reply(port, "/stacks")
         assert status == 401 and nonce and '"pid"' not in body
-        good = f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce)}"
-        made_up = secrets.token_hex(32)
+        made_up = secrets.token_hex(40)
         for target in [
-            f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce, token='guess')}",
-            good,  # the wrong proof above used its nonce up
-            f"/stacks?nonce={made_up}&proof={_stacks_proof(made_up)}",
+            f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce, port, token='guess')}",
+            f"/stacks?nonce={made_up}&proof={_stacks_proof(made_up, port)}",
             f"/stacks?nonce={'a' * 7000}&proof={'b' * 64}",
             "/stacks?nonce=&proof=&&&==&nonce",
             "/stacks?nonce=%00&proof=%0d%0a",
+            f"/stacks?nonce={nonce}&proof={proof(nonce)}",  # the store's proof
+            # Proved for the address a listener in between was reached at.
+            f"/stacks?nonce={nonce}&agent=127.0.0.1:{port + 1}&proof="
+            f"{_stacks_proof(nonce, port + 1)}",
         ]:
             status, _, body = _stacks_reply(port, target)
             assert status in (401, 431), (target[:80], status)
             assert '"pid"' not in body and '"workers"' not in body
-        _, nonce, _ = _stacks_reply(port, "/stacks")
-        status, _, _ = _stacks_reply(
-            port, f"/stacks?nonce={nonce}&proof={_stacks_proof(nonce, context='')}")
-        assert status == 401  # a proof of the store's exchange is not one of this
+        assert "a forwarded port or another listener" in body, body
 
         before = reset_peak(a.proc.pid) >> 10
-        first = _stacks_reply(port, "/stacks")[1]
-        for _ in range(300):
-            _stacks_reply(port, "/stacks")
-        _, last, _ = _stacks_reply(port, "/stacks")
+        for i in range(300):
+            _ask_from(f"127.0.{i // 200}.{2 + i % 200}", port)
         grown = (status_bytes(a.proc.pid, "VmHWM") >> 10) - before
         assert grown <= 16 * 1024, f"trun grew {grown} KiB"
-        assert _stacks_reply(port, f"/stacks?nonce={first}&proof={_stacks_proof(first)}")[0] == 401
-        good = f"/stacks?nonce={last}&proof={_stacks_proof(last)}"
+        # The first nonce, asked for before the flood, still opens.
+        good = f"/stacks?nonce={nonce}&agent=127.0.0.1:{port}&proof={_stacks_proof(nonce, port)}"
         status, _, body = _stacks_reply(port, good)
         assert status == 200 and json.loads(body)["workers"][0]["rank"] == 0
         assert _stacks_reply(port, good)[0] == 401  # replayed
+
+        relay = _Relay(port)
+        r = trun("stack", "--health", f"127.0.0.1:{relay.port}",
+                 env=base_env(TRUN_JOB_TOKEN=TOKEN), timeout=60)
+        assert r.returncode != 0 and "a forwarded port or another listener" in r.err, r.err
+        assert b'"workers"' not in relay.replies
+        r = trun("stack", "--health", f"127.0.0.1:{port}", env=base_env(TRUN_JOB_TOKEN=TOKEN),
+                 timeout=60)
+        assert r.returncode == 0 and "rank 0" in r.out, r.err
         assert a.proc.poll() is None, a.text()
     finally:
+        if relay:
+            relay.close()
         a.proc.kill()
         a.proc.wait()
 
@@ -965,8 +1022,9 @@ def test_job_wide_stacks_ask_only_the_rounds_peers_for_a_caller_with_the_token(t
 
         status, nonce, body = _stacks_reply(hport, "/stacks?scope=job")
         assert status == 401 and nonce and '"workers"' not in body
-        for target in [f"/stacks?scope=job&nonce={nonce}&proof={_stacks_proof(nonce, 'guess')}",
-                       f"/stacks?scope=job&nonce={nonce}&proof={_stacks_proof(nonce)}",  # used up
+        for target in [f"/stacks?scope=job&nonce={nonce}&proof="
+                       f"{_stacks_proof(nonce, hport, 'guess')}",
+                       f"/stacks?scope=job&nonce={nonce}&proof={_stacks_proof(nonce, hport + 1)}",
                        "/stacks?scope=job&nonce=&proof="]:
             status, _, body = _stacks_reply(hport, target)
             assert status == 401 and '"workers"' not in body, target
@@ -979,7 +1037,7 @@ def test_job_wide_stacks_ask_only_the_rounds_peers_for_a_caller_with_the_token(t
         status, _, body = _stacks_reply(
             hport, f"/stacks?scope=job&peer=127.0.0.1:{decoy.port}&address=127.0.0.1:"
                    f"{decoy.port}&host=127.0.0.1&port={decoy.port}"
-                   f"&nonce={nonce}&proof={_stacks_proof(nonce)}")
+                   f"&nonce={nonce}&proof={_stacks_proof(nonce, hport)}")
         took = time.monotonic() - t0
         grown = status_bytes(host.proc.pid, "VmHWM") - before
         assert status == 200, body
