@@ -119,16 +119,11 @@ int MsLeft(Clock::time_point deadline) {
 Result<std::string> HttpGet(const std::string& host, const std::string& port,
                             const std::string& target, Clock::time_point deadline, size_t max_bytes,
                             std::string& reached) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return Status::InvalidArgument(
-        fmt::format("{}:{}: cannot resolve the host: {}", host, port, gai_strerror(rc)));
-  }
+  auto found = ResolveWithin(host, port, deadline);
+  if (!found.ok()) return found.status();
   int fd = -1;
   Status failed = Status::Unavailable(fmt::format("{}:{}: no address to connect to", host, port));
-  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+  for (addrinfo* a = found->get(); a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
@@ -149,7 +144,6 @@ Result<std::string> HttpGet(const std::string& host, const std::string& port,
       fd = -1;
     }
   }
-  freeaddrinfo(found);
   if (fd < 0) return failed;
   reached = SocketEndpoint(fd, true);
   const std::string request = fmt::format(

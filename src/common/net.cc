@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -70,6 +73,50 @@ asio::ip::address Unmapped(const asio::ip::address& a) {
   if (a.is_v6() && a.to_v6().is_v4_mapped())
     return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
   return a;
+}
+
+Result<AddressList> ResolveWithin(const std::string& host, const std::string& port,
+                                  std::chrono::steady_clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) == 0)
+    return AddressList(found, freeaddrinfo);
+  // A lookup that outlives the caller keeps this alive and frees its own answer.
+  struct Lookup {
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool abandoned = false;
+    int rc = 0;
+    addrinfo* found = nullptr;
+  };
+  auto lookup = std::make_shared<Lookup>();
+  hints.ai_flags = 0;
+  std::thread([lookup, host, port, hints] {
+    addrinfo* res = nullptr;
+    const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+    std::lock_guard lock(lookup->mu);
+    if (lookup->abandoned) {
+      if (rc == 0) freeaddrinfo(res);
+      return;
+    }
+    lookup->rc = rc;
+    lookup->found = res;
+    lookup->done = true;
+    lookup->done_cv.notify_one();
+  }).detach();
+  std::unique_lock lock(lookup->mu);
+  if (!lookup->done_cv.wait_until(lock, deadline, [&] { return lookup->done; })) {
+    lookup->abandoned = true;
+    return Status::Timeout(fmt::format("{}: the name was not resolved in time", host));
+  }
+  if (lookup->rc != 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: cannot resolve the host: {}", host, gai_strerror(lookup->rc)));
+  }
+  return AddressList(lookup->found, freeaddrinfo);
 }
 
 std::string SocketEndpoint(int fd, bool peer) {

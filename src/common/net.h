@@ -1,9 +1,13 @@
 // Host names as the launcher needs them, and listening sockets.
-// Thread-safety: pure functions over the OS's resolver; ListenTcp touches
-// only the acceptor it is given.
+// Thread-safety: pure functions over the OS's resolver, safe from any
+// thread; ListenTcp touches only the acceptor it is given.
 #pragma once
 
+#include <netdb.h>
+
 #include <asio.hpp>
+#include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,6 +34,15 @@ asio::ip::address Unmapped(const asio::ip::address& a);
 // mapped into IPv6 written as IPv4, so that both ends of one connection
 // write its address alike; "" when the socket has none.
 std::string SocketEndpoint(int fd, bool peer);
+
+// The stream addresses of `host`:`port`, looked up by `deadline`. A name's
+// lookup may wait on DNS for many seconds, past any budget the caller has,
+// so one not done by then is left to end on a thread of its own and the
+// answer is a Timeout; an IP literal is read at once. A name that does not
+// resolve is an InvalidArgument with the resolver's words.
+using AddressList = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;
+Result<AddressList> ResolveWithin(const std::string& host, const std::string& port,
+                                  std::chrono::steady_clock::time_point deadline);
 
 // Opens, binds (SO_REUSEADDR) and listens `acceptor` on `host`:`port`. ""
 // or "::" is every address, IPv6 and IPv4 at once (IPv4 alone where the
