@@ -24,6 +24,28 @@ def wait_ready(p, n):
             raise AssertionError(f"got {line!r}; trun's stderr: {p.stderr.read().decode()}")
 
 
+def process_tree(root):
+    """Each process below root (and root) with its state, kernel wait
+    channel and command line: what a test that waited in vain shows."""
+    lines, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        proc = f"/proc/{pid}"
+        try:
+            state = open(f"{proc}/stat").read().rsplit(") ", 1)[1].split()[0]
+            wchan = open(f"{proc}/wchan").read()
+            argv = open(f"{proc}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:160]
+            threads = os.listdir(f"{proc}/task")
+            for t in threads:
+                with open(f"{proc}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError as e:
+            lines.append(f"{pid}: {e}")
+            continue
+        lines.append(f"{pid} {state} {wchan or '-'} threads={len(threads)} {argv}")
+    return "\n".join(lines)
+
+
 def wait_for(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -40,7 +62,11 @@ def test_signal_is_forwarded_and_trun_exits_128_plus(tmp, sig, code):
     try:
         wait_ready(p, 2)
         p.send_signal(sig)
-        assert p.wait(timeout=30) == code
+        try:
+            assert p.wait(timeout=30) == code
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"trun did not end; markers {sorted(os.listdir(tmp))}\n"
+                                 f"{process_tree(p.pid)}") from None
     finally:
         p.kill()
     name = signal.Signals(sig).name
