@@ -986,7 +986,8 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   std::string shutdown = Env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   if (given("shutdown_timeout")) {
     shutdown.clear();
-    if (auto n = ParseNonNegative("--shutdown-timeout", value("shutdown_timeout"), p)) {
+    if (auto n = ParseNonNegative("--shutdown-timeout", value("shutdown_timeout"), p,
+                                  std::numeric_limits<int>::max())) {
       c.shutdown_timeout_s = *n;
     }
   }

@@ -241,6 +241,7 @@ CORPUS = [
     ("virtual-local-rank-few-devices", "--virtual-local-rank --nproc-per-node 2 {s}",
      {"CUDA_VISIBLE_DEVICES": "0"}),
     ("shutdown-timeout-negative", "--shutdown-timeout -1 {s}", {}),
+    ("shutdown-timeout-weeks", "--shutdown-timeout 2000000 {s}", {}),
     ("shutdown-timeout-env-fraction", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2.5"}),
     ("shutdown-timeout-env-negative", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "-5"}),
     ("static-timeout-word", "--rdzv-conf timeout=soon --master-port 29511 {s}", {}),
