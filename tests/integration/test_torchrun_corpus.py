@@ -197,9 +197,9 @@ CORPUS = [
     # static endpoint's port (_get_addr_and_port's ValueError), torch's
     # DefaultLogsSpecs (a --log-dir that is a file or cannot be created),
     # LaunchConfig's shutdown_timeout >= 0 and int() of its variable. Accepted
-    # by torch and failing later (docs/cli.md, "Accepted, then failing as
-    # under torchrun"): SIGKILL/SIGSTOP (OSError when the handlers are set, as
-    # the workers start), SIGCHLD (the first worker exit ends the job), a
+    # by torch and failing later (docs/cli.md, "Accepted, then failing"):
+    # SIGKILL/SIGSTOP (OSError when the handlers are set, as the workers
+    # start), SIGCHLD (the first worker exit ends the job), a
     # missing script or program, too few CUDA_VISIBLE_DEVICES entries for
     # --virtual-local-rank (ValueError as the workers start), a master port
     # or node rank no backend reads.
