@@ -605,6 +605,7 @@ class LocalAgent::Impl {
   // After each batch of exits: what they mean for the group.
   void AfterExits() {
     if (state_ != State::kRunning) return;
+    if (config_.end_at_first_worker_exit) return EndAtFirstWorkerExit();
     if (!failures_.empty()) {
       const auto& root = failures_.root();
       restart_cause_ = "failure";
@@ -623,6 +624,23 @@ class LocalAgent::Impl {
       succeeded_ = true;
       rdzv_->Succeeded([this] { Finish(kExitSuccess); });
     }
+  }
+
+  // --signals-to-handle SIGCHLD: torchrun's handler raises on the SIGCHLD of
+  // the first worker exit, whatever its exit code, and its agent stops the
+  // others and ends; trun ends there too, as for a handled signal, and says
+  // why instead of a traceback.
+  void EndAtFirstWorkerExit() {
+    log::Error(
+        "a worker exited, and --signals-to-handle lists SIGCHLD, which every worker exit sends: "
+        "the job ends here, as under torchrun; leave SIGCHLD out of --signals-to-handle");
+    pending_signal_ = SIGCHLD;
+    telemetry_.GroupStopping("signal", "received SIGCHLD", SIGTERM);
+    StopWorkers(SIGTERM, [this] {
+      CloseAttempt();
+      WriteRootCause();
+      Finish(ExitForSignal(SIGCHLD));
+    });
   }
 
   void AfterFailure() {

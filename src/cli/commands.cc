@@ -53,6 +53,11 @@ int Launch(const Args& args) {
   if (!parsed->config.rdzv.job_token.empty()) {
     if (Status s = proc::MakeUndumpable(); !s.ok()) log::Warning("{}", s.message());
   }
+  // What torchrun's agent finds as it starts the workers fails here (exit 1).
+  if (Status s = launch::CheckBeforeStart(parsed->config); !s.ok()) {
+    for (const auto& line : Split(s.message(), '\n')) log::Error("{}", line);
+    return kExitFailed;
+  }
   // torchrun's agent binds as it starts the workers, and fails there (exit 1).
   if (Status s = launch::BindWorkersToNuma(parsed->config); !s.ok()) {
     log::Error("{}", s.message());

@@ -8,7 +8,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -196,9 +199,17 @@ void ParseNproc(const std::string& v, LaunchConfig& c, Problems& p) {
   }
   auto n = ParsePythonInt(v);
   if (n) {
-    if (*n <= 0 || *n > 4096) {
+    // torch's WorkerSpec asserts local_world_size > 0 before its agent
+    // starts; any larger count is launched (CheckBeforeStart weighs it
+    // against what this machine can run).
+    if (*n <= 0) {
+      p.Add(fmt::format(
+          "--nproc-per-node: expected a positive number of workers, got '{}' (torchrun refuses it "
+          "too)",
+          v));
+    } else if (*n > std::numeric_limits<int>::max()) {
       p.Add(
-          fmt::format("--nproc-per-node: expected a positive number (at most 4096), got '{}'", v));
+          fmt::format("--nproc-per-node: {} workers on one node is more than any machine runs", v));
     } else {
       c.nproc_per_node = static_cast<int>(*n);
     }
@@ -272,21 +283,46 @@ std::string RandomUuid4() {
       b[15]);
 }
 
+// torch's DefaultLogsSpecs, which torchrun builds as it decides: a --log-dir
+// that is a file is refused, a missing one is created there and then (with
+// its parents), and one that cannot be created is refused.
+void PrepareLogDir(const std::string& dir, Problems& p) {
+  if (dir == "/dev/null") return;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (S_ISREG(st.st_mode)) {
+      p.Add(fmt::format("--log-dir {}: is a file, not a directory; choose a directory", dir));
+    }
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    p.Add(fmt::format("--log-dir {}: cannot create it: {}; choose a writable directory", dir,
+                      ec.message()));
+  }
+}
+
 // A script may be any readable non-directory: a file, /dev/fd/N, a FIFO.
 bool IsFile(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
-void BuildEntrypoint(LaunchConfig& c, Problems& p) {
+// torchrun finds a missing script or program only when its workers start
+// (they fail, or its agent does); trun decides as torchrun does and says so
+// at once.
+void BuildEntrypoint(LaunchConfig& c) {
   const std::string& script = c.training_script;
   std::string python = Env("PYTHON_EXEC");
   if (python.empty()) python = "python3";
   switch (c.entrypoint_kind) {
     case EntrypointKind::kBinary:
       if (auto found = proc::ResolveExecutable(script, Env("PATH")); !found.ok()) {
-        p.Add(fmt::format("--no-python: {}; give a path or a program on PATH",
-                          found.status().message()));
+        log::Warning(
+            "--no-python: {}; the workers cannot start, and trun fails as it starts them, as "
+            "torchrun does; give a path or a program on PATH",
+            found.status().message());
       }
       c.worker_argv = {script};
       c.entrypoint_name = script;
@@ -297,16 +333,22 @@ void BuildEntrypoint(LaunchConfig& c, Problems& p) {
       break;
     case EntrypointKind::kScript:
       if (!IsFile(script)) {
-        p.Add(
-            fmt::format("training script '{}' not found (or not a file); check the path, or use "
-                        "-m for a module and --no-python for a program",
-                        script));
+        log::Warning(
+            "training script '{}' not found (or not a file): its workers will fail as they start, "
+            "as under torchrun; check the path, or use -m for a module and --no-python for a "
+            "program",
+            script);
       }
       c.worker_argv = {python, "-u", script};
       c.entrypoint_name = script;
       break;
     case EntrypointKind::kRunPath:
-      if (!IsFile(script)) p.Add(fmt::format("--run-path: script '{}' not found", script));
+      if (!IsFile(script)) {
+        log::Warning(
+            "--run-path: script '{}' not found (or not a file): its workers will fail as they "
+            "start, as under torchrun; check the path",
+            script);
+      }
       // torchrun runs the script in its worker with runpy; so does this.
       c.worker_argv = {python, "-u", "-c",
                        "import runpy, sys; sys.argv = sys.argv[1:]; "
@@ -641,9 +683,12 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   }
   if (given("monitor_interval")) {
     auto d = ParseDouble(value("monitor_interval"));
-    if (!d || *d < 0) {
-      p.Add(fmt::format("--monitor-interval: expected seconds >= 0, got '{}'",
-                        value("monitor_interval")));
+    // torch's WorkerSpec asserts monitor_interval > 0 before its agent starts.
+    if (!d || !(*d > 0) || !std::isfinite(*d)) {
+      p.Add(
+          fmt::format("--monitor-interval: expected seconds > 0, got '{}' (torchrun refuses 0 "
+                      "and less too)",
+                      value("monitor_interval")));
     } else {
       c.monitor_interval = *d;
     }
@@ -653,7 +698,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
       p.Add(fmt::format("--start-method: expected spawn, fork or forkserver, got '{}'",
                         c.start_method));
-    } else if (c.start_method == "forkserver" && flags["no_python"]) {
+    } else if (c.start_method == "forkserver" && flags["no_python"] && !flags["run_path"]) {
       p.Add(
           "--start-method forkserver forks workers from a Python process; a --no-python "
           "program cannot be started that way (use spawn)");
@@ -694,18 +739,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   c.timer_file = Env("TORCHELASTIC_TIMER_FILE");
   if (given("role")) c.role = value("role");
 
+  // torchrun's config_from_args: --run-path wins over -m and --no-python
+  // (its help says so), and only without it are those two a conflict.
   bool module = flags["module"], no_python = flags["no_python"], run_path = flags["run_path"];
-  if (module && no_python) {
+  if (!run_path && module && no_python) {
     p.Add("--no-python and -m/--module cannot be used together: a module needs python");
-  } else if (run_path && (module || no_python)) {
-    p.Add("--run-path cannot be combined with -m/--module or --no-python");
   }
-  c.entrypoint_kind = no_python  ? EntrypointKind::kBinary
-                      : module   ? EntrypointKind::kModule
-                      : run_path ? EntrypointKind::kRunPath
-                                 : EntrypointKind::kScript;
+  c.entrypoint_kind = run_path    ? EntrypointKind::kRunPath
+                      : no_python ? EntrypointKind::kBinary
+                      : module    ? EntrypointKind::kModule
+                                  : EntrypointKind::kScript;
 
-  if (given("log_dir")) c.log_dir = value("log_dir");
+  // torchrun's `args.log_dir or mkdtemp()`: an empty --log-dir is none.
+  if (given("log_dir") && !value("log_dir").empty()) {
+    c.log_dir = value("log_dir");
+    PrepareLogDir(*c.log_dir, p);
+  }
   if (given("redirects")) {
     auto s = ParseStdSpec("--redirects", value("redirects"));
     if (s.ok())
@@ -757,20 +806,27 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       c.local_ranks_filter = std::move(ranks);
     }
   }
+  // torchrun takes any whole number: a backend other than static ignores
+  // it, and static admits no rank outside 0..nodes-1, so such a node waits
+  // (both warned below). Beyond int's range is as far outside.
   if (given("node_rank")) {
-    if (auto n = ParseNonNegative("--node-rank", value("node_rank"), p)) c.node_rank = *n;
+    if (auto n = ParsePythonInt(value("node_rank")); !n) {
+      p.Add(fmt::format("--node-rank: expected a whole number, got '{}'", value("node_rank")));
+    } else {
+      c.node_rank = static_cast<int>(std::clamp<long long>(*n, std::numeric_limits<int>::min(),
+                                                           std::numeric_limits<int>::max()));
+    }
   }
   if (given("master_addr")) c.master_addr = value("master_addr");
+  // Any whole number, as torchrun's type=int: only the static backend's
+  // store reads it, and checks it there (below).
+  std::optional<long long> master_port;
   if (given("master_port")) {
-    auto n = ParsePythonInt(value("master_port"));
-    // 0, as torch's TCPStore reads it, is a free port: what one node needs,
-    // and what the other nodes of a larger job cannot know (warned below).
-    if (!n || *n < 0 || *n > 65535) {
+    master_port = ParsePythonInt(value("master_port"));
+    if (!master_port) {
       p.Add(fmt::format("--master-port: expected a port 0-65535, got '{}'", value("master_port")));
-    } else {
-      c.master_port = static_cast<int>(*n);
-      c.master_port_given = true;
     }
+    c.master_port_given = true;
   }
   if (given("local_addr")) c.local_addr = value("local_addr");
   // torchrun loads --logs-specs from the torchrun.logs_specs entry points;
@@ -797,9 +853,14 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (!sig) {
       // torch's start_processes warns and handles the others.
       log::Warning("--signals-to-handle: '{}' is no signal; trun skips it, as torchrun does", name);
-    } else if (*sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
-      p.Add(fmt::format("--signals-to-handle: '{}' is not a signal trun can handle (e.g. SIGTERM)",
-                        name));
+    } else if (*sig == SIGKILL || *sig == SIGSTOP) {
+      // torchrun accepts them and fails as it starts the workers, where
+      // setting their handler raises (CheckBeforeStart).
+      c.unhandleable_signals.push_back(std::string(Trim(name)));
+    } else if (*sig == SIGCHLD) {
+      // Every worker exit sends it: torchrun's handler ends the job at the
+      // first one, and so does trun's agent.
+      c.end_at_first_worker_exit = true;
     } else {
       c.signals_to_handle.push_back(*sig);
     }
@@ -848,7 +909,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   // torch accepts any node rank and its static rendezvous then waits for a
   // store or a slot that never comes, until its timeout; trun decides the
   // same and names the mistake at once.
-  if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes) {
+  if (c.rdzv_backend == "static" && (c.node_rank < 0 || c.node_rank >= c.max_nodes)) {
     log::Warning(
         "--node-rank {} is outside 0..{} for --nnodes {}: the static backend admits no such node, "
         "so this agent waits until the join timeout, as torchrun's does; give each node a rank "
@@ -865,14 +926,40 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
     c.node_rank = 0;
   }
-  if (c.rdzv_backend == "static" && c.master_port_given && c.master_port == 0 && c.max_nodes > 1 &&
-      c.rdzv_endpoint.empty()) {
+  // torch's static store is at --rdzv-endpoint when given, else at
+  // "{master_addr}:{master_port}"; either must hold a port 0-65535
+  // (launch_agent's _get_addr_and_port), and that is the workers'
+  // MASTER_ADDR and MASTER_PORT. The other backends never read the port.
+  if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
+    if (master_port && (*master_port < 0 || *master_port > 65535)) {
+      p.Add(fmt::format(
+          "--master-port: expected a port 0-65535 for the static backend's store, got '{}' "
+          "(torchrun refuses it too)",
+          value("master_port")));
+    } else if (master_port) {
+      c.master_port = static_cast<int>(*master_port);
+    }
+    c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
+  } else if (c.rdzv_backend == "static") {
+    Problems bad;
+    rendezvous::Settings at;
+    SplitEndpoint(c.rdzv_endpoint, -1, at, bad);
+    for (const auto& m : bad.messages()) p.Add(m);
+    if (bad.empty() && at.endpoint_port < 0) {
+      p.Add(fmt::format(
+          "--rdzv-endpoint '{}': the static backend needs the store's port (HOST:PORT), as "
+          "torchrun's does; or leave --rdzv-endpoint out and give --master-addr and --master-port",
+          c.rdzv_endpoint));
+    } else if (bad.empty()) {
+      c.master_addr = at.endpoint_host;
+      c.master_port = at.endpoint_port;
+      c.master_port_given = true;
+    }
+  }
+  if (c.rdzv_backend == "static" && c.master_port_given && c.master_port == 0 && c.max_nodes > 1) {
     log::Warning(
         "--master-port 0: node 0's store listens on a free port that no other node knows, as "
         "under torchrun; give every node the same port (e.g. --master-port 29500)");
-  }
-  if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty()) {
-    c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
   }
   for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
   c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
@@ -899,17 +986,22 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
   std::string shutdown = Env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   if (given("shutdown_timeout")) {
     shutdown.clear();
-    if (auto n = ParseNonNegative("--shutdown-timeout", value("shutdown_timeout"), p)) {
+    if (auto n = ParseNonNegative("--shutdown-timeout", value("shutdown_timeout"), p,
+                                  std::numeric_limits<int>::max())) {
       c.shutdown_timeout_s = *n;
     }
   }
+  // torch's LaunchConfig reads the variable with int() and checks only the
+  // flag's sign: a negative value is no grace at all.
   if (!shutdown.empty()) {
-    auto d = ParseDouble(shutdown);
-    if (!d || *d < 0) {
-      p.Add(
-          fmt::format("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected seconds >= 0, got '{}'", shutdown));
+    auto n = ParsePythonInt(shutdown);
+    if (!n) {
+      p.Add(fmt::format(
+          "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected whole seconds, got '{}' (torchrun refuses it "
+          "too)",
+          shutdown));
     } else {
-      c.shutdown_timeout_s = *d;
+      c.shutdown_timeout_s = static_cast<double>(std::max(*n, 0LL));
     }
   }
   c.virtual_local_rank = flags["virtual_local_rank"];
@@ -917,28 +1009,55 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     // torch's LocalElasticAgent: local rank i gets the i-th entry of the
     // agent's CUDA_VISIBLE_DEVICES (split on commas, trimmed), or "i" when it
     // is unset. torch finds a short list only when it starts the workers;
-    // trun says so before anything starts.
+    // so does trun (CheckBeforeStart).
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     std::vector<std::string> listed = visible ? Split(visible, ',') : std::vector<std::string>{};
-    for (int lr = 0; lr < c.nproc_per_node; ++lr) {
+    // No more than the kernel could ever run (its PID_MAX_LIMIT): a larger
+    // count fails as the workers start (CheckBeforeStart).
+    const int devices = std::min(c.nproc_per_node, 4 * 1024 * 1024);
+    for (int lr = 0; lr < devices; ++lr) {
       if (!visible) {
         c.virtual_devices.push_back(std::to_string(lr));
       } else if (static_cast<size_t>(lr) < listed.size()) {
         c.virtual_devices.emplace_back(Trim(listed[static_cast<size_t>(lr)]));
       }
     }
-    if (visible && listed.size() < static_cast<size_t>(c.nproc_per_node)) {
-      p.Add(fmt::format(
-          "--virtual-local-rank: {} workers per node, but CUDA_VISIBLE_DEVICES={} lists only {} "
-          "device(s); list one device per worker or lower --nproc-per-node",
-          c.nproc_per_node, visible, listed.size()));
-    }
   }
   c.set_omp_num_threads = std::getenv("OMP_NUM_THREADS") == nullptr && c.nproc_per_node > 1;
 
-  if (!c.training_script.empty()) BuildEntrypoint(c, p);
+  if (!c.training_script.empty()) BuildEntrypoint(c);
   if (!p.empty()) return p.ToStatus();
   return ParsedLaunch{LaunchAction::kRun, "", std::move(c), ""};
+}
+
+Status CheckBeforeStart(const LaunchConfig& c) {
+  Problems p;
+  for (const auto& name : c.unhandleable_signals) {
+    p.Add(fmt::format(
+        "--signals-to-handle: no handler can be set for {} (the kernel does not allow it), so "
+        "the workers are not started; torchrun fails here too (OSError); leave {} out",
+        name, name));
+  }
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const size_t listed = visible ? Split(visible, ',').size() : 0;
+  if (c.virtual_local_rank && visible && listed < static_cast<size_t>(c.nproc_per_node)) {
+    p.Add(fmt::format(
+        "--virtual-local-rank: {} workers per node, but CUDA_VISIBLE_DEVICES={} lists only {} "
+        "device(s), so the workers are not started; torchrun fails here too (ValueError); list "
+        "one device per worker or lower --nproc-per-node",
+        c.nproc_per_node, visible, listed));
+  }
+  // torchrun would start them until the kernel refuses a process; trun
+  // says so before the first.
+  std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
+  long long pid_max = 0;
+  if (pid_max_file >> pid_max && c.nproc_per_node > pid_max) {
+    p.Add(
+        fmt::format("--nproc-per-node {}: more workers than this machine can have processes "
+                    "(kernel.pid_max is {}), so none is started; lower --nproc-per-node",
+                    c.nproc_per_node, pid_max));
+  }
+  return p.ToStatus();
 }
 
 }  // namespace trun::launch

@@ -45,6 +45,14 @@ inline constexpr const char* kCompletionShells[] = {"bash", "zsh", "tcsh"};
 // `args` excludes argv[0].
 Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args);
 
+// What torchrun's agent finds only as it starts the workers, checked just
+// before trun's agent starts: a --signals-to-handle signal no handler can be
+// set for (SIGKILL, SIGSTOP), --virtual-local-rank without a device per
+// worker, more workers than the machine can have processes. Each is a
+// problem that names it; the caller exits 1, as torchrun fails there. Reads
+// CUDA_VISIBLE_DEVICES and /proc/sys/kernel/pid_max.
+Status CheckBeforeStart(const LaunchConfig& c);
+
 // Parses "-r"/"-t" values as torch's pattern: "0".."3" or "i:v,i:v", nothing
 // trimmed (trun also takes local ranks of several digits).
 Result<StdSpec> ParseStdSpec(const std::string& flag, const std::string& value);

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 
 namespace trun::launch {
 namespace {
@@ -253,13 +257,96 @@ TEST(ArgsTest, StaticKeepsMinAndAcceptsAnyRankAsTorchrun) {
   EXPECT_EQ(one->config.rdzv_backend, "static");
 }
 
-// torch's TCPStore reads port 0 as a free one; a negative port is a mistake.
+// torch's TCPStore reads port 0 as a free one; the static store's port must
+// be 0-65535 (launch_agent's _get_addr_and_port), and no other backend
+// reads it.
 TEST(ArgsTest, MasterPortZeroIsAFreePort) {
   auto p = Parse({"--master-port", "0", "--no-python", "true"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->config.rdzv_backend, "static");
   EXPECT_EQ(p->config.master_port, 0);
   EXPECT_FALSE(Parse({"--master-port", "-1", "--no-python", "true"}).ok());
+  EXPECT_FALSE(Parse({"--nnodes", "2", "--master-port", "65536", "--no-python", "true"}).ok());
+  auto standalone = Parse({"--standalone", "--master-port", "70000", "--no-python", "true"});
+  ASSERT_TRUE(standalone.ok()) << standalone.status().ToString();
+  EXPECT_EQ(standalone->config.rdzv_endpoint, "localhost:0");
+  EXPECT_TRUE(Parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--master-port", "-5",
+                     "--no-python", "true"})
+                  .ok());
+}
+
+// torch's static store is at --rdzv-endpoint when one is given, and that is
+// the workers' MASTER_ADDR and MASTER_PORT; its port is required.
+TEST(ArgsTest, StaticEndpointIsTheStore) {
+  auto p = Parse({"--rdzv-backend", "static", "--rdzv-endpoint", "10.0.0.1:29511", "--nnodes", "2",
+                  "--node-rank", "1", "--master-port", "99999", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.master_addr, "10.0.0.1");
+  EXPECT_EQ(p->config.master_port, 29511);
+  auto no_port = Parse({"--rdzv-backend", "static", "--rdzv-endpoint", "10.0.0.1", "--nnodes", "2",
+                        "--no-python", "true"});
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_NE(no_port.status().message().find("the static backend needs the store's port"),
+            std::string::npos)
+      << no_port.status().message();
+}
+
+// What torch refuses before its agent runs (WorkerSpec's asserts), and what
+// it accepts: any worker count above 0, any node rank.
+TEST(ArgsTest, CountsAndRanksAsTorchrunTakesThem) {
+  EXPECT_FALSE(Parse({"--nproc-per-node", "0", "--no-python", "true"}).ok());
+  EXPECT_FALSE(Parse({"--nproc-per-node", "-2", "--no-python", "true"}).ok());
+  auto many = Parse({"--nproc-per-node", "5000", "--no-python", "true"});
+  ASSERT_TRUE(many.ok()) << many.status().ToString();
+  EXPECT_EQ(many->config.nproc_per_node, 5000);
+  EXPECT_FALSE(Parse({"--monitor-interval", "0", "--no-python", "true"}).ok());
+  EXPECT_FALSE(Parse({"--monitor-interval", "-1", "--no-python", "true"}).ok());
+  auto rank = Parse(
+      {"--nnodes", "2", "--master-port", "29511", "--node-rank", "-1", "--no-python", "true"});
+  ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+  EXPECT_EQ(rank->config.node_rank, -1);
+  auto ignored = Parse({"--node-rank", "-3", "--rdzv-backend", "c10d", "--no-python", "true"});
+  ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
+  EXPECT_EQ(ignored->config.node_rank, 0);
+}
+
+// torchrun accepts these and fails as its workers start; so does trun
+// (CheckBeforeStart), and SIGCHLD ends the job at the first worker exit.
+TEST(ArgsTest, SignalsTorchCannotHandleFailAsTheWorkersStart) {
+  auto p = Parse({"--signals-to-handle", "SIGTERM,SIGKILL, SIGSTOP", "--no-python", "true"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->config.signals_to_handle, std::vector<int>{SIGTERM});
+  EXPECT_EQ(p->config.unhandleable_signals, (std::vector<std::string>{"SIGKILL", "SIGSTOP"}));
+  Status s = CheckBeforeStart(p->config);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no handler can be set for SIGKILL"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("no handler can be set for SIGSTOP"), std::string::npos);
+  auto chld = Parse({"--signals-to-handle", "SIGCHLD", "--no-python", "true"});
+  ASSERT_TRUE(chld.ok()) << chld.status().ToString();
+  EXPECT_TRUE(chld->config.end_at_first_worker_exit);
+  EXPECT_TRUE(chld->config.signals_to_handle.empty());
+  EXPECT_TRUE(CheckBeforeStart(chld->config).ok());
+}
+
+// torch's DefaultLogsSpecs: a --log-dir that is a file, or that cannot be
+// created, is refused as torchrun decides; a missing one is created.
+TEST(ArgsTest, LogDirAsTorchsDefaultLogsSpecs) {
+  char tmpl[] = "/tmp/trun_args_test_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto made = Parse({"--log-dir", dir + "/a/b", "--no-python", "true"});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  struct stat st;
+  EXPECT_EQ(::stat((dir + "/a/b").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  const std::string file = dir + "/f";
+  std::fclose(std::fopen(file.c_str(), "w"));
+  auto is_file = Parse({"--log-dir", file, "--no-python", "true"});
+  ASSERT_FALSE(is_file.ok());
+  EXPECT_NE(is_file.status().message().find("is a file"), std::string::npos);
+  EXPECT_FALSE(Parse({"--log-dir", file + "/logs", "--no-python", "true"}).ok());
+  std::filesystem::remove_all(dir);
 }
 
 // torchrun keeps --nnodes under --standalone.
@@ -275,10 +362,23 @@ TEST(ArgsTest, StandaloneKeepsNnodesAsTorchrun) {
   EXPECT_EQ(range->config.max_nodes, 2);
 }
 
-TEST(ArgsTest, ConflictingEntrypoints) {
+// torchrun's config_from_args: --run-path wins over -m and --no-python,
+// which only conflict without it; a missing script fails in its workers.
+TEST(ArgsTest, EntrypointsAsTorchrunDecidesThem) {
   EXPECT_FALSE(Parse({"--no-python", "-m", "x"}).ok());
-  EXPECT_FALSE(Parse({"--run-path", "-m", "x"}).ok());
-  EXPECT_FALSE(Parse({"missing_script.py"}).ok());
+  for (auto also : {std::vector<std::string>{"-m"}, {"--no-python"}, {"--no-python", "-m"}}) {
+    std::vector<std::string> args = {"--run-path"};
+    args.insert(args.end(), also.begin(), also.end());
+    args.insert(args.end(), {"/bin/sh", "a"});
+    auto p = Parse(args);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->config.entrypoint_kind, EntrypointKind::kRunPath);
+    EXPECT_EQ(p->config.worker_argv.back(), "a");
+  }
+  auto missing = Parse({"missing_script.py"});
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_EQ(missing->config.worker_argv.back(), "missing_script.py");
+  EXPECT_TRUE(Parse({"--no-python", "no-such-program-anywhere"}).ok());
   EXPECT_FALSE(Parse({}).ok());
 }
 

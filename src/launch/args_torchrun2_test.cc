@@ -119,6 +119,15 @@ TEST(ArgsTorchrun2Test, ShutdownTimeoutFlagBeatsEnvironment) {
   ScopedEnv bad("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon");
   EXPECT_TRUE(ParseTorchrun2Args({"--shutdown-timeout", "3", "--no-python", "true"}).ok());
   EXPECT_FALSE(ParseTorchrun2Args({"--no-python", "true"}).ok());
+  // torch's LaunchConfig reads it with int(), and checks no sign there.
+  {
+    ScopedEnv fraction("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "2.5");
+    EXPECT_FALSE(ParseTorchrun2Args({"--no-python", "true"}).ok());
+  }
+  ScopedEnv negative("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "-5");
+  auto none = ParseTorchrun2Args({"--no-python", "true"});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->config.shutdown_timeout_s, 0);
 }
 
 TEST(ArgsTorchrun2Test, VirtualLocalRankMapsDevices) {
@@ -144,13 +153,17 @@ TEST(ArgsTorchrun2Test, VirtualLocalRankMapsDevices) {
   EXPECT_EQ(p->config.virtual_devices, (std::vector<std::string>{"4", "6", "GPU-abc"}));
 }
 
+// torch's agent raises as it starts the workers; trun decides as torchrun
+// does and refuses to start them (CheckBeforeStart).
 TEST(ArgsTorchrun2Test, VirtualLocalRankNeedsADevicePerWorker) {
   ScopedEnv visible("CUDA_VISIBLE_DEVICES", "0,1");
   auto p =
       ParseTorchrun2Args({"--virtual-local-rank", "--nproc-per-node", "3", "--no-python", "true"});
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("CUDA_VISIBLE_DEVICES=0,1 lists only 2"), std::string::npos)
-      << p.status().message();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Status s = CheckBeforeStart(p->config);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("CUDA_VISIBLE_DEVICES=0,1 lists only 2"), std::string::npos)
+      << s.message();
 }
 
 TEST(ArgsTorchrun2Test, PrintCompletionNeedsNoScript) {
@@ -176,12 +189,12 @@ TEST(ArgsTorchrun2Test, PrintCompletionNeedsNoScript) {
 
 TEST(ArgsTorchrun2Test, BadValuesAreReportedTogether) {
   ScopedEnv visible("CUDA_VISIBLE_DEVICES", "0");
-  auto p = ParseTorchrun2Args({"--shutdown-timeout", "-1", "--virtual-local-rank",
-                               "--nproc-per-node", "2", "--nnodes", "x", "--no-python", "true"});
+  auto p = ParseTorchrun2Args({"--shutdown-timeout", "-1", "--nproc-per-node", "0", "--nnodes", "x",
+                               "--no-python", "true"});
   ASSERT_FALSE(p.ok());
   const std::string& m = p.status().message();
   EXPECT_NE(m.find("--shutdown-timeout: expected a whole number"), std::string::npos) << m;
-  EXPECT_NE(m.find("--virtual-local-rank"), std::string::npos) << m;
+  EXPECT_NE(m.find("--nproc-per-node"), std::string::npos) << m;
   EXPECT_NE(m.find("--nnodes"), std::string::npos) << m;
   auto frac = ParseTorchrun2Args({"--shutdown-timeout", "1.5", "--no-python", "true"});
   EXPECT_FALSE(frac.ok());
@@ -334,7 +347,7 @@ TEST(ArgsTorchrun2Test, NumaBindingModesAreTorchs) {
 TEST(ArgsTorchrun2Test, ValuesAreReadAsArgparseReadsThem) {
   auto empty = Parse({"--log-dir=", "--role=", "--no-python", "true", "a"});
   ASSERT_TRUE(empty.ok()) << empty.status().message();
-  EXPECT_EQ(empty->config.log_dir, "");
+  EXPECT_EQ(empty->config.log_dir, std::nullopt);
   EXPECT_EQ(empty->config.role, "");
   EXPECT_EQ(empty->config.worker_argv, (std::vector<std::string>{"true", "a"}));
   auto short_eq = Parse({"-t=3", "-r=1", "--no-python", "true"});

@@ -109,6 +109,12 @@ struct LaunchConfig {
 
   // Forwarded to the workers, then trun exits 128+signal.
   std::vector<int> signals_to_handle;
+  // --signals-to-handle names torchrun accepts but cannot set a handler for
+  // (SIGKILL, SIGSTOP): CheckBeforeStart refuses to start the workers.
+  std::vector<std::string> unhandleable_signals;
+  // --signals-to-handle SIGCHLD: every worker exit sends it, so the first
+  // one ends the job, as torchrun's handler does.
+  bool end_at_first_worker_exit = false;
   // --shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT: grace between
   // the stop signal and SIGKILL.
   double shutdown_timeout_s = 30;

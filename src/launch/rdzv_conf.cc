@@ -135,8 +135,23 @@ bool Seconds(const std::map<std::string, std::string>& items, const std::string&
   return true;
 }
 
-// "host", "host:port", "[v6]:port" -> the settings' host and port (or
-// `default_port`).
+// torch's get_as_bool words, in any case.
+void ParseIsHost(const std::string& value, rendezvous::Settings& s, Problems& p) {
+  static const std::set<std::string> kTrue = {"1", "true", "t", "yes", "y"};
+  static const std::set<std::string> kFalse = {"0", "false", "f", "no", "n"};
+  std::string v = value;
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (kTrue.count(v)) {
+    s.is_host = true;
+  } else if (kFalse.count(v)) {
+    s.is_host = false;
+  } else {
+    p.Add(fmt::format("--rdzv-conf is_host={}: expected true or false", value));
+  }
+}
+
+}  // namespace
+
 void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
                    Problems& p) {
   std::string host;
@@ -183,23 +198,6 @@ void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Se
   s.endpoint_host = std::move(host);
   s.endpoint_port = port;
 }
-
-// torch's get_as_bool words, in any case.
-void ParseIsHost(const std::string& value, rendezvous::Settings& s, Problems& p) {
-  static const std::set<std::string> kTrue = {"1", "true", "t", "yes", "y"};
-  static const std::set<std::string> kFalse = {"0", "false", "f", "no", "n"};
-  std::string v = value;
-  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (kTrue.count(v)) {
-    s.is_host = true;
-  } else if (kFalse.count(v)) {
-    s.is_host = false;
-  } else {
-    p.Add(fmt::format("--rdzv-conf is_host={}: expected true or false", value));
-  }
-}
-
-}  // namespace
 
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p) {
   std::map<std::string, std::string> items;
@@ -331,7 +329,7 @@ rendezvous::Options RdzvOptions(const LaunchConfig& c) {
   if (c.max_nodes == 1 && c.node_rank == 0 && (c.rdzv_backend == "static" || c.standalone)) {
     o.single_node = rendezvous::Options::SingleNode{
         c.rdzv_backend == "static" ? c.master_addr : c.local_addr.value_or(FqdnHostname()),
-        c.master_port_given ? c.master_port : 0};
+        c.rdzv_backend == "static" && c.master_port_given ? c.master_port : 0};
   }
   return o;
 }

@@ -27,6 +27,12 @@ namespace trun::launch {
 // is a problem.
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
+// "host", "host:port", "[v6]:port" -> s.endpoint_host and s.endpoint_port
+// (`default_port` when the port is left out); a malformed endpoint or port is
+// a problem that names it.
+void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
+                   Problems& p);
+
 // One warning per key of `items` that trun does not read but that is close to
 // one it does; names the key and the likely one, never the value (it may be a
 // secret).

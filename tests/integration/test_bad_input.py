@@ -1,7 +1,7 @@
 """Every bad input: a message that names the problem, exit 2, nothing started."""
 import pytest
 
-from conftest import trun, worker
+from conftest import FIXTURES, trun, worker
 
 pytestmark = pytest.mark.once(
     "trun refuses these command lines before it starts any worker or torch")
@@ -10,7 +10,6 @@ pytestmark = pytest.mark.once(
 @pytest.mark.parametrize("args,needle", [
     (["--nproc-per-nodes", 2, "x.py"], "did you mean '--nproc-per-node'"),
     (["--n", 2, "x.py"], "ambiguous option: --n could match --nnodes, --nproc-per-node"),
-    (["no_such_script.py"], "no_such_script.py' not found"),
     (["--nproc-per-node", 0, *worker()], "--nproc-per-node"),
     (["--nproc-per-node", "lots", *worker()], "--nproc-per-node"),
     (["--nproc-per-node", "xpu", *worker()], "XPU is not available"),
@@ -26,11 +25,13 @@ pytestmark = pytest.mark.once(
      "join_timeout"),
     (["--rdzv-backend", "zookeeper", *worker()], "--rdzv-backend"),
     (["--no-python", "-m", "x"], "cannot be used together"),
-    (["--no-python", "no-such-program-anywhere"], "not found on PATH"),
     (["--max-restarts", -1, *worker()], "--max-restarts"),
     (["--local-ranks-filter", "a", *worker()], "--local-ranks-filter"),
-    (["--signals-to-handle", "SIGKILL", *worker()], "--signals-to-handle"),
+    (["--monitor-interval", 0, *worker()], "--monitor-interval: expected seconds > 0"),
     (["--master-port", 70000, *worker()], "--master-port"),
+    (["--nnodes", 2, "--rdzv-backend", "static", "--rdzv-endpoint", "10.0.0.1", *worker()],
+     "the static backend needs the store's port"),
+    (["--log-dir", FIXTURES / "worker.py", *worker()], "is a file, not a directory"),
     (["--log-dir", "/etc/passwd/logs", *worker()], "--log-dir"),
     ([], "missing training_script"),
 ])

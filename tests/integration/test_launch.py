@@ -2,6 +2,8 @@
 import json
 import re
 
+import pytest
+
 from conftest import EXAMPLES, FIXTURES, TORCH2, base_env, torchrun, trun
 
 DDP = EXAMPLES / "ddp_train.py"
@@ -127,8 +129,11 @@ def test_no_python_entrypoint():
     assert r.returncode == 0 and r.out == "hello --flag\n", r.err
 
 
-def test_run_path_entrypoint():
-    r = trun("--run-path", FIXTURES / "pkg" / "hello.py", "a")
+# torchrun's --run-path wins over -m and --no-python.
+@pytest.mark.parametrize("also", [[], ["-m"], ["--no-python", "-m"]], ids=["alone", "module",
+                                                                          "no-python-module"])
+def test_run_path_entrypoint(also):
+    r = trun("--run-path", *also, FIXTURES / "pkg" / "hello.py", "a")
     assert r.returncode == 0, r.err
     assert r.out == "module rank 0 args ['a'] name __main__\n"
 

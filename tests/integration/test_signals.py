@@ -75,7 +75,7 @@ def test_signal_is_forwarded_and_trun_exits_128_plus(tmp, sig, code):
 
 def test_stubborn_workers_are_killed_after_the_grace_period():
     p = start(["--no-python", "sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"],
-              env=base_env(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="0.5"))
+              env=base_env(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="1"))
     wait_ready(p, 1)
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)

@@ -11,12 +11,15 @@ to end under both generations, comparing the workers' environments.
 
 Lines come from torchrun's documentation, torchtitan's run_train.sh, the
 command lines TorchX's dist.ddp generates, the flags of issue 28, and bad
-input. Where trun decides differently on purpose (docs/cli.md, "Where trun
-differs from torchrun"), the line says so and what trun does is asserted.
+input, and the lines trun once refused where torchrun does not. Every line
+is decided alike: where torchrun accepts a line and then fails as it runs,
+trun accepts it too and fails at that point with the problem named
+(test_lines_torchrun_accepts_but_cannot_run_*).
 """
 import json
 import re
 import shlex
+import signal
 import subprocess
 
 import pytest
@@ -188,6 +191,65 @@ CORPUS = [
     ("pet-rdzv-id-empty", "--rdzv-backend c10d --rdzv-endpoint h:1 {s}", {"PET_RDZV_ID": ""}),
     ("pet-trun-only-ignored", "{s}", {"PET_HEALTH_CHECK_PORT": "abc",
                                       "PET_EVENT_LOG_FILE": "/nonexistent/x"}),
+    # Lines trun once refused on purpose; torch's decision, from its run() and
+    # launch_agent up to the agent's start, is now trun's. Refused by torch:
+    # WorkerSpec's asserts (local_world_size > 0, monitor_interval > 0), the
+    # static endpoint's port (_get_addr_and_port's ValueError), torch's
+    # DefaultLogsSpecs (a --log-dir that is a file or cannot be created),
+    # LaunchConfig's shutdown_timeout >= 0 and int() of its variable. Accepted
+    # by torch and failing later (docs/cli.md, "Accepted, then failing"):
+    # SIGKILL/SIGSTOP (OSError when the handlers are set, as the workers
+    # start), SIGCHLD (the first worker exit ends the job), a
+    # missing script or program, too few CUDA_VISIBLE_DEVICES entries for
+    # --virtual-local-rank (ValueError as the workers start), a master port
+    # or node rank no backend reads.
+    ("nproc-zero", "--nproc-per-node 0 {s}", {}),
+    ("nproc-negative", "--nproc-per-node -2 {s}", {}),
+    ("nproc-above-4096", "--nproc-per-node 5000 {s}", {}),
+    ("pet-nproc-zero", "{s}", {"PET_NPROC_PER_NODE": "0"}),
+    ("master-port-negative", "--master-port -1 {s}", {}),
+    ("master-port-above-65535", "--master-port 65536 --nnodes 2 {s}", {}),
+    ("pet-master-port-negative", "{s}", {"PET_MASTER_PORT": "-1"}),
+    ("master-port-unread-standalone", "--standalone --master-port 70000 {s}", {}),
+    ("master-port-unread-c10d", "--rdzv-backend c10d --rdzv-endpoint h:1 --master-port -5 {s}",
+     {}),
+    ("master-port-unread-static-endpoint", "--rdzv-backend static --rdzv-endpoint "
+     "10.0.0.1:29511 --nnodes 2 --node-rank 1 --master-port 99999 {s}", {}),
+    ("static-endpoint-without-port", "--rdzv-backend static --rdzv-endpoint 10.0.0.1 "
+     "--nnodes 2 {s}", {}),
+    ("node-rank-negative-static", "--nnodes 2 --master-addr 10.1.1.1 --master-port 29511 "
+     "--node-rank -1 {s}", {}),
+    ("node-rank-negative-c10d", "--node-rank -3 --rdzv-backend c10d --rdzv-endpoint h:1 {s}",
+     {}),
+    ("node-rank-negative-one-node", "--node-rank -1 {s}", {}),
+    ("monitor-interval-negative", "--monitor-interval -1 {s}", {}),
+    ("monitor-interval-zero", "--monitor-interval 0 {s}", {}),
+    ("signals-sigkill", "--signals-to-handle SIGTERM,SIGKILL {s}", {}),
+    ("signals-sigstop", "--signals-to-handle SIGSTOP {s}", {}),
+    ("signals-sigchld", "--signals-to-handle SIGCHLD {s}", {}),
+    ("run-path-and-module", "--run-path -m {s} x", {}),
+    ("run-path-and-no-python", "--run-path --no-python {s} x", {}),
+    ("run-path-no-python-module", "--run-path --no-python -m {s}", {}),
+    ("run-path-no-python-forkserver", "--run-path --no-python --start-method forkserver {s}",
+     {}),
+    ("missing-script", "no_such_script.py", {}),
+    ("missing-run-path-script", "--run-path no_such_script.py", {}),
+    ("missing-program", "--no-python no-such-program-anywhere", {}),
+    ("log-dir-a-file", "--log-dir {s} {s}", {}),
+    ("log-dir-under-a-file", "--log-dir {s}/logs {s}", {}),
+    ("log-dir-new", "--log-dir {d}/new/logs {s}", {}),
+    ("virtual-local-rank-few-devices", "--virtual-local-rank --nproc-per-node 2 {s}",
+     {"CUDA_VISIBLE_DEVICES": "0"}),
+    ("shutdown-timeout-negative", "--shutdown-timeout -1 {s}", {}),
+    ("shutdown-timeout-weeks", "--shutdown-timeout 2000000 {s}", {}),
+    ("shutdown-timeout-env-fraction", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2.5"}),
+    ("shutdown-timeout-env-negative", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "-5"}),
+    ("static-timeout-word", "--rdzv-conf timeout=soon --master-port 29511 {s}", {}),
+    ("pet-node-rank-negative", "--nnodes 2 --master-port 29511 {s}", {"PET_NODE_RANK": "-1"}),
+    ("pet-monitor-interval-zero", "{s}", {"PET_MONITOR_INTERVAL": "0"}),
+    ("pet-signals-sigkill", "{s}", {"PET_SIGNALS_TO_HANDLE": "SIGKILL"}),
+    ("pet-run-path-and-module", "{s}", {"PET_RUN_PATH": "1", "PET_MODULE": "1"}),
+    ("pet-log-dir-a-file", "{s}", {"PET_LOG_DIR": SCRIPT}),
     # ... and the clusters' variables yield to the user's rendezvous choice
     ("skypilot-static-flags", "--nnodes=2 --nproc_per_node=2 --master_port=12375 "
      "--master_addr=10.0.0.1 --node_rank=1 {s}", {**SKYPILOT_NODE1}),
@@ -205,8 +267,9 @@ COMPARED = ("min_nodes", "max_nodes", "nproc_per_node", "rdzv_backend", "rdzv_en
             "max_restarts", "monitor_interval", "start_method", "role", "numa_binding")
 
 
-def argv_of(line):
-    return shlex.split(line.replace("{s}", shlex.quote(SCRIPT)))
+def argv_of(line, scratch):
+    """`line`'s words; {d} is a directory of the decider's own."""
+    return shlex.split(line.replace("{s}", shlex.quote(SCRIPT)).replace("{d}", str(scratch)))
 
 
 def test_the_corpus_is_large_and_unique():
@@ -221,11 +284,12 @@ def corpus_env(extra):
 
 
 @pytest.fixture(scope="module")
-def torchrun_decisions():
+def torchrun_decisions(tmp_path_factory):
     if not TORCH2:
         pytest.skip("the corpus is checked against torch 2.x's torchrun (torch 1.13's lacks most "
                     "of its flags); this pass runs torch 1.13")
-    cases = [{"argv": argv_of(line), "env": {k: str(v) for k, v in env.items()}}
+    scratch = tmp_path_factory.mktemp("torchrun")
+    cases = [{"argv": argv_of(line, scratch), "env": {k: str(v) for k, v in env.items()}}
              for _, line, env in CORPUS]
     env = base_env()
     for k in ("TRUN_DRY_RUN",):
@@ -238,10 +302,10 @@ def torchrun_decisions():
     return {case[0]: d for case, d in zip(CORPUS, decisions)}
 
 
-def trun_decision(line, extra):
+def trun_decision(line, extra, scratch):
     env = corpus_env(extra)
     env["TRUN_DRY_RUN"] = "1"
-    r = trun(*argv_of(line), env=env, timeout=180)
+    r = trun(*argv_of(line, scratch), env=env, timeout=180)
     if r.returncode != 0:
         return {"ok": False, "why": f"exit {r.returncode}: {r.err.strip()}"}
     d = json.loads(r.out)
@@ -250,9 +314,9 @@ def trun_decision(line, extra):
 
 
 @pytest.mark.parametrize("name,line,extra", CORPUS, ids=[c[0] for c in CORPUS])
-def test_trun_decides_as_torchrun(torchrun_decisions, name, line, extra):
+def test_trun_decides_as_torchrun(torchrun_decisions, tmp_path, name, line, extra):
     theirs = torchrun_decisions[name]
-    ours = trun_decision(line, extra)
+    ours = trun_decision(line, extra, tmp_path)
     assert ours["ok"] == theirs["ok"], f"trun: {ours}\ntorchrun: {theirs}"
     if not ours["ok"]:
         return
@@ -278,7 +342,9 @@ def test_trun_decides_as_torchrun(torchrun_decisions, name, line, extra):
      "--standalone with --nnodes 2:2: no other node can reach a standalone store"),
     (["--node-rank", "1", "--master-port", "{port}", "--rdzv-conf", "timeout=2"],
      "--node-rank 1 is outside 0..0 for --nnodes 1"),
-], ids=["standalone-two-nodes", "node-rank-one-of-one"])
+    (["--node-rank", "-1", "--master-port", "{port}", "--rdzv-conf", "timeout=2"],
+     "--node-rank -1 is outside 0..0 for --nnodes 1"),
+], ids=["standalone-two-nodes", "node-rank-one-of-one", "node-rank-negative"])
 def test_lines_torchrun_accepts_but_cannot_run_wait_as_its_do_and_say_why(flags, warning):
     """torchrun accepts these and waits for a node that cannot come; trun
     decides the same (the corpus above), warns at once, and ends at the
@@ -288,6 +354,29 @@ def test_lines_torchrun_accepts_but_cannot_run_wait_as_its_do_and_say_why(flags,
     assert r.returncode == 1, (r.returncode, r.err)
     assert warning in r.err, r.err
     assert "join_timeout" in r.err, r.err
+
+
+@pytest.mark.once("what trun does as it starts the workers; no torch is imported")
+@pytest.mark.parametrize("args,env,code,needle", [
+    (["--signals-to-handle", "SIGTERM,SIGKILL", "--no-python", "true"], {}, 1,
+     "--signals-to-handle: no handler can be set for SIGKILL"),
+    (["--signals-to-handle", "SIGSTOP", "--no-python", "true"], {}, 1,
+     "no handler can be set for SIGSTOP"),
+    (["--signals-to-handle", "SIGCHLD", "--nproc-per-node", "2", "--no-python", "sh", "-c",
+      "[ $LOCAL_RANK = 0 ] || exec sleep 60"], {}, 128 + signal.SIGCHLD,
+     "--signals-to-handle lists SIGCHLD, which every worker exit sends"),
+    (["no_such_script.py"], {}, 1, "training script 'no_such_script.py' not found"),
+    (["--no-python", "no-such-program-anywhere"], {}, 3, "not found on PATH"),
+], ids=["sigkill", "sigstop", "sigchld", "missing-script", "missing-program"])
+def test_lines_torchrun_accepts_and_fails_as_it_starts_fail_there_and_say_why(
+        args, env, code, needle):
+    """torchrun accepts these (the corpus) and fails as its workers start, or
+    at the first worker exit (SIGCHLD); trun fails at that point, with the
+    problem named, not before it decides (--virtual-local-rank's short list:
+    test_torchrun2_flags.py)."""
+    r = trun(*args, env=base_env(**env), timeout=60)
+    assert r.returncode == code, (r.returncode, r.err)
+    assert needle in r.err, r.err
 
 
 # ---- end to end: the workers' environments -------------------------------------
