@@ -357,6 +357,9 @@ class LocalAgent::Impl {
       proc::WatchPipe(io_, w.output.err);
     }
     log::Debug("attempt {} started {} workers", round.number, n);
+    std::vector<StackTarget> ranks;
+    for (const auto& w : workers_) ranks.push_back({w.global_rank, w.local_rank, w.pid, ""});
+    rank_table_.Publish(ranks);
     StartHangWatch();
     return Status::OK();
   }
@@ -771,6 +774,7 @@ class LocalAgent::Impl {
   int pending_signal_ = 0;
   int exit_code_ = kExitCannot;
   std::vector<Worker> workers_;
+  RankTable rank_table_;  // the workers' ranks, for `trun stack HANDLE`
   // This attempt's failed workers and their root cause.
   failure::AttemptFailures failures_;
 

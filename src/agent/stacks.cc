@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -293,11 +294,54 @@ std::vector<pid_t> Descendants(pid_t root) {
   return pids;
 }
 
+constexpr const char kRankTableName[] = "trun-ranks";
+
+RankTable::RankTable() : fd_(::memfd_create(kRankTableName, MFD_CLOEXEC)) {}
+
+RankTable::~RankTable() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RankTable::Publish(const std::vector<StackTarget>& workers) {
+  if (fd_ < 0) return;
+  std::string text;
+  for (const auto& w : workers) text += fmt::format("{} {} {}\n", w.pid, w.rank, w.local_rank);
+  // A reader that comes between the two sees a short table for a moment:
+  // it only numbers those workers from their environment instead.
+  if (::ftruncate(fd_, 0) != 0) return;
+  (void)!::pwrite(fd_, text.data(), text.size(), 0);
+}
+
+std::vector<StackTarget> ReadRankTable(pid_t pid) {
+  std::vector<StackTarget> out;
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  const std::string want = fmt::format("/memfd:{} (deleted)", kRankTableName);
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(fd.path(), link_ec).string() != want) continue;
+    std::ifstream in(fd.path());
+    StackTarget t;
+    while (in >> t.pid >> t.rank >> t.local_rank) out.push_back(t);
+    break;
+  }
+  return out;
+}
+
 std::vector<StackTarget> RankedDescendants(pid_t root) {
   const std::vector<pid_t> pids = Descendants(root);
+  // The agents' own tables first: they name warm workers too.
+  std::vector<StackTarget> published = ReadRankTable(root);
+  for (pid_t pid : pids) {
+    for (auto& t : ReadRankTable(pid)) published.push_back(t);
+  }
   std::vector<StackTarget> ranked, pythons;
   for (pid_t pid : pids) {
-    if (auto r = Ranks(pid)) {
+    auto listed = std::find_if(published.begin(), published.end(),
+                               [&](const StackTarget& t) { return t.pid == pid; });
+    if (listed != published.end()) {
+      ranked.push_back({listed->rank, listed->local_rank, pid, ""});
+    } else if (auto r = Ranks(pid)) {
       ranked.push_back({r->first, r->second, pid, ""});
     } else if (proc::ReadPythonStacks(pid).ok()) {
       pythons.push_back({0, 0, pid, ""});
