@@ -55,6 +55,7 @@ std::vector<PeerNode> PeersOf(const rendezvous::Round& round) {
 
 std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>& peers,
                                                     const std::string& token,
+                                                    const std::string& scope,
                                                     std::chrono::milliseconds budget,
                                                     size_t max_bytes) {
   const auto deadline = Clock::now() + budget;
@@ -62,7 +63,7 @@ std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>&
   f->answers.resize(peers.size());
   const size_t askers = std::min(peers.size(), kMaxParallel);
   for (size_t a = 0; a < askers; ++a) {
-    std::thread([f, peers, token, deadline, max_bytes] {
+    std::thread([f, peers, token, scope, deadline, max_bytes] {
       for (size_t i; (i = f->next.fetch_add(1)) < peers.size();) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         Result<nlohmann::json> r = Status::Timeout("not asked within the budget");
@@ -70,7 +71,7 @@ std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>&
           r = Status::Unavailable(
               "its agent has no health server: start it with --health-check-port");
         } else if (left.count() > 0) {
-          r = FetchStacks(peers[i].address, token, left, /*whole_job=*/false, max_bytes);
+          r = FetchStacks(peers[i].address, token, left, scope, max_bytes);
         }
         std::lock_guard lk(f->mu);
         f->answers[i] = std::move(r);

@@ -216,7 +216,7 @@ Reply ParseReply(const std::string& bytes) {
 }  // namespace
 
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   std::chrono::milliseconds timeout, std::string_view scope,
                                    size_t max_bytes) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
@@ -228,7 +228,7 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
     host = host.substr(1, host.size() - 2);
   const std::string port = address.substr(colon + 1);
   const auto deadline = Clock::now() + timeout;
-  const std::string path = whole_job ? "/stacks?scope=job" : "/stacks";
+  const std::string path = scope.empty() ? "/stacks" : fmt::format("/stacks?scope={}", scope);
   auto ask = [&](const std::string& target) -> Result<Reply> {
     auto bytes = HttpGet(host, port, target, deadline, max_bytes);
     if (!bytes.ok()) return bytes.status();
@@ -241,7 +241,7 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
           "{}: the job has a job token and /stacks asks for it: set TRUN_JOB_TOKEN to the job's",
           address));
     }
-    r = ask(fmt::format("{}{}nonce={}&proof={}", path, whole_job ? "&" : "?", r->nonce,
+    r = ask(fmt::format("{}{}nonce={}&proof={}", path, scope.empty() ? "?" : "&", r->nonce,
                         store::HttpAuthProof(token, r->nonce)));
     if (r.ok() && r->status == 401) {
       return Status::PermissionDenied(fmt::format(

@@ -133,11 +133,12 @@ class StacksGate {
 
 // GET /stacks of the agent whose health server is `address` (HOST:PORT,
 // [V6]:PORT), proving `token` when it asks for one; the whole exchange
-// within `timeout`. `whole_job`: /stacks?scope=job, every node's document
-// in an array (job_stacks.h). A reply of more than `max_bytes` is not read
+// within `timeout`. `scope`: "" for the node's document, "job" for every
+// node's in an array (job_stacks.h), "hang" for its hang watch (hang.h's
+// HangAnswer). A reply of more than `max_bytes` is not read
 // on. Every failure names the address and what to do.
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   std::chrono::milliseconds timeout, std::string_view scope,
                                    size_t max_bytes);
 
 // The value of `key` in a request target's query ("/stacks?nonce=a&proof=b"),

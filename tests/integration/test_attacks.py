@@ -855,7 +855,8 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
     """GET /stacks of a job with a token: no proof, a wrong, replayed,
     made-up, oversized or cross-protocol one (the store's proof) is 401 with
     no worker in it; a flood of nonce requests costs the agent 16 MiB or
-    less and forgets the oldest nonces; a good proof still opens, once."""
+    less and forgets the oldest nonces; a good proof still opens, once. The
+    hang watch's ?scope=hang is behind the same proof."""
     a = TokenAgent(tmp_path, "stacks", "--standalone", "--nproc-per-node", 1,
                    "--health-check-port", 0, "--health-check-addr", "127.0.0.1",
                    "--no-python", "sleep", "600")
@@ -893,6 +894,16 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
         status, _, body = _stacks_reply(port, good)
         assert status == 200 and json.loads(body)["workers"][0]["rank"] == 0
         assert _stacks_reply(port, good)[0] == 401  # replayed
+        # The hang watch's question (scope=hang) asks the same proof first.
+        status, nonce, body = _stacks_reply(port, "/stacks?scope=hang")
+        assert status == 401 and nonce and "quiet_seconds" not in body
+        status, _, body = _stacks_reply(
+            port, f"/stacks?scope=hang&nonce={nonce}&proof={_stacks_proof(nonce, token='guess')}")
+        assert status == 401 and "quiet_seconds" not in body
+        _, nonce, _ = _stacks_reply(port, "/stacks?scope=hang")
+        status, _, body = _stacks_reply(
+            port, f"/stacks?scope=hang&nonce={nonce}&proof={_stacks_proof(nonce)}")
+        assert status == 200 and json.loads(body)["quiet_seconds"] is None, body  # not watched
         assert a.proc.poll() is None, a.text()
     finally:
         a.proc.kill()
