@@ -445,7 +445,8 @@ class LocalAgent::Impl {
     std::vector<NodeQuiet> nodes{{round_->group_rank, quiet_s_, ""}};
     for (size_t i = 0; i < peers.size() && i < answers.size(); ++i) {
       NodeQuiet n = QuietOf(peers[i].node_rank, round_->number, answers[i]);
-      if (!n.quiet_s && !peers[i].address.empty()) n.error = peers[i].address + ": " + n.error;
+      // A failed exchange names the address already; an odd answer does not.
+      if (!n.quiet_s && answers[i].ok()) n.error = peers[i].address + ": " + n.error;
       nodes.push_back(std::move(n));
     }
     const JobVerdict v = JudgeJob(nodes, config_.hang_timeout_s);
