@@ -357,6 +357,9 @@ class LocalAgent::Impl {
       proc::WatchPipe(io_, w.output.err);
     }
     log::Debug("attempt {} started {} workers", round.number, n);
+    std::vector<StackTarget> ranks;
+    for (const auto& w : workers_) ranks.push_back({w.global_rank, w.local_rank, w.pid, ""});
+    rank_table_.Publish(ranks);
     StartHangWatch();
     return Status::OK();
   }
@@ -373,12 +376,16 @@ class LocalAgent::Impl {
     hang_groups_.clear();
     second_timeout_.reset();
     hang_failing_ = false;
+    quiet_s_.reset();
+    asking_ = false;
+    next_ask_at_ = 0;
+    warned_unknown_ = false;
     if (config_.hang_timeout_s <= 0) return;
     progress_.emplace(config_.hang_timeout_s);
     OnProgressSample();
   }
 
-  // About once a second while the workers run.
+  // Every kSamplePeriodS while the workers run.
   void OnProgressSample() {
     if (state_ != State::kRunning || !progress_) return;
     ProgressSample sample;
@@ -388,81 +395,178 @@ class LocalAgent::Impl {
       sample.output_bytes.push_back(*w.output_bytes);
     }
     const double now = sample.at;
-    const bool stalled = progress_->Stalled(std::move(sample));
-    if (stalled && hang_summary_.empty()) {
-      ReportHang(now);
-    } else if (second_timeout_ && second_timeout_->Due(stalled, now)) {
-      FailHung();
+    quiet_s_ = progress_->Quiet(std::move(sample));
+    const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
+    if (!hang_groups_.empty()) {
+      if (second_timeout_ && second_timeout_->Due(quiet, now)) FailHung();
+    } else if (quiet && !asking_ && now >= next_ask_at_) {
+      JudgeHang();
     }
     if (state_ != State::kRunning) return;
-    hang_timer_.expires_after(std::chrono::seconds(1));
+    hang_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(kSamplePeriodS)));
     hang_timer_.async_wait([this](std::error_code ec) {
       if (!ec) OnProgressSample();
     });
   }
 
-  // The one report of the attempt: where each rank is, the odd ones with
-  // their stacks.
-  void ReportHang(double now) {
-    std::vector<StackTarget> targets;
-    for (const auto& w : workers_) {
-      if (w.running) targets.push_back({w.global_rank, w.local_rank, w.pid, "running"});
+  // This node has been quiet for the timeout. Group rank 0 judges the job
+  // (hang.h): it asks every peer how long its workers have been quiet. With
+  // --hang-action fail, another node asks group rank 0 for its verdict, to
+  // fail its own odd ranks: the job's root cause is theirs.
+  void JudgeHang() {
+    const int attempt = attempts_;
+    if (round_->participants.size() == 1) {
+      std::vector<StackTarget> targets;
+      for (const auto& w : workers_) {
+        if (w.running) targets.push_back({w.global_rank, w.local_rank, w.pid, "running"});
+      }
+      auto job = nlohmann::ordered_json::array();
+      job.push_back(
+          ReadStacks(targets, {hostname_, config_.rdzv_id, round_->group_rank, round_->number}));
+      return ReportHang(job);
     }
-    const auto doc =
-        ReadStacks(targets, {hostname_, config_.rdzv_id, round_->group_rank, round_->number});
-    hang_groups_ = GroupStacks(RankStacksOf(doc));
+    const bool judge = round_->group_rank == 0;
+    if (!judge && !config_.hang_fail) return;
+    asking_ = true;
+    telemetry_.AskPeers("hang", judge ? std::nullopt : std::optional<int>(0),
+                        [this, attempt, judge](std::vector<PeerNode> peers,
+                                               std::vector<Result<nlohmann::json>> answers) {
+                          if (attempt != attempts_ || state_ != State::kRunning) return;
+                          asking_ = false;
+                          if (judge) return OnPeersQuiet(peers, answers);
+                          if (!answers.empty() && answers[0].ok()) return OnVerdict(*answers[0]);
+                          next_ask_at_ = SteadySeconds() + config_.hang_timeout_s;
+                        });
+  }
+
+  void OnPeersQuiet(const std::vector<PeerNode>& peers,
+                    const std::vector<Result<nlohmann::json>>& answers) {
+    std::vector<NodeQuiet> nodes{{round_->group_rank, quiet_s_, ""}};
+    for (size_t i = 0; i < peers.size() && i < answers.size(); ++i) {
+      NodeQuiet n = QuietOf(peers[i].node_rank, round_->number, answers[i]);
+      // A failed exchange names the address already; an odd answer does not.
+      if (!n.quiet_s && answers[i].ok()) n.error = peers[i].address + ": " + n.error;
+      nodes.push_back(std::move(n));
+    }
+    const JobVerdict v = JudgeJob(nodes, config_.hang_timeout_s);
+    if (v.hung) {
+      const int attempt = attempts_;
+      asking_ = true;
+      return telemetry_.GatherJobStacks([this, attempt](const nlohmann::ordered_json& job) {
+        if (attempt != attempts_ || state_ != State::kRunning) return;
+        asking_ = false;
+        ReportHang(job);
+      });
+    }
+    next_ask_at_ = SteadySeconds() + v.recheck_in_s;
+    if (v.unknown.empty() || warned_unknown_) return;
+    warned_unknown_ = true;
+    std::string why;
+    for (const auto& n : v.unknown) {
+      why += fmt::format("{}node {}: {}", why.empty() ? "" : "; ", n.node_rank, n.error);
+    }
+    log::Warning(
+        "--hang-timeout: this node's workers made no progress for {:g} s, but no hang is "
+        "declared while a node of the job cannot be asked ({}); asking again every {:g} s",
+        config_.hang_timeout_s, why, config_.hang_timeout_s);
+  }
+
+  // Group rank 0's answer, for a node that fails its own odd ranks.
+  void OnVerdict(const nlohmann::json& answer) {
+    auto groups = VerdictOf(round_->number, answer);
+    if (!groups) {
+      // No verdict before the judge has been quiet for the timeout, and
+      // then within a second or two: ask about every second.
+      double lacks = 0;
+      if (auto q = answer.find("quiet_seconds"); q != answer.end() && q->is_number()) {
+        lacks = config_.hang_timeout_s - q->get<double>();
+      }
+      next_ask_at_ = SteadySeconds() + std::max(1.0, lacks);
+      return;
+    }
+    hang_groups_ = std::move(*groups);
+    hang_summary_ = HangSummary(hang_groups_);
+    // Nothing to fail here when no odd rank is ours: the judge, or the node
+    // that has it, fails the round.
+    if (OddHere()) FailHung();
+  }
+
+  bool OddHere() const {
+    return std::any_of(hang_groups_.begin(), hang_groups_.end(), [this](const HangGroup& g) {
+      return g.odd && std::any_of(workers_.begin(), workers_.end(), [&](const Worker& w) {
+               return std::count(g.ranks.begin(), g.ranks.end(), w.global_rank) > 0;
+             });
+    });
+  }
+
+  // The one report of the attempt, for the whole job (`job`: every node's
+  // stacks document): where each rank is, the odd ones with their stacks.
+  void ReportHang(const nlohmann::ordered_json& job) {
+    hang_groups_ = GroupStacks(JobRankStacks(job));
     hang_summary_ = HangSummary(hang_groups_);
     log::Error(
-        "no progress for {:g} s: no worker used more than {:g}% of a core or wrote output; where "
-        "each rank is:",
-        config_.hang_timeout_s, kIdleCpuFraction * 100);
+        "no progress for {:g} s on any of the job's {} node(s): no worker used more than {:g}% of "
+        "a core or wrote output; where each rank is:",
+        config_.hang_timeout_s, job.size(), kIdleCpuFraction * 100);
     for (const auto& g : hang_groups_) {
       log::Error("{}", HangLine(g));
       if (!g.odd) continue;
-      auto odd = doc;
-      odd["workers"] = nlohmann::ordered_json::array();
-      for (const auto& w : doc["workers"]) {
-        if (std::count(g.ranks.begin(), g.ranks.end(), w.value("rank", -1))) {
-          odd["workers"].push_back(w);
+      std::vector<nlohmann::json> odd;
+      for (const auto& node : job) {
+        auto only = node;
+        only["workers"] = nlohmann::ordered_json::array();
+        for (const auto& w : node["workers"]) {
+          if (std::count(g.ranks.begin(), g.ranks.end(), w.value("rank", -1))) {
+            only["workers"].push_back(w);
+          }
         }
+        if (!only["workers"].empty()) odd.push_back(nlohmann::json(only));
       }
-      log::Error("{}", FormatStacks({nlohmann::json(odd)}));
+      log::Error("{}", FormatStacks(odd));
+    }
+    for (const auto& node : job) {
+      if (auto e = node.find("error"); e != node.end() && e->is_string()) {
+        log::Error("node {}: no stacks: {}", node.value("node_rank", -1), e->get<std::string>());
+      }
     }
     telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
     if (!config_.hang_fail) return;
     const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
                                    [](const HangGroup& g) { return g.odd; });
-    // A node whose ranks all wait names nobody: the node that runs the odd
-    // rank should fail first, so that its root cause is the job's. This one
-    // fails after one more timeout without progress.
-    if (named) return FailHung();
+    if (!named || OddHere()) return FailHung();
+    // The odd ranks are elsewhere: their nodes fail them, on this verdict.
     second_timeout_.emplace(config_.hang_timeout_s);
-    second_timeout_->Due(true, now);
+    second_timeout_->Due(true, SteadySeconds());
   }
 
-  // --hang-action fail: the odd ranks (else every rank here) hung; the
-  // attempt fails as on a worker failure.
+  // --hang-action fail: the odd ranks here hung (else, when none is here,
+  // every rank here waits on them); the attempt fails as on a worker
+  // failure.
   void FailHung() {
-    const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
-                                   [](const HangGroup& g) { return g.odd; });
+    const bool odd_here = OddHere();
+    std::string odd_where;
+    for (const auto& g : hang_groups_) {
+      if (g.odd) odd_where += fmt::format("{}{}", odd_where.empty() ? "" : "; ", HangLine(g));
+    }
     std::vector<int> hung;
     std::string where;
     for (const auto& g : hang_groups_) {
-      if (named && !g.odd) continue;
-      where += fmt::format("{}{} {}", where.empty() ? "" : "; ", FormatRanks(g.ranks), g.where);
-      for (int rank : g.ranks) {
-        for (auto& w : workers_) {
-          if (w.running && w.global_rank == rank) {
-            w.hang = fmt::format("no progress for {:g} s; {}", config_.hang_timeout_s, g.where);
-            hung.push_back(rank);
-          }
-        }
+      if (odd_here && !g.odd) continue;
+      for (auto& w : workers_) {
+        if (!w.running || !std::count(g.ranks.begin(), g.ranks.end(), w.global_rank)) continue;
+        w.hang = fmt::format("no progress for {:g} s; {}", config_.hang_timeout_s, g.where);
+        if (!odd_here && !odd_where.empty()) w.hang += "; the job waits on " + odd_where;
+        hung.push_back(w.global_rank);
+        where += fmt::format("{}{} {}", where.empty() ? "" : "; ", FormatRanks({w.global_rank}),
+                             g.where);
       }
     }
     if (hung.empty()) return;
     hang_failing_ = true;
     restart_cause_ = "failure";
-    restart_reason_ = fmt::format("hung for {:g} s: {}", config_.hang_timeout_s, where);
+    restart_reason_ = fmt::format("hung for {:g} s: {}", config_.hang_timeout_s,
+                                  !odd_here && !odd_where.empty() ? odd_where : where);
     log::Error("--hang-action fail: stopping the workers ({})", restart_reason_);
     telemetry_.GroupStopping("hang", restart_reason_, SIGTERM);
     rdzv_->Failed(restart_reason_);
@@ -587,6 +691,9 @@ class LocalAgent::Impl {
     }
     h.attempts = attempts_;
     h.hang = hang_summary_;
+    if (state_ == State::kRunning) h.quiet_s = quiet_s_;
+    h.hang_timeout_s = config_.hang_timeout_s;
+    h.hang_groups = hang_groups_;
     for (const auto& w : workers_) {
       WorkerHealth wh;
       wh.local_rank = w.local_rank;
@@ -789,16 +896,21 @@ class LocalAgent::Impl {
   int pending_signal_ = 0;
   int exit_code_ = kExitCannot;
   std::vector<Worker> workers_;
+  RankTable rank_table_;  // the workers' ranks, for `trun stack HANDLE`
   // This attempt's failed workers and their root cause.
   failure::AttemptFailures failures_;
 
   // --hang-timeout, per attempt.
   asio::steady_timer hang_timer_{io_};
   std::optional<ProgressWindow> progress_;
-  std::vector<HangGroup> hang_groups_;           // the report's, once made
+  std::vector<HangGroup> hang_groups_;           // the job's verdict, once made or heard
   std::string hang_summary_;                     // its one line; "" before it
-  std::optional<SecondTimeout> second_timeout_;  // when a node that names nobody fails
+  std::optional<SecondTimeout> second_timeout_;  // when the judge fails on its own
   bool hang_failing_ = false;                    // --hang-action fail stops the workers
+  std::optional<double> quiet_s_;                // how long the workers have been quiet
+  bool asking_ = false;                          // the peers are being asked
+  double next_ask_at_ = 0;                       // not before (SteadySeconds)
+  bool warned_unknown_ = false;                  // said that a node cannot be asked
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)

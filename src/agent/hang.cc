@@ -3,29 +3,41 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "agent/stacks.h"
 
 namespace trun::agent {
 
-bool ProgressWindow::Stalled(ProgressSample sample) {
-  samples_.push_back(std::move(sample));
-  const ProgressSample& now = samples_.back();
-  // Keep the newest sample that is at least the timeout old, and what is
-  // newer: the window the rule judges.
-  while (samples_.size() > 2 && now.at - samples_[1].at >= timeout_s_) samples_.pop_front();
-  const ProgressSample& old = samples_.front();
-  const double window = now.at - old.at;
-  if (samples_.size() < 2 || window < timeout_s_) return false;
+namespace {
+
+// Whether no worker made progress between samples `old` and `now`.
+bool QuietBetween(const ProgressSample& old, const ProgressSample& now) {
   if (old.cpu_seconds.size() != now.cpu_seconds.size() ||
       old.output_bytes.size() != now.output_bytes.size()) {
     return false;
   }
+  const double window = now.at - old.at;
   for (size_t i = 0; i < now.cpu_seconds.size(); ++i) {
     if (now.cpu_seconds[i] - old.cpu_seconds[i] > kIdleCpuFraction * window) return false;
   }
   return old.output_bytes == now.output_bytes;
+}
+
+}  // namespace
+
+double ProgressWindow::Quiet(ProgressSample sample) {
+  samples_.push_back(std::move(sample));
+  const ProgressSample& now = samples_.back();
+  // Keep the newest sample that is at least the timeout old, and what is
+  // newer: the longest window the rule needs to judge.
+  while (samples_.size() > 2 && now.at - samples_[1].at >= timeout_s_) samples_.pop_front();
+  double quiet = 0;
+  for (const auto& old : samples_) {
+    if (&old != &now && QuietBetween(old, now)) quiet = std::max(quiet, now.at - old.at);
+  }
+  return quiet;
 }
 
 bool SecondTimeout::Due(bool stalled, double now) {
@@ -167,6 +179,94 @@ std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc) {
       s.error = "not running";
     }
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+JobVerdict JudgeJob(const std::vector<NodeQuiet>& nodes, double timeout_s) {
+  JobVerdict v;
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& n : nodes) {
+    if (n.quiet_s) {
+      least = std::min(least, *n.quiet_s);
+    } else {
+      v.unknown.push_back(n);
+    }
+  }
+  v.hung = v.unknown.empty() && least >= timeout_s;
+  const double lacks = v.unknown.empty() ? timeout_s - least : timeout_s;
+  v.recheck_in_s = v.hung ? 0 : std::max(kSamplePeriodS, lacks);
+  return v;
+}
+
+nlohmann::ordered_json HangAnswer(std::optional<int> node_rank, std::optional<int64_t> round,
+                                  std::optional<double> quiet_s, double idle_s,
+                                  const std::vector<HangGroup>& groups) {
+  using ojson = nlohmann::ordered_json;
+  ojson j;
+  j["node_rank"] = node_rank ? ojson(*node_rank) : ojson(nullptr);
+  j["round"] = round ? ojson(*round) : ojson(nullptr);
+  j["quiet_seconds"] = quiet_s ? ojson(*quiet_s) : ojson(nullptr);
+  if (groups.empty()) {
+    j["hang"] = nullptr;
+    return j;
+  }
+  ojson list = ojson::array();
+  for (const auto& g : groups) {
+    list.push_back({{"ranks", g.ranks}, {"where", g.where}, {"odd", g.odd}});
+  }
+  j["hang"] = {{"idle_seconds", idle_s}, {"summary", HangSummary(groups)}, {"groups", list}};
+  return j;
+}
+
+NodeQuiet QuietOf(int node_rank, int64_t round, const Result<nlohmann::json>& answer) {
+  NodeQuiet n{node_rank, std::nullopt, ""};
+  if (!answer.ok()) {
+    n.error = answer.status().message();
+    return n;
+  }
+  const auto& j = *answer;
+  if (!j.is_object() || !j.contains("quiet_seconds")) {
+    n.error = "its /stacks?scope=hang answer is not one: is it an older trun?";
+  } else if (!j["round"].is_number_integer() || j["round"].get<int64_t>() != round) {
+    n.quiet_s = 0;  // between rounds: its workers are being restarted
+  } else if (!j["quiet_seconds"].is_number()) {
+    n.error = "it does not watch its workers: start every agent with --hang-timeout";
+  } else {
+    n.quiet_s = j["quiet_seconds"].get<double>();
+  }
+  return n;
+}
+
+std::optional<std::vector<HangGroup>> VerdictOf(int64_t round, const nlohmann::json& answer) {
+  if (!answer.is_object() || !answer.contains("round") || !answer["round"].is_number_integer() ||
+      answer["round"].get<int64_t>() != round) {
+    return std::nullopt;
+  }
+  auto hang = answer.find("hang");
+  if (hang == answer.end() || !hang->is_object() || !hang->contains("groups") ||
+      !(*hang)["groups"].is_array()) {
+    return std::nullopt;
+  }
+  std::vector<HangGroup> groups;
+  for (const auto& g : (*hang)["groups"]) {
+    if (!g.is_object() || !g.contains("ranks") || !g["ranks"].is_array()) continue;
+    HangGroup out;
+    for (const auto& r : g["ranks"]) {
+      if (r.is_number_integer()) out.ranks.push_back(r.get<int>());
+    }
+    out.where = g.value("where", std::string());
+    out.odd = g.value("odd", false);
+    groups.push_back(std::move(out));
+  }
+  return groups;
+}
+
+std::vector<RankStack> JobRankStacks(const nlohmann::ordered_json& job) {
+  std::vector<RankStack> out;
+  if (!job.is_array()) return out;
+  for (const auto& node : job) {
+    for (auto& s : RankStacksOf(node)) out.push_back(std::move(s));
   }
   return out;
 }

@@ -1,19 +1,24 @@
-// Hang detection (--hang-timeout): when a node's workers have made no
+// Hang detection (--hang-timeout): when the job's workers have made no
 // progress for a while, where each of them is.
 //
-// The rule (docs/cli.md, "--hang-timeout"): the agent samples its workers
+// The rule (docs/cli.md, "--hang-timeout"): each agent samples its workers
 // about once a second: the CPU time of each worker and of its descendants
-// (/proc/PID/stat) and the bytes of output trun's pumps read from it. The
-// workers have made no progress when, between a sample at least the timeout
-// old and the newest, no worker used more than kIdleCpuFraction of one core
-// (a worker blocked in a gloo or NCCL wait, or asleep, uses next to none; a
-// computing one uses a whole core) and none wrote a byte.
+// (/proc/PID/stat) and the bytes of output trun's pumps read from it. A
+// node has been quiet for Q seconds when, between a sample Q seconds old and
+// the newest, no worker used more than kIdleCpuFraction of one core (a
+// worker blocked in a gloo or NCCL wait, or asleep, uses next to none; a
+// computing one uses a whole core) and none wrote a byte. The job has hung
+// when every node of the round has been quiet for the timeout: the agent of
+// group rank 0 judges that (JudgeJob) from what its peers answer; a node
+// that cannot be asked keeps the verdict from being made, so that one
+// node's silence is never taken for the job's.
 //
-// The report groups the workers by their main thread's Python stack (the
-// whole stack: same frames, same lines). The odd ranks, those the others
-// are waiting for, are the ranks outside a collective when some rank waits
-// in one (a frame in torch/distributed/); else, when one group is larger
-// than every other, the ranks outside it; else none (a tie names nobody).
+// The report groups the whole job's workers by their main thread's Python
+// stack (the whole stack: same frames, same lines). The odd ranks, those
+// the others are waiting for, are the ranks outside a collective when some
+// rank waits in one (a frame in torch/distributed/); else, when one group
+// is larger than every other, the ranks outside it; else none (a tie names
+// nobody).
 //
 // Thread-safety: none; ProgressWindow is used from the agent's loop thread,
 // the free functions are pure but TreeCpuSeconds, which reads /proc.
@@ -28,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "proc/pystack.h"
 
 namespace trun::agent {
@@ -35,6 +41,10 @@ namespace trun::agent {
 // A worker that used more than this fraction of one core over the window
 // made progress.
 inline constexpr double kIdleCpuFraction = 0.01;
+// How often an agent samples its workers: a node's quiet is known to
+// within this, and the job's verdict, which waits for every node's, comes
+// within a few of these after the timeout.
+inline constexpr double kSamplePeriodS = 0.5;
 
 // One look at a node's workers, each index one local rank.
 struct ProgressSample {
@@ -47,23 +57,25 @@ class ProgressWindow {
  public:
   explicit ProgressWindow(double timeout_s) : timeout_s_(timeout_s) {}
   // Adds the newest sample (samples come in time order, each of the same
-  // workers); true when the rule above finds no progress.
-  bool Stalled(ProgressSample sample);
+  // workers); how long, by the rule above, the workers have been quiet: 0
+  // when they made progress since the previous sample, at most a little
+  // over the timeout (older samples are not kept).
+  double Quiet(ProgressSample sample);
 
  private:
   double timeout_s_;
   std::deque<ProgressSample> samples_;
 };
 
-// --hang-action fail on a node whose report named nobody (its ranks all
-// wait): it fails after one more timeout without progress, so that the node
-// of the hung rank fails first and gives the job its root cause. Progress
-// meanwhile puts that off: the wait starts again at the next sample that
-// finds the workers stalled.
+// --hang-action fail on the judging node when the odd ranks are all on
+// other nodes: those nodes fail them, giving the job its root cause; this
+// one fails on its own only after one more timeout without progress.
+// Progress meanwhile puts that off: the wait starts again at the next
+// sample that finds the workers quiet for the timeout.
 class SecondTimeout {
  public:
   explicit SecondTimeout(double timeout_s) : timeout_s_(timeout_s) {}
-  // Each sample's verdict (ProgressWindow::Stalled) at `now`, in time
+  // Each sample's verdict (quiet for the timeout or not) at `now`, in time
   // order; true when the node fails now.
   bool Due(bool stalled, double now);
 
@@ -111,5 +123,47 @@ std::string HangSummary(const std::vector<HangGroup>& groups);
 
 // The main thread's stack of each worker of a stacks document (stacks.h).
 std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc);
+
+// What one node told of itself for the job's verdict: how long its workers
+// have been quiet, or why that is not known.
+struct NodeQuiet {
+  int node_rank = 0;
+  std::optional<double> quiet_s;  // none: unknown, `error` says why
+  std::string error;
+};
+
+// Group rank 0's verdict over every node of the round (itself included).
+struct JobVerdict {
+  bool hung = false;               // every node quiet for the timeout
+  double recheck_in_s = 0;         // when asking again can change the answer
+  std::vector<NodeQuiet> unknown;  // the nodes that kept a verdict from being made
+};
+
+// Hung when every node has been quiet for `timeout_s`. Otherwise the job
+// cannot have hung before the least quiet node has been quiet for the
+// timeout: recheck_in_s is what that node lacks (a node that did not
+// answer: a whole timeout), at least one sample period.
+JobVerdict JudgeJob(const std::vector<NodeQuiet>& nodes, double timeout_s);
+
+// A node's answer to GET /stacks?scope=hang (docs/events.md):
+//   {"node_rank": N, "round": R, "quiet_seconds": Q | null,
+//    "hang": null | {"idle_seconds": S, "summary": "...",
+//                    "groups": [{"ranks": [3], "where": "...", "odd": true}, ...]}}
+nlohmann::ordered_json HangAnswer(std::optional<int> node_rank, std::optional<int64_t> round,
+                                  std::optional<double> quiet_s, double idle_s,
+                                  const std::vector<HangGroup>& groups);
+
+// What node `node_rank`'s answer (or failure to answer) says of its quiet,
+// for round `round`: a node in another round is not quiet (it is
+// restarting), one that does not watch (no --hang-timeout) is unknown.
+NodeQuiet QuietOf(int node_rank, int64_t round, const Result<nlohmann::json>& answer);
+
+// The verdict in group rank 0's answer for round `round`; none while it
+// has made none.
+std::optional<std::vector<HangGroup>> VerdictOf(int64_t round, const nlohmann::json& answer);
+
+// Every worker of a whole job's stacks (job_stacks.h's array of node
+// documents), node after node.
+std::vector<RankStack> JobRankStacks(const nlohmann::ordered_json& job);
 
 }  // namespace trun::agent

@@ -12,26 +12,34 @@ ProgressSample At(double t, double cpu0, double cpu1, uint64_t bytes0 = 0, uint6
   return {t, {cpu0, cpu1}, {bytes0, bytes1}};
 }
 
+// A node's window, and whether its workers have been quiet for the whole
+// timeout: what makes it ask the job.
+struct Window {
+  double timeout_s;
+  ProgressWindow w{timeout_s};
+  bool Stalled(ProgressSample s) { return w.Quiet(std::move(s)) >= timeout_s; }
+};
+
 TEST(HangProgress, IdleWorkersAreStalledOnceTheWholeTimeoutIsSeen) {
-  ProgressWindow w(5);
+  Window w{5};
   for (int t = 0; t < 5; ++t) EXPECT_FALSE(w.Stalled(At(t, 1.0, 2.0))) << t;
   EXPECT_TRUE(w.Stalled(At(5, 1.0, 2.0)));
   EXPECT_TRUE(w.Stalled(At(6, 1.0, 2.0)));
 }
 
 TEST(HangProgress, UnderOnePercentOfACoreIsIdleAndMoreIsProgress) {
-  ProgressWindow waiting(5);
+  Window waiting{5};
   // A waiter's background threads: 0.04 s over 5 s, under 1% of a core.
   for (int t = 0; t <= 4; ++t) waiting.Stalled(At(t, 0.01 * t, 0));
   EXPECT_TRUE(waiting.Stalled(At(5, 0.04, 0)));
 
-  ProgressWindow computing(5);
+  Window computing{5};
   // One worker computes (a whole core), the other waits for it.
   for (int t = 0; t <= 10; ++t) EXPECT_FALSE(computing.Stalled(At(t, t, 0))) << t;
 }
 
 TEST(HangProgress, OutputIsProgressAndTheWindowMovesOn) {
-  ProgressWindow w(3);
+  Window w{3};
   EXPECT_FALSE(w.Stalled(At(0, 0, 0)));
   EXPECT_FALSE(w.Stalled(At(1, 0, 0, 10)));
   EXPECT_FALSE(w.Stalled(At(2, 0, 0, 10)));
@@ -135,6 +143,89 @@ TEST(HangGroups, StacksOfADocumentAreTheMainThreads) {
   ASSERT_EQ(stacks.size(), 2u);
   EXPECT_EQ(Where(stacks[0]), "in f at a.py:3");
   EXPECT_EQ(Where(stacks[1]), "no stack: not a Python");
+}
+
+TEST(HangProgress, QuietCountsFromTheLastProgress) {
+  ProgressWindow w(5);
+  EXPECT_EQ(w.Quiet(At(0, 0, 0)), 0);
+  EXPECT_EQ(w.Quiet(At(1, 1, 0)), 0);  // rank 0 computed
+  EXPECT_EQ(w.Quiet(At(2, 1, 0)), 1);
+  EXPECT_EQ(w.Quiet(At(4, 1, 0)), 3);
+  EXPECT_EQ(w.Quiet(At(5, 1, 0, 0, 7)), 0);  // rank 1 wrote
+}
+
+TEST(HangJob, HungOnlyWhenEveryNodeIsQuietForTheTimeout) {
+  // Node 0's ranks wait in a barrier; node 1's compute (a checkpoint).
+  auto busy = JudgeJob({{0, 5.5, ""}, {1, 0.0, ""}}, 5);
+  EXPECT_FALSE(busy.hung);
+  EXPECT_DOUBLE_EQ(busy.recheck_in_s, 5);  // node 1 needs a whole timeout
+  auto almost = JudgeJob({{0, 6.0, ""}, {1, 4.2, ""}}, 5);
+  EXPECT_FALSE(almost.hung);
+  EXPECT_DOUBLE_EQ(almost.recheck_in_s, 0.8);
+  auto just = JudgeJob({{0, 6.0, ""}, {1, 4.9, ""}}, 5);
+  EXPECT_DOUBLE_EQ(just.recheck_in_s, kSamplePeriodS);  // the next sample
+  auto all = JudgeJob({{0, 6.0, ""}, {1, 5.0, ""}, {2, 5.9, ""}}, 5);
+  EXPECT_TRUE(all.hung);
+  EXPECT_TRUE(all.unknown.empty());
+}
+
+TEST(HangJob, ANodeThatCannotBeAskedKeepsTheVerdictFromBeingMade) {
+  auto v = JudgeJob({{0, 9.0, ""}, {1, std::nullopt, "127.0.0.1:9: connection refused"}}, 5);
+  EXPECT_FALSE(v.hung);
+  ASSERT_EQ(v.unknown.size(), 1u);
+  EXPECT_EQ(v.unknown[0].node_rank, 1);
+  EXPECT_DOUBLE_EQ(v.recheck_in_s, 5);
+}
+
+TEST(HangJob, APeersAnswerSaysHowLongItsWorkersHaveBeenQuiet) {
+  auto answer = [](const std::string& text) -> Result<nlohmann::json> {
+    return nlohmann::json::parse(text);
+  };
+  EXPECT_EQ(QuietOf(1, 3, answer(R"({"round": 3, "quiet_seconds": 4.5, "hang": null})")).quiet_s,
+            4.5);
+  // Another round: it is restarting, which is progress.
+  EXPECT_EQ(QuietOf(1, 3, answer(R"({"round": 4, "quiet_seconds": 40})")).quiet_s, 0.0);
+  auto unwatched = QuietOf(1, 3, answer(R"({"round": 3, "quiet_seconds": null})"));
+  EXPECT_FALSE(unwatched.quiet_s);
+  EXPECT_NE(unwatched.error.find("--hang-timeout"), std::string::npos);
+  EXPECT_FALSE(QuietOf(1, 3, answer(R"({"workers": []})")).quiet_s);
+  auto failed = QuietOf(2, 3, Status::Timeout("127.0.0.1:9: no answer within 1500 ms"));
+  EXPECT_FALSE(failed.quiet_s);
+  EXPECT_EQ(failed.error, "127.0.0.1:9: no answer within 1500 ms");
+}
+
+TEST(HangJob, TheJudgesVerdictTravelsWhole) {
+  auto groups = GroupStacks({Waiting(0), Sleeping(1)});
+  auto text = HangAnswer(0, 3, 6.0, 5, groups).dump();
+  auto heard = VerdictOf(3, nlohmann::json::parse(text));
+  ASSERT_TRUE(heard);
+  ASSERT_EQ(heard->size(), 2u);
+  EXPECT_EQ(HangSummary(*heard), HangSummary(groups));
+  EXPECT_TRUE((*heard)[0].odd);
+  EXPECT_EQ((*heard)[0].ranks, std::vector<int>{1});
+  // None made yet, or one of another round: no verdict.
+  EXPECT_FALSE(VerdictOf(3, nlohmann::json::parse(HangAnswer(0, 3, 2.0, 5, {}).dump())));
+  EXPECT_FALSE(VerdictOf(4, nlohmann::json::parse(text)));
+}
+
+TEST(HangJob, TheOddRankIsNamedAcrossNodesWhenItIsAloneOnItsNode) {
+  // One worker per node: node 1's rank sleeps, node 0's waits. Each node
+  // alone names nobody; the job names rank 1.
+  auto node = [](int node_rank, const RankStack& s) {
+    nlohmann::ordered_json frames = nlohmann::ordered_json::array();
+    for (const auto& f : s.frames) {
+      frames.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+    }
+    return nlohmann::ordered_json{
+        {"node_rank", node_rank},
+        {"workers", {{{"rank", s.rank}, {"threads", {{{"frames", frames}}}}}}}};
+  };
+  auto job = nlohmann::ordered_json::array({node(0, Waiting(0)), node(1, Sleeping(1))});
+  job.push_back({{"node_rank", 2}, {"error", "no answer"}, {"workers", nlohmann::json::array()}});
+  auto groups = GroupStacks(JobRankStacks(job));
+  EXPECT_EQ(HangSummary(groups),
+            "rank 1 is not where the others are: in slow_step at train.py:12; rank 0: in "
+            "all_reduce at distributed_c10d.py:1536, called from main at train.py:41");
 }
 
 TEST(HangHealth, TheSummaryIsOnHealthOnceMade) {

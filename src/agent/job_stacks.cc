@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 
 #include "agent/stacks.h"
@@ -26,7 +25,7 @@ constexpr size_t kMaxParallel = 32;
 struct Fanout {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::optional<Result<nlohmann::json>>> answers;
+  std::vector<Result<nlohmann::json>> answers;  // a timeout until answered
   size_t done = 0;
   std::atomic<size_t> next{0};
 };
@@ -55,14 +54,18 @@ std::vector<PeerNode> PeersOf(const rendezvous::Round& round) {
 
 std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>& peers,
                                                     const std::string& token,
+                                                    const std::string& scope,
                                                     std::chrono::milliseconds budget,
                                                     size_t max_bytes) {
   const auto deadline = Clock::now() + budget;
   auto f = std::make_shared<Fanout>();
-  f->answers.resize(peers.size());
+  for (const auto& p : peers) {
+    f->answers.push_back(
+        Status::Timeout(fmt::format("{}: no answer within {} ms", p.address, budget.count())));
+  }
   const size_t askers = std::min(peers.size(), kMaxParallel);
   for (size_t a = 0; a < askers; ++a) {
-    std::thread([f, peers, token, deadline, max_bytes] {
+    std::thread([f, peers, token, scope, deadline, max_bytes] {
       for (size_t i; (i = f->next.fetch_add(1)) < peers.size();) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         Result<nlohmann::json> r = Status::Timeout("not asked within the budget");
@@ -70,7 +73,7 @@ std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>&
           r = Status::Unavailable(
               "its agent has no health server: start it with --health-check-port");
         } else if (left.count() > 0) {
-          r = FetchStacks(peers[i].address, token, left, /*whole_job=*/false, max_bytes);
+          r = FetchStacks(peers[i].address, token, left, scope, max_bytes);
         }
         std::lock_guard lk(f->mu);
         f->answers[i] = std::move(r);
@@ -79,18 +82,10 @@ std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>&
       }
     }).detach();
   }
-  std::vector<Result<nlohmann::json>> out;
   std::unique_lock lk(f->mu);
   f->cv.wait_until(lk, deadline, [&] { return f->done == peers.size(); });
-  for (size_t i = 0; i < peers.size(); ++i) {
-    if (f->answers[i]) {
-      out.push_back(std::move(*f->answers[i]));
-    } else {
-      out.push_back(Status::Timeout(
-          fmt::format("{}: no answer within {} ms", peers[i].address, budget.count())));
-    }
-  }
-  return out;
+  // A copy: an asker past the budget may still write its place.
+  return f->answers;
 }
 
 ojson MergeJobStacks(ojson local, int local_node_rank, const std::vector<PeerNode>& peers,

@@ -52,12 +52,14 @@ std::string HostPort(const std::string& host, int port);
 // order.
 std::vector<PeerNode> PeersOf(const rendezvous::Round& round);
 
-// GET /stacks of every peer at once (at most 32 at a time), proving `token`
+// GET /stacks?scope=`scope` (stacks.h's FetchStacks) of every peer at
+// once (at most 32 at a time), proving `token`
 // where one asks for it, each answer read up to `max_bytes`; returns after
 // `budget` at the latest, a peer not done by then answered with a Timeout.
 // One Result per peer, in the peers' order.
 std::vector<Result<nlohmann::json>> FetchPeerStacks(const std::vector<PeerNode>& peers,
                                                     const std::string& token,
+                                                    const std::string& scope,
                                                     std::chrono::milliseconds budget,
                                                     size_t max_bytes);
 

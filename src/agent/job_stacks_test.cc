@@ -122,7 +122,7 @@ TEST(JobStacks, APeerIsReadUpToTheBoundAndASilentOneWithinTheBudget) {
   Listener huge, silent;  // silent accepts (the backlog) and never answers
   huge.AnswerHuge(size_t{64} << 20);
   const auto t0 = std::chrono::steady_clock::now();
-  auto answers = FetchPeerStacks({{1, huge.address()}, {2, silent.address()}, {3, ""}}, "token",
+  auto answers = FetchPeerStacks({{1, huge.address()}, {2, silent.address()}, {3, ""}}, "token", "",
                                  1500ms, size_t{1} << 20);
   const auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_EQ(answers.size(), 3u);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -215,7 +216,7 @@ Reply ParseReply(const std::string& bytes) {
 }  // namespace
 
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   std::chrono::milliseconds timeout, std::string_view scope,
                                    size_t max_bytes) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
@@ -223,7 +224,7 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
         "'{}': expected an agent's health address HOST:PORT (its --health-check-port)", address));
   }
   const auto deadline = Clock::now() + timeout;
-  const std::string path = whole_job ? "/stacks?scope=job" : "/stacks";
+  const std::string path = scope.empty() ? "/stacks" : fmt::format("/stacks?scope={}", scope);
   std::string reached;
   auto ask = [&](std::string_view at, const std::string& target) -> Result<Reply> {
     const auto colon = at.rfind(':');
@@ -244,7 +245,7 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
     }
     // The proof names the agent this connection reached, and goes there.
     const std::string agent = reached;
-    r = ask(agent, fmt::format("{}{}nonce={}&agent={}&proof={}", path, whole_job ? "&" : "?",
+    r = ask(agent, fmt::format("{}{}nonce={}&agent={}&proof={}", path, scope.empty() ? "?" : "&",
                                r->nonce, agent, store::HttpAuthProof(token, r->nonce, agent)));
     if (r.ok() && r->status == 401 && r->refused == "agent-address") {
       return Status::PermissionDenied(fmt::format("{}: the agent refused the proof: {}", address,
@@ -301,11 +302,54 @@ std::vector<pid_t> Descendants(pid_t root) {
   return pids;
 }
 
+constexpr const char kRankTableName[] = "trun-ranks";
+
+RankTable::RankTable() : fd_(::memfd_create(kRankTableName, MFD_CLOEXEC)) {}
+
+RankTable::~RankTable() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RankTable::Publish(const std::vector<StackTarget>& workers) {
+  if (fd_ < 0) return;
+  std::string text;
+  for (const auto& w : workers) text += fmt::format("{} {} {}\n", w.pid, w.rank, w.local_rank);
+  // A reader that comes between the two sees a short table for a moment:
+  // it only numbers those workers from their environment instead.
+  if (::ftruncate(fd_, 0) != 0) return;
+  (void)!::pwrite(fd_, text.data(), text.size(), 0);
+}
+
+std::vector<StackTarget> ReadRankTable(pid_t pid) {
+  std::vector<StackTarget> out;
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  const std::string want = fmt::format("/memfd:{} (deleted)", kRankTableName);
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(fd.path(), link_ec).string() != want) continue;
+    std::ifstream in(fd.path());
+    StackTarget t;
+    while (in >> t.pid >> t.rank >> t.local_rank) out.push_back(t);
+    break;
+  }
+  return out;
+}
+
 std::vector<StackTarget> RankedDescendants(pid_t root) {
   const std::vector<pid_t> pids = Descendants(root);
+  // The agents' own tables first: they name warm workers too.
+  std::vector<StackTarget> published = ReadRankTable(root);
+  for (pid_t pid : pids) {
+    for (auto& t : ReadRankTable(pid)) published.push_back(t);
+  }
   std::vector<StackTarget> ranked, pythons;
   for (pid_t pid : pids) {
-    if (auto r = Ranks(pid)) {
+    auto listed = std::find_if(published.begin(), published.end(),
+                               [&](const StackTarget& t) { return t.pid == pid; });
+    if (listed != published.end()) {
+      ranked.push_back({listed->rank, listed->local_rank, pid, ""});
+    } else if (auto r = Ranks(pid)) {
       ranked.push_back({r->first, r->second, pid, ""});
     } else if (proc::ReadPythonStacks(pid).ok()) {
       pythons.push_back({0, 0, pid, ""});

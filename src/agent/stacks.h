@@ -64,10 +64,35 @@ struct StacksMeta {
 nlohmann::ordered_json ReadStacks(const std::vector<StackTarget>& targets, const StacksMeta& meta);
 
 // The workers below process `root` (its descendants, by /proc/PID/task/*/
-// children): each whose environment names a RANK, with that rank and
-// LOCAL_RANK; where none does (a plain program), every descendant that
-// is a Python. Processes that cannot be read are left out.
+// children): each that a trun agent among them lists in its RankTable, or
+// whose environment names a RANK, with that rank and LOCAL_RANK; where
+// none does (a plain program), every descendant that is a Python.
+// Processes that cannot be read are left out.
 std::vector<StackTarget> RankedDescendants(pid_t root);
+
+// An agent's table of its workers' ranks, for `trun stack HANDLE`: a warm
+// worker gets its RANK after the fork, which /proc/PID/environ (the
+// environment a process started with) does not show. The agent keeps the
+// table in a memfd named "trun-ranks" (close-on-exec: no worker holds
+// it), one "PID RANK LOCAL_RANK" line per worker; a process of the same
+// user reads it through /proc/AGENT/fd/N, nothing on the file system.
+//
+// Thread-safety: none; the agent's loop thread.
+class RankTable {
+ public:
+  RankTable();  // without a memfd (none to be had) nothing is published
+  ~RankTable();
+  RankTable(const RankTable&) = delete;
+  RankTable& operator=(const RankTable&) = delete;
+  // Replaces the table with `workers` (an attempt's).
+  void Publish(const std::vector<StackTarget>& workers);
+
+ private:
+  int fd_ = -1;
+};
+
+// The table process `pid` publishes; empty when it publishes none.
+std::vector<StackTarget> ReadRankTable(pid_t pid);
 
 // The environment of process `pid` as it was started (/proc/PID/environ:
 // what the process set later is not there); empty when it cannot be read.
@@ -116,11 +141,12 @@ class StacksGate {
 
 // GET /stacks of the agent whose health server is `address` (HOST:PORT,
 // [V6]:PORT), proving `token` when it asks for one; the whole exchange
-// within `timeout`. `whole_job`: /stacks?scope=job, every node's document
-// in an array (job_stacks.h). A reply of more than `max_bytes` is not read
+// within `timeout`. `scope`: "" for the node's document, "job" for every
+// node's in an array (job_stacks.h), "hang" for its hang watch (hang.h's
+// HangAnswer). A reply of more than `max_bytes` is not read
 // on. Every failure names the address and what to do.
 Result<nlohmann::json> FetchStacks(const std::string& address, const std::string& token,
-                                   std::chrono::milliseconds timeout, bool whole_job,
+                                   std::chrono::milliseconds timeout, std::string_view scope,
                                    size_t max_bytes);
 
 // The value of `key` in a request target's query ("/stacks?nonce=a&proof=b"),

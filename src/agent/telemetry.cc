@@ -118,6 +118,7 @@ std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
 
 Telemetry::~Telemetry() {
   if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
+  if (hang_thread_.joinable()) hang_thread_.join();
 }
 
 Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
@@ -405,16 +406,29 @@ void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply)
     return reply(std::move(r));
   }
   const std::string scope = QueryValue(req.target, "scope");
-  if (scope == "job") return ServeJobStacks(std::move(reply));
+  r.content_type = "application/json";
+  if (scope == "job") {
+    return GatherJobStacks([reply = std::move(reply), r](const ojson& job) mutable {
+      r.body = job.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      reply(std::move(r));
+    });
+  }
+  if (scope == "hang") {
+    GroupHealth h = health_();
+    r.body = HangAnswer(h.node_rank, h.round, h.quiet_s, h.hang_timeout_s, h.hang_groups)
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             "\n";
+    return reply(std::move(r));
+  }
   if (!scope.empty()) {
     r.status = 400;
+    r.content_type = "text/plain; charset=utf-8";
     r.body = fmt::format(
-        "unknown scope '{:.40}': leave it out for this node's workers, or scope=job for every "
-        "node's\n",
+        "unknown scope '{:.40}': leave it out for this node's workers, scope=job for every "
+        "node's, or scope=hang for its hang watch\n",
         scope);
     return reply(std::move(r));
   }
-  r.content_type = "application/json";
   r.body = LocalStacks().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   reply(std::move(r));
 }
@@ -426,36 +440,51 @@ nlohmann::ordered_json Telemetry::LocalStacks() {
   return ReadStacks(targets, {options_.hostname, options_.run_id, h.node_rank, h.round});
 }
 
-void Telemetry::ServeJobStacks(HttpServer::Responder reply) {
-  job_stacks_waiting_.push_back(std::move(reply));
+void Telemetry::GatherJobStacks(std::function<void(const ojson&)> done) {
+  job_stacks_waiting_.push_back(std::move(done));
   if (job_stacks_waiting_.size() > 1) return;  // it shares the answer under way
   const int local_node_rank = round_ ? round_->group_rank : 0;
   std::vector<PeerNode> peers = round_ ? PeersOf(*round_) : std::vector<PeerNode>{};
   if (peers.empty()) return AnswerJobStacks(local_node_rank, peers, {});
+  AskOffLoop(job_stacks_thread_, std::move(peers), "", kMaxNodeStacksBytes,
+             [this, local_node_rank](std::vector<PeerNode> asked,
+                                     std::vector<Result<nlohmann::json>> answers) {
+               AnswerJobStacks(local_node_rank, asked, std::move(answers));
+             });
+}
+
+void Telemetry::AskPeers(const std::string& scope, std::optional<int> only_node,
+                         PeersAnswered done) {
+  std::vector<PeerNode> peers = round_ ? PeersOf(*round_) : std::vector<PeerNode>{};
+  if (only_node) {
+    std::erase_if(peers, [&](const PeerNode& p) { return p.node_rank != *only_node; });
+  }
+  // A hang answer is a few hundred bytes; a verdict of many groups, more.
+  AskOffLoop(hang_thread_, std::move(peers), scope, size_t{1} << 20, std::move(done));
+}
+
+void Telemetry::AskOffLoop(std::thread& thread, std::vector<PeerNode> peers,
+                           const std::string& scope, size_t max_bytes, PeersAnswered done) {
   // The last asker posted its answer and ended, or is about to.
-  if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
-  job_stacks_thread_ =
-      std::thread([this, local_node_rank, peers = std::move(peers), token = options_.job_token,
-                   alive = std::weak_ptr<bool>(alive_)]() mutable {
-        auto answers = FetchPeerStacks(peers, token, kJobStacksBudget, kMaxNodeStacksBytes);
-        asio::post(*io_, [this, alive, local_node_rank, peers = std::move(peers),
-                          answers = std::move(answers)]() mutable {
+  if (thread.joinable()) thread.join();
+  thread =
+      std::thread([this, peers = std::move(peers), token = options_.job_token, scope, max_bytes,
+                   done = std::move(done), alive = std::weak_ptr<bool>(alive_)]() mutable {
+        auto answers = FetchPeerStacks(peers, token, scope, kJobStacksBudget, max_bytes);
+        asio::post(*io_, [alive, peers = std::move(peers), answers = std::move(answers),
+                          done = std::move(done)]() mutable {
           if (alive.expired()) return;
-          AnswerJobStacks(local_node_rank, peers, std::move(answers));
+          done(std::move(peers), std::move(answers));
         });
       });
 }
 
 void Telemetry::AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
                                 std::vector<Result<nlohmann::json>> answers) {
-  HttpResponse r;
-  r.content_type = "application/json";
-  r.body = MergeJobStacks(LocalStacks(), local_node_rank, peers, std::move(answers))
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-           "\n";
-  std::vector<HttpServer::Responder> waiting = std::move(job_stacks_waiting_);
+  const ojson job = MergeJobStacks(LocalStacks(), local_node_rank, peers, std::move(answers));
+  auto waiting = std::move(job_stacks_waiting_);
   job_stacks_waiting_.clear();
-  for (auto& reply : waiting) reply(r);
+  for (auto& done : waiting) done(job);
 }
 
 }  // namespace trun::agent

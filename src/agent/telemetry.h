@@ -8,7 +8,9 @@
 // GET /stacks?scope=job asks the other agents of the round on a thread of
 // its own (job_stacks.h), so the loop never waits on a peer; the answer
 // comes back through the loop. Requests that arrive while one is under way
-// share its answer, so there is one such thread at a time.
+// share its answer, so there is one such thread at a time. The agent's
+// hang watch asks its peers the same way (AskPeers), on a thread of its
+// own, one ask at a time.
 //
 // Thread-safety: the agent's loop thread only.
 #pragma once
@@ -73,6 +75,11 @@ struct GroupHealth {
   // The attempt's hang report in one line (hang.h's HangSummary); "" while
   // none was made.
   std::string hang;
+  // --hang-timeout: how long the workers have been quiet (none: not
+  // watched), the timeout, and the report's groups once made.
+  std::optional<double> quiet_s;
+  double hang_timeout_s = 0;
+  std::vector<HangGroup> hang_groups;
 };
 
 // 200 (healthy) or 503, and the JSON body.
@@ -122,6 +129,18 @@ class Telemetry {
   void GroupHung(double idle_s, const std::vector<HangGroup>& groups, const std::string& summary);
   void WatchdogExpired(const TimerRequest& timer, int local_rank, double sent_at, int error);
   void Shutdown(int exit_code);
+
+  // Asks the round's other agents (only node `only_node` when given) for
+  // GET /stacks?scope=`scope`, off the loop, within kJobStacksBudget; then
+  // runs `done` on the loop with the peers asked and one answer each,
+  // unless the telemetry is gone. One ask at a time: a second one waits
+  // for the first to end. `done` may ask again.
+  using PeersAnswered =
+      std::function<void(std::vector<PeerNode>, std::vector<Result<nlohmann::json>>)>;
+  void AskPeers(const std::string& scope, std::optional<int> only_node, PeersAnswered done);
+  // The whole job's stacks (GET /stacks?scope=job's answer), then `done`
+  // on the loop; shares an answer under way.
+  void GatherJobStacks(std::function<void(const nlohmann::ordered_json&)> done);
   // Bytes of worker output that passed through the agent.
   void LogBytes(bool is_stderr, size_t n) { log_bytes_[is_stderr ? 1 : 0] += n; }
 
@@ -133,9 +152,11 @@ class Telemetry {
   nlohmann::ordered_json LocalStacks();
   // Asks the round's other agents, unless that is under way already; every
   // waiting request gets the answer.
-  void ServeJobStacks(HttpServer::Responder reply);
   void AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
                        std::vector<Result<nlohmann::json>> answers);
+  // Runs FetchPeerStacks on `thread` (joined first), then `done` on the loop.
+  void AskOffLoop(std::thread& thread, std::vector<PeerNode> peers, const std::string& scope,
+                  size_t max_bytes, PeersAnswered done);
   // Copies counters kept elsewhere (store, watchdog, HTTP, logs) into the
   // registry, just before it is rendered.
   void Collect();
@@ -147,10 +168,12 @@ class Telemetry {
   std::unique_ptr<HttpServer> http_;
   StacksGate stacks_gate_{""};
   asio::io_context* io_ = nullptr;
-  // Job-wide /stacks: the requests waiting for the answer, the thread that
-  // asks the peers, and what tells its answer whether we are still here.
-  std::vector<HttpServer::Responder> job_stacks_waiting_;
+  // Job-wide /stacks: who waits for the answer, the thread that asks the
+  // peers, the hang watch's, and what tells their answers whether we are
+  // still here.
+  std::vector<std::function<void(const nlohmann::ordered_json&)>> job_stacks_waiting_;
   std::thread job_stacks_thread_;
+  std::thread hang_thread_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   const FileTimerServer* timers_ = nullptr;
   std::optional<rendezvous::Round> round_;

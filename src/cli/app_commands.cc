@@ -147,7 +147,7 @@ int StackCommand(const Args& args) {
         return agent::FetchStacks(
             address, token ? token : "",
             whole_job ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(2000),
-            whole_job, whole_job ? kMaxJobStacksBytes : agent::kMaxNodeStacksBytes);
+            whole_job ? "job" : "", whole_job ? kMaxJobStacksBytes : agent::kMaxNodeStacksBytes);
       }));
     }
     for (auto& a : asked) {

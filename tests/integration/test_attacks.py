@@ -903,7 +903,8 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
     made for another address is 401 with no worker in it; a flood of nonce
     requests from many addresses costs the agent 16 MiB or less and makes
     no honest nonce stale; a good proof opens, once; a listener that
-    passes `trun stack`'s exchange on to the agent gets nothing."""
+    passes `trun stack`'s exchange on to the agent gets nothing. The hang
+    watch's ?scope=hang is behind the same proof."""
     a = TokenAgent(tmp_path, "stacks", "--standalone", "--nproc-per-node", 1,
                    "--health-check-port", 0, "--health-check-addr", "127.0.0.1",
                    "--no-python", "sleep", "600")
@@ -948,6 +949,15 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
         r = trun("stack", "--health", f"127.0.0.1:{port}", env=base_env(TRUN_JOB_TOKEN=TOKEN),
                  timeout=60)
         assert r.returncode == 0 and "rank 0" in r.out, r.err
+        # The hang watch's question (scope=hang) asks the same proof first.
+        status, nonce, body = _stacks_reply(port, "/stacks?scope=hang")
+        assert status == 401 and nonce and "quiet_seconds" not in body
+        status, _, body = _stacks_reply(
+            port, f"/stacks?scope=hang&nonce={nonce}&proof={_stacks_proof(nonce, port, 'guess')}")
+        assert status == 401 and "quiet_seconds" not in body
+        status, _, body = _stacks_reply(
+            port, f"/stacks?scope=hang&nonce={nonce}&proof={_stacks_proof(nonce, port)}")
+        assert status == 200 and json.loads(body)["quiet_seconds"] is None, body  # not watched
         assert a.proc.poll() is None, a.text()
     finally:
         if relay:

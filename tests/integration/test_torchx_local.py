@@ -298,21 +298,24 @@ def test_utils_components_run(jobs):
     assert logs.count("SUCCEEDED") == 5
 
 
-def test_trun_stack_of_a_running_app_shows_every_rank(jobs):
-    """Two replicas (trun agents) of one worker each; the last rank sleeps in
-    a function of its script's own while rank 0 waits in all_reduce."""
+def test_trun_stack_of_a_running_warm_app_shows_every_rank(jobs):
+    """One replica (a trun agent) of two warm workers: their RANK is set
+    after the fork, where /proc/PID/environ does not show it, so the ranks
+    come from the agent's table; the warm process itself is no rank. The
+    last rank sleeps in a function of its script's own while rank 0 waits
+    in all_reduce."""
     script = FIXTURES / "stack_worker.py"
     sleep_line = next(i for i, line in enumerate(script.read_text().splitlines(), 1)
                       if "SLEEP_LINE" in line)
-    handle = jobs.submit("-s", "local", "dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
-                         "--script", script)
+    handle = jobs.submit("-s", "local", "dist.ddp", "-j", "1x2", "--rdzv_port", free_port(),
+                         "--env", "PET_START_METHOD=forkserver", "--script", script)
     ranks = jobs.wait_for_stuck_stacks(handle)
     top = ranks[1][1][0]
     assert (top["file"], top["line"]) == (str(script), sleep_line)
-    # One document per replica, each with its own worker.
-    assert sorted(node["node_rank"] for node, _ in ranks.values()) == [0, 1]
+    (node,) = json.loads(jobs.trun("stack", "--json", handle).out)
+    assert [(w["rank"], w["local_rank"]) for w in node["workers"]] == [(0, 0), (1, 1)], node
     text = jobs.trun("stack", handle).out
-    assert "rank 0 (local_rank 0, host " in text and "rank 1 (local_rank 0, host " in text
+    assert "rank 0 (local_rank 0, host " in text and "rank 1 (local_rank 1, host " in text
     assert f'line {sleep_line}, in stuck_before_the_collective' in text
     jobs.trun("cancel", handle)
     r = jobs.trun("stack", handle)
