@@ -521,8 +521,24 @@ def test_torchx_components_and_schedulers_additions(monkeypatch):
         assert trun_runner.get_runner("mine")._name == "mine"
     assert trun_runner.get_runner(cache_size=1)._name == "torchx"
     assert trun_runner.get_runner(cache_size=1).scheduler_params["cache_size"] == 1
-    with pytest.raises(ValueError, match="trun has no scheduler 'local_cwd'"):
-        Runner(scheduler_factories={"local_cwd": None}, trun="/bin/false")
+    with pytest.raises(ValueError, match="trun has no scheduler 'local_docker'"):
+        Runner(scheduler_factories={"local_docker": None}, trun="/bin/false")
+    # local_cwd, TorchX's default scheduler, is trun's local, in Python and on the command line.
+    only_cwd = Runner(scheduler_factories={"local_cwd": None})
+    assert only_cwd.scheduler_backends() == ["local_cwd"]
+    with pytest.raises(specs.UnknownSchedulerException):
+        only_cwd.dryrun_component("utils.echo", [], scheduler="slurm")
+    for r in (only_cwd, trun_runner.get_runner()):
+        info = r.dryrun_component("utils.echo", ["--msg", "hi"], scheduler="local_cwd")
+        assert info.app.roles[0].args == ["hi"] and info._scheduler == "local"
+    opts = [subprocess.run([TRUN, "runopts", "--json", s], capture_output=True, text=True,
+                           check=True).stdout for s in ("local", "local_cwd")]
+    assert json.loads(opts[0]) == json.loads(opts[1]) and "local" in json.loads(opts[0])
+    import io
+    from trun.runner import config
+    cfg: Dict[str, specs.CfgVal] = {}  # (its options are local's)
+    config.load(scheduler="local_cwd", f=io.StringIO("[local_cwd]\nprepend_cwd = True\n"), cfg=cfg)
+    assert cfg == {"prepend_cwd": True}
 
 
 def test_component_test_case_validates_with_the_binary(monkeypatch):
@@ -717,9 +733,9 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="TORCHXCONFIG=.*missing is not a file"):
         config.find_configs()
-    with pytest.raises(ValueError, match="`local_cwd` is not a registered scheduler; the "
+    with pytest.raises(ValueError, match="`local_docker` is not a registered scheduler; the "
                                          "schedulers are local, slurm, kubernetes"):
-        config.load("local_cwd", io.StringIO(""), {})
+        config.load("local_docker", io.StringIO(""), {})
     # A dump of every scheduler loads back as every option at its default.
     out = io.StringIO()
     config.dump(out)
