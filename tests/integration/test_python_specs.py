@@ -824,13 +824,11 @@ def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
     assert {"ddp", "u.echo"} <= names and "dist.ddp" not in names and "echo" not in names
     # As TorchX's: a package's own __init__ and `_name` functions hold components too;
     # private modules (trun's helpers) and functions not returning an AppDef do not.
-    pkg_dir = tmp_path / "userpkg_comps"
-    pkg_dir.mkdir()
-    (pkg_dir / "__init__.py").write_text(
-        "from trun import specs\ndef comp_a() -> specs.AppDef:\n    return specs.AppDef('a')\n")
-    (pkg_dir / "m.py").write_text(
-        "from trun import specs\ndef _hidden() -> specs.AppDef:\n    return specs.AppDef('h')\n"
-        "def helper() -> int:\n    return 1\n")
+    (tmp_path / "userpkg_comps").mkdir()
+    for module, body in {"__init__": "def comp_a() -> specs.AppDef:\n    return specs.AppDef('a')\n",
+                         "m": "def _hidden() -> specs.AppDef:\n    return specs.AppDef('h')\n"
+                              "def helper() -> int:\n    return 1\n"}.items():
+        (tmp_path / "userpkg_comps" / f"{module}.py").write_text("from trun import specs\n" + body)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(finder.metadata, "entry_points", lambda group: EntryPoints([
         EntryPoint("foo", "userpkg_comps", group)]))
