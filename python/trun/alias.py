@@ -22,9 +22,13 @@ The names resolve to trun's own module objects, not copies, so
     torchx.runner[.config]     trun.runner[.config]
     torchx.settings            trun.settings
     torchx.schedulers[.*]      trun.schedulers[.*]
+    torchx.plugins[.*]         trun.plugins[.*]     (register, registry, ...)
+    torchx.util.entrypoints    trun.util.entrypoints
+    torchx.runtime.tracking    trun.runtime.tracking (FsspecResultTracker)
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 
-Any other ``torchx`` name (trackers, workspaces, plug-ins) stays an ImportError.
+Any other ``torchx`` name (workspaces, TorchX's Python scheduler plug-ins) stays an
+ImportError.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from typing import Sequence
 
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
-_TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings"}
+_TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings", "plugins", "util",
+                 "runtime"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

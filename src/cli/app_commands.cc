@@ -426,10 +426,11 @@ int RunoptsCommand(const Args& args) {
   if (f->positionals.size() > 1) {
     return ReportError(Status::InvalidArgument("runopts: give at most one scheduler"));
   }
-  const std::string only = f->positionals.empty() ? "" : f->positionals[0];
+  std::string only = f->positionals.empty() ? "" : f->positionals[0];
   if (!only.empty()) {
     auto s = schedulers::CreateScheduler(only, std::string(schedulers::kDefaultSession));
     if (!s.ok()) return ReportError(s.status());
+    only = (*s)->name();  // local_cwd is local
   }
   std::string out;
   nlohmann::ordered_json doc = nlohmann::ordered_json::object();

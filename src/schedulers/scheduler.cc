@@ -79,10 +79,13 @@ const std::vector<SchedulerInfo>& Schedulers() {
 
 Result<std::unique_ptr<Scheduler>> CreateScheduler(const std::string& name,
                                                    const std::string& session) {
+  // TorchX's default scheduler name, for the command lines and handles of its
+  // users: trun's local scheduler is TorchX's local_cwd (local_scheduler.h).
+  const std::string wanted = name == "local_cwd" ? std::string("local") : name;
   std::vector<std::string> names;
   for (const auto& s : Schedulers()) {
     names.push_back(s.name);
-    if (name != s.name) continue;
+    if (wanted != s.name) continue;
     if (!s.create) {
       return Status::Unsupported(fmt::format(
           "the {} scheduler is not available yet; `-s local` runs the app on this machine", name));

@@ -80,7 +80,8 @@ def test_named_resources_come_from_the_binary(monkeypatch):
     with pytest.raises(KeyError, match="No named resource found for `gpu.smal`. "
                                        "Did you mean `gpu.small`?"):
         specs.resource(h="gpu.smal")
-    with pytest.raises(KeyError, match="No named resource found for `gpu.tiny`. `trun builtins"):
+    with pytest.raises(KeyError, match=r"No named resource found for `gpu.tiny`. Registered "
+                                       r"named resources: \[.*`trun builtins --resources`"):
         specs.resource(h="gpu.tiny")
 
 
@@ -134,7 +135,7 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
               torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
               bool(torchx.__file__), sys.argv[1:])
         try:
-            import torchx.plugins
+            import torchx.workspace
         except ImportError as e:
             print("no", e.name)
         # pytest's importlib mode asks every finder for a test file's module
@@ -143,7 +144,7 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
         print(finder.find_spec("torchx.specs.test.api_test", None))
         """))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.plugins",
+    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.workspace",
                 "None"]
     out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
@@ -520,8 +521,24 @@ def test_torchx_components_and_schedulers_additions(monkeypatch):
         assert trun_runner.get_runner("mine")._name == "mine"
     assert trun_runner.get_runner(cache_size=1)._name == "torchx"
     assert trun_runner.get_runner(cache_size=1).scheduler_params["cache_size"] == 1
-    with pytest.raises(ValueError, match="trun has no scheduler 'local_cwd'"):
-        Runner(scheduler_factories={"local_cwd": None}, trun="/bin/false")
+    with pytest.raises(ValueError, match="trun has no scheduler 'local_docker'"):
+        Runner(scheduler_factories={"local_docker": None}, trun="/bin/false")
+    # local_cwd, TorchX's default scheduler, is trun's local, in Python and on the command line.
+    only_cwd = Runner(scheduler_factories={"local_cwd": None})
+    assert only_cwd.scheduler_backends() == ["local_cwd"]
+    with pytest.raises(specs.UnknownSchedulerException):
+        only_cwd.dryrun_component("utils.echo", [], scheduler="slurm")
+    for r in (only_cwd, trun_runner.get_runner()):
+        info = r.dryrun_component("utils.echo", ["--msg", "hi"], scheduler="local_cwd")
+        assert info.app.roles[0].args == ["hi"] and info._scheduler == "local"
+    opts = [subprocess.run([TRUN, "runopts", "--json", s], capture_output=True, text=True,
+                           check=True).stdout for s in ("local", "local_cwd")]
+    assert json.loads(opts[0]) == json.loads(opts[1]) and "local" in json.loads(opts[0])
+    import io
+    from trun.runner import config
+    cfg: Dict[str, specs.CfgVal] = {}  # (its options are local's)
+    config.load(scheduler="local_cwd", f=io.StringIO("[local_cwd]\nprepend_cwd = True\n"), cfg=cfg)
+    assert cfg == {"prepend_cwd": True}
 
 
 def test_component_test_case_validates_with_the_binary(monkeypatch):
@@ -716,9 +733,9 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="TORCHXCONFIG=.*missing is not a file"):
         config.find_configs()
-    with pytest.raises(ValueError, match="`local_cwd` is not a registered scheduler; the "
+    with pytest.raises(ValueError, match="`local_docker` is not a registered scheduler; the "
                                          "schedulers are local, slurm, kubernetes"):
-        config.load("local_cwd", io.StringIO(""), {})
+        config.load("local_docker", io.StringIO(""), {})
     # A dump of every scheduler loads back as every option at its default.
     out = io.StringIO()
     config.dump(out)
@@ -805,3 +822,163 @@ def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
     monkeypatch.setattr(finder, "_components", None)
     names = set(finder.get_components())
     assert {"ddp", "u.echo"} <= names and "dist.ddp" not in names and "echo" not in names
+    # As TorchX's: a package's own __init__ and `_name` functions hold components too;
+    # private modules (trun's helpers) and functions not returning an AppDef do not.
+    (tmp_path / "userpkg_comps").mkdir()
+    for module, body in {"__init__": "def comp_a() -> specs.AppDef:\n    return specs.AppDef('a')\n",
+                         "m": "def _hidden() -> specs.AppDef:\n    return specs.AppDef('h')\n"
+                              "def helper() -> int:\n    return 1\n"}.items():
+        (tmp_path / "userpkg_comps" / f"{module}.py").write_text("from trun import specs\n" + body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(finder.metadata, "entry_points", lambda group: EntryPoints([
+        EntryPoint("foo", "userpkg_comps", group)]))
+    monkeypatch.setattr(finder, "_components", None)
+    assert set(finder.get_components()) == {"foo.comp_a", "foo.m._hidden"}
+    assert not [n for n in builtins if "builtin" in n or n.startswith("_")]
+
+
+PLUGIN_PROGRAM = """\
+import json, sys, threading
+import trun.alias
+from torchx import plugins, specs
+from torchx.plugins import PluginType
+from torchx.runtime.tracking import FsspecResultTracker
+from torchx.util import entrypoints
+out = {}
+nr = specs.named_resources
+out["lazy"] = nr._factories is None and not [m for m in sys.modules if m.startswith("torchx_plugins")]
+for n in ("mygpu", "mygpu_8", "mygpu_4", "mygpu_1", "big", "ep_res", "custom_res", "gpu.small"):
+    r = nr[n] if n in nr else None
+    out[n] = None if r is None else [r.gpu, r.memMB, r.get_resource_name(), r.is_fractional()]
+reg = plugins.registry()
+out["names"] = sorted(reg.get(PluginType.NAMED_RESOURCE))
+out["schedulers"] = sorted(reg.get(PluginType.SCHEDULER))
+out["errors"] = sorted((e.module, e.name, e.error.split(":")[0][:40])
+                       for e in reg.load_errors())
+out["yaml_has_aliases"] = "aliases: [big]" in str(reg)
+out["to_dict"] = [i["name"] for i in reg.to_dict()["named_resource"] if "error" not in i]
+try:
+    plugins.halve_mem_down_to(minGiB=1)(specs.Resource(cpu=1, gpu=0, memMB=96 * 1024))
+except ValueError as e:
+    out["halve"] = str(e)[:30]
+out["halve_ok"] = plugins.halve_mem_down_to(minGiB=12)(specs.Resource(1, 0, 96 * 1024))
+out["ep_sched"] = entrypoints.load_group("torchx.schedulers")["epsched"]("sess")
+out["ep_default"] = entrypoints.load("torchx.schedulers", "nope", default=7)
+t = FsspecResultTracker(sys.argv[1])
+t["trial/1"] = {"loss": 0.5}
+out["tracker"] = [FsspecResultTracker(sys.argv[1])["trial/1"], t["none"]]
+print(json.dumps(out))
+"""
+
+
+def test_plugins_register_and_discover_as_torchx(tmp_path):
+    # A user's package registers named resources and a scheduler in the two
+    # ways TorchX discovers: torchx_plugins.* modules and entry points (a real
+    # dist-info on sys.path); trun.specs.named_resources serves them.
+    ns = tmp_path / "site" / "torchx_plugins" / "named_resources"
+    ns.mkdir(parents=True)
+    (ns / "mine.py").write_text(textwrap.dedent("""\
+        from torchx.plugins import register, powers_of_two_gpus
+        from torchx.specs import Resource
+
+        @register.named_resource(aliases=["big"], fractionals=powers_of_two_gpus)
+        def mygpu(fractional: float = 1.0) -> Resource:
+            return Resource(cpu=int(96 * fractional), gpu=int(8 * fractional),
+                            memMB=int(1024 * 1024 * fractional))
+
+        @register.scheduler()
+        def misplaced(session_name: str): ...
+        """))
+    (ns / "broken.py").write_text("raise RuntimeError('boom')\n")
+    (ns / "deep").mkdir()  # a folder without __init__.py is scanned too
+    (ns / "deep" / "dup.py").write_text(textwrap.dedent("""\
+        from torchx.plugins import register
+        from torchx.specs import Resource
+
+        @register.named_resource(name="mygpu")
+        def other() -> Resource:
+            return Resource(cpu=1, gpu=0, memMB=1)
+        """))
+    eps = tmp_path / "site" / "userpkg-1.0.dist-info"
+    eps.mkdir()
+    (eps / "METADATA").write_text("Metadata-Version: 2.1\nName: userpkg\nVersion: 1.0\n")
+    (eps / "entry_points.txt").write_text(
+        "[torchx.named_resources]\nep_res = userres:ep_res\n\n"
+        "[torchx.schedulers]\nepsched = userres:sched\n")
+    (tmp_path / "site" / "userres.py").write_text(textwrap.dedent("""\
+        from torchx.specs import Resource
+        NAMED_RESOURCES = {"custom_res": lambda: Resource(cpu=2, gpu=0, memMB=3)}
+        def ep_res():
+            return Resource(cpu=4, gpu=2, memMB=4096)
+        def sched(session_name, **kwargs):
+            return "scheduler for " + session_name
+        """))
+    (tmp_path / "prog.py").write_text(PLUGIN_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'python'}{os.pathsep}{tmp_path / 'site'}",
+               TRUN_BINARY=TRUN, TORCHX_CUSTOM_NAMED_RESOURCES="userres")
+    env.pop("TORCHX_PLUGINS_SOURCE", None)
+    run = subprocess.run([sys.executable, "prog.py", str(tmp_path / "results")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["lazy"] is True
+    assert out["mygpu"] == [8, 1048576, "mygpu", False]
+    assert out["big"] == out["mygpu"]
+    assert out["mygpu_8"] == [8, 1048576, "mygpu_8", False]
+    assert out["mygpu_4"] == [4, 524288, "mygpu_4", True]
+    assert out["mygpu_1"] == [1, 131072, "mygpu_1", True]
+    assert out["ep_res"][:2] == [2, 4096] and out["custom_res"][:2] == [0, 3]
+    assert out["gpu.small"][:2] == [1, 32768]  # trun's own table still there
+    assert out["names"] == ["big", "ep_res", "mygpu", "mygpu_1", "mygpu_2", "mygpu_4",
+                            "mygpu_8"]
+    assert out["schedulers"] == ["epsched"]
+    mods = [e[0] for e in out["errors"]]
+    assert "torchx_plugins.named_resources.broken" in mods  # import failure kept, not raised
+    assert ["torchx_plugins.named_resources.deep.dup", "mygpu",
+            "duplicate — already discovered with a DIFFERENT value, keeping first occurrence"[:40]] \
+        in out["errors"]
+    assert ["torchx_plugins.named_resources.mine", "misplaced",
+            "is a scheduler but is under the named_re"] in out["errors"]
+    assert out["yaml_has_aliases"] and out["to_dict"] == ["mygpu", "ep_res"]
+    assert out["halve"].startswith("`minGiB` must be >= the odd")
+    assert out["halve_ok"] == {"1.0": "96", "0.5": "48", "0.25": "24", "0.125": "12"}
+    assert out["ep_sched"] == "scheduler for sess" and out["ep_default"] == 7
+    assert out["tracker"] == [{"loss": 0.5}, {}]
+    assert (tmp_path / "results" / "trial" / "1").is_file()
+    # TORCHX_PLUGINS_SOURCE picks the channels: 2 = entry points only; bad values say so.
+    env["TORCHX_PLUGINS_SOURCE"] = "2"
+    run = subprocess.run([sys.executable, "prog.py", str(tmp_path / "results")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert json.loads(run.stdout)["names"] == ["ep_res"], run.stderr
+    env["TORCHX_PLUGINS_SOURCE"] = "9"
+    run = subprocess.run([sys.executable, "prog.py", str(tmp_path / "results")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode != 0 and "TORCHX_PLUGINS_SOURCE='9' is invalid" in run.stderr
+
+
+def test_named_resource_lookup_while_discovering_is_refused(tmp_path, monkeypatch):
+    # A plug-in that looks a resource up while it is imported gets TorchX's
+    # RuntimeError, recorded as its load error; the other lookups go on.
+    from trun import plugins
+    ns = tmp_path / "torchx_plugins" / "named_resources"
+    ns.mkdir(parents=True)
+    (ns / "early.py").write_text(textwrap.dedent("""\
+        from trun.specs import named_resources
+        NULL = named_resources["NULL"]
+        """))
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = specs.named_resources
+    assert isinstance(lib, specs._NamedResourcesLibrary)
+    plugins.registry().clear()
+    lib.reset()
+    try:
+        assert lib["NULL"] == specs.NULL_RESOURCE and "gpu.small" in lib
+        [err] = plugins.registry().load_errors(plugins.PluginType.NAMED_RESOURCE)
+        assert err.module == "torchx_plugins.named_resources.early"
+        assert "re-entrant named-resource lookup" in err.error
+    finally:
+        plugins.registry().clear()
+        lib.reset()
+        for name in [m for m in sys.modules if m.startswith("torchx_plugins")]:
+            del sys.modules[name]

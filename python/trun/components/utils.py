@@ -10,7 +10,14 @@ from trun.components import builtin
 
 def echo(msg: str = "hello world", image: Optional[str] = None,
          num_replicas: int = 1) -> specs.AppDef:
-    """Echoes a message to stdout."""
+    """
+    Echos a message to stdout (calls echo)
+
+    Args:
+        msg: message to echo
+        image: image to use
+        num_replicas: number of replicas to run
+    """
     return builtin("utils.echo", (), dict(msg=msg, image=image, num_replicas=num_replicas))
 
 

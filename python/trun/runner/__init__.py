@@ -31,6 +31,7 @@ from trun import _binary, specs
 from trun._binary import trun_binary
 from trun.components import options_argv, word
 from trun.specs.api import SCHEDULERS
+from trun.schedulers import trun_scheduler_name
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse  # noqa: F401 (TorchX's)
 
 
@@ -146,7 +147,7 @@ class Runner:
         if scheduler_factories is None:
             self._schedulers = list(SCHEDULERS)
         else:
-            unknown = [n for n in scheduler_factories if n not in SCHEDULERS]
+            unknown = [n for n in scheduler_factories if trun_scheduler_name(n) not in SCHEDULERS]
             if unknown:
                 raise ValueError(f"scheduler_factories: trun has no scheduler {unknown[0]!r} "
                                  f"(it has {', '.join(SCHEDULERS)}; plug-ins in Python "
@@ -158,7 +159,7 @@ class Runner:
         self.scheduler_params: dict[str, Any] = {**env_params, **(scheduler_params or {})}
 
     def _scheduler(self, scheduler: str) -> str:
-        if scheduler not in self._schedulers:
+        if trun_scheduler_name(scheduler) not in map(trun_scheduler_name, self._schedulers):
             raise specs.UnknownSchedulerException(scheduler)
         return scheduler
 

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from trun.schedulers import get_scheduler_factories
+from trun.schedulers import get_scheduler_factories, trun_scheduler_name
 from trun.schedulers.api import Scheduler
 from trun.settings import ENV_TORCHXCONFIG
 from trun.specs.api import CfgVal, get_type_name, runopt
@@ -44,6 +44,7 @@ def _parser() -> configparser.ConfigParser:
 
 def _scheduler(name: str) -> Scheduler:
     factories = get_scheduler_factories()
+    name = name if name in factories else trun_scheduler_name(name)
     if name not in factories:
         raise ValueError(f"`{name}` is not a registered scheduler; the schedulers are "
                          f"{', '.join(factories)}")

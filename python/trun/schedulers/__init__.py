@@ -124,5 +124,11 @@ def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, Schedul
     return {} if skip_defaults else {name: _factory(name) for name in SCHEDULERS}
 
 
+def trun_scheduler_name(name: str) -> str:
+    """trun's name of scheduler ``name``: TorchX's default, ``local_cwd``, is
+    trun's ``local`` (the binary takes either; handles say ``local``)."""
+    return "local" if name == "local_cwd" else name
+
+
 def get_default_scheduler_name() -> str:
     return SCHEDULERS[0]

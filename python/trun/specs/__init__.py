@@ -9,7 +9,6 @@ from trun.specs.api import *  # noqa: F401,F403
 from trun.specs.api import __all__ as _api_all
 from trun.specs.api import (SCHEDULERS, _NamedResourcesLibrary, _mount_to_dict,  # noqa: F401
                             _role_from_dict)  # (trun.runner and the tests)
-from trun.specs import named_resources_aws, named_resources_generic  # noqa: F401
 from trun.specs.builders import materialize_appdef
 from trun.specs.capabilities import CapabilityKey
 from trun.specs.metadata_keys import NA, TORCHX_CONTEXT_NAME, app_metadata

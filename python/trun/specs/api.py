@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import copy
 import difflib
+import importlib
 import inspect
 import json
 import logging
@@ -105,43 +106,62 @@ NULL_RESOURCE = Resource(cpu=-1, gpu=-1, memMB=-1)
 
 
 class _NamedResourcesLibrary(Mapping[str, "Resource"]):
-    """The named resources of the trun binary, loaded once, on first use (one
-    loader at a time); each lookup returns a fresh Resource."""
+    """TorchX's named resources, as trun has them: the binary's table (the
+    generic and AWS ones, and those of the file ``$TRUN_NAMED_RESOURCES``
+    names), then the ``NAMED_RESOURCES`` of the module
+    ``$TORCHX_CUSTOM_NAMED_RESOURCES`` names, then the named-resource
+    plug-ins of users' packages (:mod:`trun.plugins`), a later one winning.
+
+    Found on first lookup, not on import, and once: concurrent first lookups
+    wait for one discovery (a lock); a lookup from inside discovery (a
+    plug-in module looking a resource up while it is imported) raises
+    RuntimeError, which discovery records as that plug-in's load error, as
+    TorchX does. Each lookup makes a fresh Resource."""
 
     def __init__(self) -> None:
-        self._table: Optional[Dict[str, Resource]] = None
-        self._lock = threading.Lock()
+        self._factories: Optional[Dict[str, Callable[[], Resource]]] = None
+        self._lock = threading.RLock()
+        self._loading = False
 
     def reset(self) -> None:
-        """Forgets the table, so that the next lookup reads the binary again."""
+        """Forgets what was found, so that the next lookup discovers again."""
         with self._lock:
-            self._table = None
+            self._factories = None
 
-    def _load(self) -> Dict[str, Resource]:
+    def _load(self) -> Dict[str, Callable[[], Resource]]:
+        factories = self._factories
+        if factories is not None:
+            return factories
         with self._lock:
-            return self._load_locked()
-
-    def _load_locked(self) -> Dict[str, Resource]:
-        if self._table is None:
-            from trun import _binary
-            r = _binary.run(["builtins", "--resources", "--json"])
-            if r.returncode != 0:
-                raise ValueError(f"named resources: {r.stderr.strip()}")
-            table = {name: _resource_from_dict(d) for name, d in json.loads(r.stdout).items()}
-            table.setdefault("NULL", NULL_RESOURCE)
-            table.setdefault("MISSING", NULL_RESOURCE)
-            self._table = table
-        return self._table
+            if self._factories is not None:
+                return self._factories
+            if self._loading:
+                raise RuntimeError(
+                    "re-entrant named-resource lookup: discovery is already in progress on "
+                    "this thread. A plugin module is likely looking up a named resource at "
+                    "import time; the registered set is incomplete mid-scan, so defer the "
+                    "lookup into the factory body.")
+            self._loading = True
+            try:
+                factories = {**_binary_resources(), **_custom_resources(),
+                             **_plugin_resources()}
+                factories["NULL"] = lambda: NULL_RESOURCE
+                factories["MISSING"] = lambda: NULL_RESOURCE
+                self._factories = factories
+            finally:
+                self._loading = False
+            return factories
 
     def __getitem__(self, name: str) -> Resource:
-        table = self._load()
-        if name not in table:
-            close = difflib.get_close_matches(name, table.keys(), n=1)
-            hint = f"Did you mean `{close[0]}`? " if close else ""
-            raise KeyError(f"No named resource found for `{name}`. {hint}`trun builtins "
-                           f"--resources` lists them (more come from the file "
-                           f"$TRUN_NAMED_RESOURCES names)")
-        return copy.deepcopy(table[name])
+        factories = self._load()
+        if name not in factories:
+            close = difflib.get_close_matches(name, factories.keys(), n=1)
+            hint = (f"Did you mean `{close[0]}`?" if close
+                    else f"Registered named resources: {list(factories)}")
+            raise KeyError(f"No named resource found for `{name}`. {hint} (`trun builtins "
+                           f"--resources` lists trun's own, the file $TRUN_NAMED_RESOURCES "
+                           f"names adds more, and so do torchx plug-ins)")
+        return factories[name]()
 
     def __contains__(self, name: object) -> bool:
         return name in self._load()
@@ -151,6 +171,39 @@ class _NamedResourcesLibrary(Mapping[str, "Resource"]):
 
     def __len__(self) -> int:
         return len(self._load())
+
+
+def _binary_resources() -> Dict[str, Callable[[], Resource]]:
+    """The trun binary's named resources, each a factory of a fresh copy."""
+    from trun import _binary
+    r = _binary.run(["builtins", "--resources", "--json"])
+    if r.returncode != 0:
+        raise ValueError(f"named resources: {r.stderr.strip()}")
+    table = {name: _resource_from_dict(d) for name, d in json.loads(r.stdout).items()}
+    return {name: _copier(res) for name, res in table.items()}
+
+
+def _copier(res: Resource) -> Callable[[], Resource]:
+    return lambda: copy.deepcopy(res)
+
+
+def _custom_resources() -> Mapping[str, Callable[[], Resource]]:
+    """The ``NAMED_RESOURCES`` of the module ``$TORCHX_CUSTOM_NAMED_RESOURCES``
+    names (TorchX's older way to add some); a module that does not import
+    raises, as the user named it."""
+    name = os.environ.get("TORCHX_CUSTOM_NAMED_RESOURCES")
+    if not name:
+        return {}
+    table: Mapping[str, Callable[[], Resource]] = getattr(importlib.import_module(name),
+                                                         "NAMED_RESOURCES", {})
+    return table
+
+
+def _plugin_resources() -> Dict[str, Callable[[], Resource]]:
+    """The named-resource plug-ins of users' packages. (``plugins.registry``
+    is looked up on each call, so that tests may patch it.)"""
+    from trun import plugins
+    return dict(plugins.registry().get(plugins.PluginType.NAMED_RESOURCE))
 
 
 named_resources: Mapping[str, Resource] = _NamedResourcesLibrary()

@@ -94,10 +94,11 @@ class ComponentsFinder(abc.ABC):
 
 
 class ModuleComponentsFinder(ComponentsFinder):
-    """The components of a module and, for a package, of every module below it
-    (a package's own ``__init__`` holds helpers and is not searched): its public
-    functions whose return annotation is AppDef, named
-    ``GROUP.RELATIVE_MODULE.FUNCTION`` (empty parts left out)."""
+    """The components of a module and, for a package, of its ``__init__`` and
+    every module below it (private ones, ``_name``, and ``*_test`` left out):
+    the functions it defines whose return annotation is AppDef (``_name`` ones
+    too, as in TorchX), named ``GROUP.RELATIVE_MODULE.FUNCTION`` (empty parts
+    left out)."""
 
     def __init__(self, module: str | ModuleType, group: str) -> None:
         self.base = importlib.import_module(module) if isinstance(module, str) else module
@@ -107,9 +108,13 @@ class ModuleComponentsFinder(ComponentsFinder):
         path = getattr(self.base, "__path__", None)
         if path is None:
             return [self.base]
-        return [importlib.import_module(info.name)
-                for info in pkgutil.walk_packages(path, self.base.__name__ + ".")
-                if not info.name.rsplit(".", 1)[-1].endswith("_test")]
+        prefix = self.base.__name__ + "."
+
+        def private(name: str) -> bool:
+            return any(p.startswith("_") for p in name[len(prefix):].split("."))
+        return [self.base] + [importlib.import_module(info.name)
+                              for info in pkgutil.walk_packages(path, prefix)
+                              if not info.name.endswith("_test") and not private(info.name)]
 
     def find(self, validators: Sequence[ComponentFunctionValidator] | None
              ) -> list[_Component]:
@@ -120,8 +125,7 @@ class ModuleComponentsFinder(ComponentsFinder):
                 continue
             rel = module_relname(module, self.base)
             for fn_name, fn in inspect.getmembers(module, inspect.isfunction):
-                if (fn_name.startswith("_") or fn.__module__ != module.__name__
-                        or not _returns_appdef(fn)):
+                if fn.__module__ != module.__name__ or not _returns_appdef(fn):
                     continue
                 name = ".".join(p for p in (self.group, rel, fn_name) if p)
                 found.append(_component(name, path, fn, validators))
