@@ -863,26 +863,39 @@ def _ask_from(source, port):
             pass
 
 
-class _Relay:
-    """A listener that a user was pointed at instead of the agent: it passes
-    every byte on to the agent and back, and keeps what the agent sent."""
+class _Listener:
+    """A loopback listener that serves each client on a thread of its own
+    (`_serve_one`), counting them."""
 
-    def __init__(self, target_port):
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, port=0):
+        self.sock = socket.create_server(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
-        self.target = target_port
-        self.replies = b""
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.visits = 0
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _serve(self):
+    def _accept(self):
         while True:
             try:
                 c, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._pass, args=(c,), daemon=True).start()
+            self.visits += 1
+            threading.Thread(target=self._serve_one, args=(c,), daemon=True).start()
 
-    def _pass(self, c):
+    def close(self):
+        self.sock.close()
+
+
+class _Relay(_Listener):
+    """A listener that a user was pointed at instead of the agent: it passes
+    every byte on to the agent and back, and keeps what the agent sent."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.replies = b""
+        super().__init__()
+
+    def _serve_one(self, c):
         with c, socket.create_connection(("127.0.0.1", self.target), timeout=10) as up:
             c.settimeout(10)
             request = b""
@@ -892,9 +905,6 @@ class _Relay:
             while chunk := up.recv(65536):
                 self.replies += chunk
                 c.sendall(chunk)
-
-    def close(self):
-        self.sock.close()
 
 
 def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(tmp_path):
@@ -966,28 +976,16 @@ def test_stacks_without_the_token_show_nothing_and_hostile_proofs_open_nothing(t
         a.proc.wait()
 
 
-class _Peer:
+class _Peer(_Listener):
     """A listener standing in for a node's health server: it counts who
     comes and, with `endless`, answers each with a 200 whose body never
     ends (sent until the client stops reading)."""
 
     def __init__(self, port, endless=False):
-        self.sock = socket.create_server(("127.0.0.1", port))
-        self.port = self.sock.getsockname()[1]
         self.endless = endless
-        self.visits = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(port)
 
-    def _serve(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.visits += 1
-            threading.Thread(target=self._answer, args=(c,), daemon=True).start()
-
-    def _answer(self, c):
+    def _serve_one(self, c):
         with c:
             try:
                 c.settimeout(10)
@@ -1000,9 +998,6 @@ class _Peer:
                     c.sendall(chunk)
             except OSError:
                 pass
-
-    def close(self):
-        self.sock.close()
 
 
 def test_job_wide_stacks_ask_only_the_rounds_peers_for_a_caller_with_the_token(tmp_path):
