@@ -46,7 +46,7 @@ def test_a_host_outside_the_round_is_refused_while_the_workers_train(agents, hos
     assert [x.wait(timeout=180) for x in (h1, h2)] == [0, 0], h1.text() + h2.text()
     # One line names the stranger and the switch that would let it in.
     assert re.search(r"store: refused \w+ from 10\.200\.0\.3: .*store_allow=any", h1.text()), \
-        h1.text()
+        f"the stranger: {r.stdout}\nh1: {h1.text()}"
     assert "RESULT world=2" in h1.text() + h2.text()
 
 
