@@ -573,14 +573,24 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   RelayStats stats_;
 };
 
-Result<std::unique_ptr<Relay>> Relay::Start(asio::io_context& io, RelayOptions options) {
-  if (options.raise_open_file_limit) RaiseOpenFileLimit();
+Result<int> Relay::Handshake(const RelayOptions& options) {
   std::string where = fmt::format("the store at {}:{}", options.store_host, options.store_port);
   auto client = StoreClient::Connect(options.store_host, options.store_port,
                                      options.connect_timeout, options.connect_timeout);
   if (!client.ok()) return client.status();
-  TRUN_RETURN_IF_ERROR(ShowJobToken(*client, options.job_token, where));
+  // Without a token there is nothing to prove, and the exchange's first
+  // step would leave its key in a store that asks for none, where torch's
+  // clients count it (num_keys).
+  if (!options.job_token.empty()) {
+    TRUN_RETURN_IF_ERROR(ShowJobToken(*client, options.job_token, where));
+  }
   auto answer = client->CompareSet(kLinkKey, "", kLinkVersion);
+  if (!answer.ok() && options.job_token.empty()) {
+    return Status::PermissionDenied(fmt::format(
+        "{} closed the connection at the link's request: it asks for the job token, which this "
+        "relay was not given; give every agent of the job the same TRUN_JOB_TOKEN ({})",
+        where, answer.status().message()));
+  }
   if (!answer.ok()) return answer.status();
   if (*answer != kLinkVersion) {
     return Status::Unsupported(fmt::format(
@@ -590,25 +600,37 @@ Result<std::unique_ptr<Relay>> Relay::Start(asio::io_context& io, RelayOptions o
         where, *answer, kLinkVersion));
   }
   int fd = client->ReleaseSocket();
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  tcp::socket link(io);
-  std::error_code ec;
-  link.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
-  if (ec) {
-    ::close(fd);
-    return Status::Internal(
-        fmt::format("store relay: cannot use the link's socket: {}", ec.message()));
-  }
   // The handshake's client waited with timeouts; the link's reads wait as
   // long as the job runs.
   timeval none{};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  return fd;
+}
+
+Result<std::unique_ptr<Relay>> Relay::Serve(asio::io_context& io, RelayOptions options,
+                                            int link_fd) {
+  if (options.raise_open_file_limit) RaiseOpenFileLimit();
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(link_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  tcp::socket link(io);
+  std::error_code ec;
+  link.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), link_fd, ec);
+  if (ec) {
+    ::close(link_fd);
+    return Status::Internal(
+        fmt::format("store relay: cannot use the link's socket: {}", ec.message()));
+  }
   auto impl = std::make_shared<Impl>(io, std::move(options), std::move(link));
   TRUN_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
+}
+
+Result<std::unique_ptr<Relay>> Relay::Start(asio::io_context& io, RelayOptions options) {
+  auto fd = Handshake(options);
+  if (!fd.ok()) return fd.status();
+  return Serve(io, std::move(options), *fd);
 }
 
 Relay::~Relay() { impl_->Close(); }

@@ -77,8 +77,15 @@ struct RelayStats {
 class Relay {
  public:
   // Connects to the store (retrying until connect_timeout), proves the job
-  // token, opens the link, then listens. Blocks the calling thread for the
-  // handshake; the rest runs on `io`.
+  // token and opens the link: the link's socket, which Serve takes. Blocks;
+  // any thread (an agent that hosts the store runs it off its loop, which
+  // serves the other end).
+  static Result<int> Handshake(const RelayOptions& options);
+  // Listens for clients and serves them through `link_fd` (Handshake's), on
+  // `io`. Takes the socket, also on failure.
+  static Result<std::unique_ptr<Relay>> Serve(asio::io_context& io, RelayOptions options,
+                                              int link_fd);
+  // Handshake, then Serve: for a store on another thread or process.
   static Result<std::unique_ptr<Relay>> Start(asio::io_context& io, RelayOptions options);
   ~Relay();
   Relay(const Relay&) = delete;

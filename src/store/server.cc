@@ -32,6 +32,7 @@ namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
+std::atomic<uint64_t> g_links_opened{0}, g_links_closed{0};
 
 // ServerOptions::max_connections' default: the open-file limit less a
 // reserve for the process's own descriptors. An agent that hosts the store
@@ -97,6 +98,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
+    g_links_closed.fetch_add(links_.size(), std::memory_order_relaxed);
     links_.clear();
     stream_owners_.clear();
     observer_ = nullptr;
@@ -470,6 +472,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         stream_owners_.erase(stream->owner);
       }
       links_.erase(link);
+      g_links_closed.fetch_add(1, std::memory_order_relaxed);
     }
     CloseSocket(*c);
     connections_.erase(c->id);
@@ -521,6 +524,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     c->Send(o);
     c->link = true;
     links_.emplace(c->id, Link{});
+    g_links_opened.fetch_add(1, std::memory_order_relaxed);
   }
 
   bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) override {
@@ -800,6 +804,8 @@ StoreStats ProcessStoreStats() {
   s.connections_closed = g_closed.load(std::memory_order_relaxed);
   s.clients_refused = g_refused.load(std::memory_order_relaxed);
   s.clients_dropped = g_dropped.load(std::memory_order_relaxed);
+  s.links_opened = g_links_opened.load(std::memory_order_relaxed);
+  s.links_closed = g_links_closed.load(std::memory_order_relaxed);
   return s;
 }
 
