@@ -6,12 +6,15 @@
 // the rank whose ADD completes the count SETs the done key; everyone WAITs
 // on it), then an NCCL-style broadcast (rank 0 SETs a key, every rank WAITs
 // on it and GETs it). Prints the time from the clients' first connect to
-// the last rank's GET, and the store's connection count meanwhile.
+// the last rank's GET, the store's connection count meanwhile, and the CPU
+// seconds that phase cost the store and the relays' processes (which tell
+// what the machine's load took from the wall time).
 //
 //   relay_scale [RANKS] [PROCESSES]     (default 100000 25)
 //
 // Thread-safety: each process runs one event loop; the store has its own
 // thread in the parent.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +140,14 @@ struct Rank : std::enable_shared_from_this<Rank> {
   std::string out, in;
 };
 
+// CPU seconds (user and system) this process has used.
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 void WriteByte(int fd) {
   char b = 1;
   if (::write(fd, &b, 1) != 1) std::_Exit(1);
@@ -166,6 +177,7 @@ void ReadByte(int fd) {
   }
   WriteByte(ready_fd);
   ReadByte(go_fd);
+  double cpu_at_go = CpuSeconds();
   int done = 0;
   for (int n = 0; n < nodes; ++n) {
     for (int i = 0; i < kPerNode; ++i) {
@@ -175,7 +187,9 @@ void ReadByte(int fd) {
     }
   }
   while (done < nodes * kPerNode) io.run_one();
-  WriteByte(done_fd);
+  // What this process's relays and ranks cost the barrier and broadcast.
+  double cpu = CpuSeconds() - cpu_at_go;
+  if (::write(done_fd, &cpu, sizeof cpu) != sizeof cpu) std::_Exit(1);
   // The links stay up until the parent has counted the store's connections.
   ReadByte(exit_fd);
   std::_Exit(0);
@@ -214,9 +228,18 @@ int main(int argc, char** argv) {
   for (int p = 0; p < processes; ++p) ReadByte(ready[0]);
   double setup_s = std::chrono::duration<double>(Clock::now() - setup_start).count();
   auto start = Clock::now();
+  // The parent's main thread waits on pipes meanwhile: its CPU time is the
+  // store's.
+  double store_cpu = CpuSeconds();
   for (int p = 0; p < processes; ++p) WriteByte(go[1]);
-  for (int p = 0; p < processes; ++p) ReadByte(done[0]);
+  double relays_cpu = 0;
+  for (int p = 0; p < processes; ++p) {
+    double cpu = 0;
+    if (::read(done[0], &cpu, sizeof cpu) != sizeof cpu) return 1;
+    relays_cpu += cpu;
+  }
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  store_cpu = CpuSeconds() - store_cpu;
   size_t connections = 0;
   (*store)->RunOnLoop([&](st::StoreServer& s) { connections = s.num_connections(); });
   for (int p = 0; p < processes; ++p) WriteByte(quit[1]);
@@ -228,7 +251,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "relay_scale ranks=%d relays=%d processes=%d barrier_and_broadcast_s=%.3f "
-      "store_connections=%zu relays_setup_s=%.3f failed_processes=%d\n",
-      ranks, nodes, processes, total_s, connections, setup_s, failed);
+      "store_connections=%zu relays_setup_s=%.3f store_cpu_s=%.3f relays_and_ranks_cpu_s=%.3f "
+      "failed_processes=%d\n",
+      ranks, nodes, processes, total_s, connections, setup_s, store_cpu, relays_cpu, failed);
   return failed == 0 && connections == static_cast<size_t>(nodes) ? 0 : 1;
 }
