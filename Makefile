@@ -144,7 +144,7 @@ demo: configure
 
 bench: build
 	@./scripts/install-deps.sh --bench
-	@cmake --build $(BUILD) -j $(JOBS) --target rdzv_scale
+	@cmake --build $(BUILD) -j $(JOBS) --target rdzv_scale relay_scale
 	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --write
 
 format:

@@ -431,6 +431,15 @@ def bench_store2(a, tmp):
 
 
 NOTES = """
+- relay fan-in: `build/relay_scale RANKS PROCESSES` (bench/relay_scale.cc):
+  one store, RANKS/8 relays (store/relay.h, the agent's own) spread over
+  PROCESSES processes, 8 connections per relay, each sending torch 2.x's
+  client bytes: VALIDATE and PING, ADD of the barrier key (the rank whose
+  ADD completes the count SETs the done key), WAIT on the done key, then
+  rank 0 SETs a broadcast key and every rank WAITs and GETs it. Timed from
+  the first connect to the last GET; the relays' own handshakes (their
+  links) come before, timed apart. The store's connection count is read
+  while every link is open.
 ## How to read these
 
 - torchrun 2.x: Debian's python3-torch 2.14.1 from the torch2 root
@@ -543,6 +552,26 @@ def bench_rdzv(a, tmp):
     return multinode.rdzv(a, tmp)
 
 
+def bench_relay(a, tmp):
+    """Ranks through per-node fan-in (issue 31): build/relay_scale RANKS
+    PROCESSES, the agent's relays in front of one store. The everyday size;
+    the 100,000-rank row is `build/relay_scale 100000 25` (RESULTS.md)."""
+    scale = str(pathlib.Path(a.trun).parent / "relay_scale")
+    env = dict(os.environ, TRUN_LOG_LEVEL="error")
+    rows = []
+    for ranks, processes in ((8000, 4),):
+        out = subprocess.run([scale, str(ranks), str(processes)], env=env, capture_output=True,
+                             text=True, timeout=600)
+        if out.returncode != 0:
+            raise SystemExit(f"bench: relay_scale {ranks}: {out.stdout}{out.stderr[-2000:]}")
+        got = dict(kv.split("=") for kv in out.stdout.split()[1:])
+        rows.append((f"relay fan-in: {ranks} ranks in {ranks // 8} nodes of 8, start-up barrier "
+                     f"+ broadcast ({processes} processes of relays)",
+                     f"{float(got['barrier_and_broadcast_s']):.2f} s, store connections "
+                     f"{got['store_connections']}", ""))
+    return rows
+
+
 def bench_warm(a, tmp):
     """Warm starts (--start-method forkserver) against cold ones and torchrun:
     a worker's death to its replacement's line after `import torch`, and a
@@ -614,10 +643,10 @@ BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
            "logs": bench_logs, "store": bench_store, "store2": bench_store2, "job8": bench_job8,
            "rdzv": bench_rdzv,
            "recovery": bench_recovery, "watchdog": bench_watchdog, "idle": bench_idle,
-           "warm": bench_warm}
+           "warm": bench_warm, "relay": bench_relay}
 # How each bench's rows start in RESULTS.md, where not with its name.
 ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of", "store": "store:",
-              "idle": "idle agent"}
+              "idle": "idle agent", "relay": "relay fan-in"}
 
 
 def write_results(a, table):

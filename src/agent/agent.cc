@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "agent/file_timer.h"
 #include "agent/hang.h"
@@ -26,6 +27,7 @@
 #include "proc/signals.h"
 #include "proc/spawn.h"
 #include "rendezvous/rendezvous.h"
+#include "store/relay.h"
 
 namespace trun::agent {
 namespace {
@@ -89,6 +91,7 @@ class LocalAgent::Impl {
   }
 
   ~Impl() {
+    if (relay_thread_.joinable()) relay_thread_.join();
     timers_.reset();  // removes the FIFO
     if (!watchdog_dir_.empty()) ::rmdir(watchdog_dir_.c_str());
   }
@@ -163,12 +166,66 @@ class LocalAgent::Impl {
     // The round may have ended meanwhile (OnRoundEnded), or the job (a
     // signal); a later round's own wait may have started its workers.
     if (state_ != State::kStarting) return;
-    Status s = StartAttempt();
-    if (!s.ok()) {
-      (void)ReportError(s);
-      telemetry_.GroupStopping("launch_error", s.message(), SIGKILL);
-      StopWorkers(SIGKILL, [this] { Finish(kExitCannot); });
+    relay_.reset();
+    if (WantRelay()) return LinkRelay();
+    StartOrStop(StartAttempt());
+  }
+
+  void StartOrStop(Status s) {
+    if (s.ok()) return;
+    (void)ReportError(s);
+    telemetry_.GroupStopping("launch_error", s.message(), SIGKILL);
+    StopWorkers(SIGKILL, [this] { Finish(kExitCannot); });
+  }
+
+  // --store-relay: the workers reach the job's store through this node's
+  // relay, one connection per node, in a job of more than
+  // kAutoRelayWorkers workers under auto (below that a store holds every
+  // rank's connection with ease, and a relay is one more hop).
+  bool WantRelay() const {
+    switch (config_.store_relay) {
+      case LaunchConfig::StoreRelay::kOn:
+        return true;
+      case LaunchConfig::StoreRelay::kOff:
+        return false;
+      case LaunchConfig::StoreRelay::kAuto:
+        return config_.nproc_per_node > 1 && round_->world_size() > LaunchConfig::kAutoRelayWorkers;
     }
+    return false;
+  }
+
+  // A relay per attempt, linked to the round's store. The handshake
+  // blocks, and the store may be this agent's own, served by this very
+  // loop: it runs on a thread of its own, and the attempt starts once the
+  // link is up.
+  void LinkRelay() {
+    if (relay_thread_.joinable()) relay_thread_.join();
+    store::RelayOptions o;
+    o.store_host = round_->store_addr;
+    o.store_port = round_->store_port;
+    o.job_token = config_.rdzv.job_token;
+    o.connect_timeout = std::chrono::seconds(30);
+    relay_thread_ = std::thread([this, o] {
+      auto fd = store::Relay::Handshake(o);
+      asio::post(io_, [this, o, fd] { OnRelayLinked(o, fd); });
+    });
+  }
+
+  void OnRelayLinked(store::RelayOptions o, Result<int> fd) {
+    if (!fd.ok()) {
+      if (state_ != State::kStarting) return;
+      return StartOrStop(Status::Unavailable(
+          fmt::format("--store-relay: the workers' relay cannot link to the job's store: {}",
+                      fd.status().message())));
+    }
+    if (state_ != State::kStarting) {
+      ::close(*fd);
+      return;
+    }
+    auto relay = store::Relay::Serve(io_, std::move(o), *fd);
+    if (!relay.ok()) return StartOrStop(relay.status());
+    relay_ = std::move(*relay);
+    StartOrStop(StartAttempt());
   }
 
   // Another node failed, or one joined or was lost: restart with the rest
@@ -335,8 +392,8 @@ class LocalAgent::Impl {
                             .group_rank = round.group_rank,
                             .nodes = nodes,
                             .world_size = round.world_size(),
-                            .master_addr = round.store_addr,
-                            .master_port = round.store_port,
+                            .master_addr = relay_ ? "127.0.0.1" : round.store_addr,
+                            .master_port = relay_ ? relay_->port() : round.store_port,
                             .restart_count = static_cast<int>(round.number),
                             .error_file = w.output.error_file});
       if (!config_.worker_cpus.empty()) {
@@ -875,6 +932,9 @@ class LocalAgent::Impl {
   std::unique_ptr<FileTimerServer> timers_;  // the watchdog, when enabled
   std::string watchdog_dir_;                 // its private directory, when we made one
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;
+  // --store-relay: this attempt's relay, and the thread of its handshake.
+  std::unique_ptr<store::Relay> relay_;
+  std::thread relay_thread_;
   bool stopped_ = false;  // Stop() ran: the loop is ending
   std::optional<rendezvous::Round> round_;
   std::string hostname_;

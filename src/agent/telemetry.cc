@@ -66,6 +66,9 @@ constexpr MetricRow kMetrics[] = {
      "Requests this agent's store handled, by operation."},
     {"trun_store_connections", MetricType::kGauge, "Clients connected to this agent's store."},
     {"trun_store_connections_total", MetricType::kCounter, "Clients this agent's store accepted."},
+    {"trun_store_links", MetricType::kGauge,
+     "Relays' links open on this agent's store (--store-relay): each carries a node's workers "
+     "over one of its connections."},
     {"trun_store_clients_dropped_total", MetricType::kCounter,
      "Clients the store dropped for breaking the protocol or a limit."},
     {"trun_store_clients_refused_total", MetricType::kCounter,
@@ -327,6 +330,7 @@ void Telemetry::Collect() {
   metrics_.Set("trun_store_connections",
                static_cast<double>(s.connections_accepted - s.connections_closed));
   metrics_.Set("trun_store_connections_total", static_cast<double>(s.connections_accepted));
+  metrics_.Set("trun_store_links", static_cast<double>(s.links_opened - s.links_closed));
   metrics_.Set("trun_store_clients_dropped_total", static_cast<double>(s.clients_dropped));
   metrics_.Set("trun_store_clients_refused_total", static_cast<double>(s.clients_refused));
   metrics_.Set("trun_log_bytes_total", static_cast<double>(log_bytes_[0]), {{"stream", "stdout"}});

@@ -6,9 +6,48 @@
 
 #include "common/exit_code.h"
 #include "common/log.h"
+#include "store/relay.h"
 #include "store/server.h"
 
 namespace trun::cli {
+
+namespace {
+
+void PrintListening(const std::string& host, int port) {
+  std::printf("trun store listening on %s:%d\n", host.empty() ? "*" : host.c_str(), port);
+  std::fflush(stdout);
+}
+
+void RunUntilSignal(asio::io_context& io) {
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](std::error_code, int) { io.stop(); });
+  io.run();
+}
+
+// --relay: the store on a thread of its own, its clients served by a relay
+// (store/relay.h) on this one.
+int RunStoreBehindRelay(store::ServerOptions options) {
+  std::string host = options.host.empty() ? "127.0.0.1" : options.host;
+  int port = options.port;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = store::StoreServerThread::Start(options);
+  if (!server.ok()) return ReportError(server.status());
+  asio::io_context io(1);
+  store::RelayOptions relay_options;
+  relay_options.host = host;
+  relay_options.port = port;
+  relay_options.store_host = "127.0.0.1";
+  relay_options.store_port = (*server)->port();
+  relay_options.limits = options.limits;
+  auto relay = store::Relay::Start(io, relay_options);
+  if (!relay.ok()) return ReportError(relay.status());
+  PrintListening(host, (*relay)->port());
+  RunUntilSignal(io);
+  return kExitSuccess;
+}
+
+}  // namespace
 
 int RunStoreCommand(const std::vector<std::string>& args) {
   CLI::App app{"trun store: a key-value store that speaks PyTorch's TCPStore protocol",
@@ -28,6 +67,11 @@ int RunStoreCommand(const std::vector<std::string>& args) {
   app.add_option("--allow", allow,
                  "Who may connect: 'any' (default), or addresses and CIDRs separated by ',' "
                  "(loopback and this host always may)");
+  bool relay = false;
+  app.add_flag("--relay", relay,
+               "Serve clients through a relay in front of the store, over one connection, as "
+               "'trun run --store-relay on' serves a node's workers (the address printed is the "
+               "relay's; it listens on --host, 127.0.0.1 by default)");
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
   } catch (const CLI::CallForHelp&) {
@@ -43,6 +87,12 @@ int RunStoreCommand(const std::vector<std::string>& args) {
         fmt::format("store: --allow {}: {}", allow, networks.status().message())));
   }
   store::RaiseOpenFileLimit();
+  if (relay && networks->has_value()) {
+    return ReportError(Status::InvalidArgument(
+        "store: --relay with --allow: the relay serves every client that reaches --host; leave "
+        "out --allow, or listen on 127.0.0.1"));
+  }
+  if (relay) return RunStoreBehindRelay(std::move(options));
   asio::io_context io(1);
   auto server = store::StoreServer::Start(io, options);
   if (!server.ok()) return ReportError(server.status());
@@ -52,12 +102,8 @@ int RunStoreCommand(const std::vector<std::string>& args) {
     list.widen_hint = "trun store --allow widens it";
     (*server)->SetAllowlist(std::move(list));
   }
-  std::printf("trun store listening on %s:%d\n", options.host.empty() ? "*" : options.host.c_str(),
-              (*server)->port());
-  std::fflush(stdout);
-  asio::signal_set signals(io, SIGTERM, SIGINT);
-  signals.async_wait([&](std::error_code, int) { io.stop(); });
-  io.run();
+  PrintListening(options.host, (*server)->port());
+  RunUntilSignal(io);
   return kExitSuccess;
 }
 

@@ -122,6 +122,10 @@ constexpr OptionRow kOptions[] = {
     {"--hang-action,--hang_action", "hang_action",
      "What a hang does: report (default) or fail, which ends the attempt as a failure.", false,
      true, true},
+    {"--store-relay,--store_relay", "store_relay",
+     "Workers reach the job's store through their agent's relay, one connection per node: "
+     "auto (default: on above 1024 workers in the job), on or off.",
+     false, true, true},
     {"--print-completion,--print_completion", "print_completion",
      "Print a completion script for bash, zsh or tcsh and exit.", false, true},
 };
@@ -669,6 +673,18 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
       p.Add(fmt::format("--hang-timeout: expected seconds > 0, got '{}'", value("hang_timeout")));
     } else {
       c.hang_timeout_s = *d;
+    }
+  }
+  if (given("store_relay")) {
+    const std::string mode = value("store_relay");
+    if (mode == "auto") {
+      c.store_relay = LaunchConfig::StoreRelay::kAuto;
+    } else if (mode == "on") {
+      c.store_relay = LaunchConfig::StoreRelay::kOn;
+    } else if (mode == "off") {
+      c.store_relay = LaunchConfig::StoreRelay::kOff;
+    } else {
+      p.Add(fmt::format("--store-relay: expected auto, on or off, got '{}'", mode));
     }
   }
   if (given("hang_action")) {

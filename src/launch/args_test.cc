@@ -415,6 +415,22 @@ TEST(ArgsTest, HangTimeoutAndAction) {
   EXPECT_NE(alone.status().message().find("--hang-action needs --hang-timeout"), std::string::npos);
 }
 
+TEST(ArgsTest, StoreRelay) {
+  auto plain = Parse({"--no-python", "true"});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->config.store_relay, LaunchConfig::StoreRelay::kAuto);
+  auto on = Parse({"--store_relay", "on", "--no-python", "true"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->config.store_relay, LaunchConfig::StoreRelay::kOn);
+  auto off = Parse({"--store-relay", "off", "--no-python", "true"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->config.store_relay, LaunchConfig::StoreRelay::kOff);
+  auto bad = Parse({"--store-relay", "yes", "--no-python", "true"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--store-relay: expected auto, on or off, got 'yes'"),
+            std::string::npos);
+}
+
 // Two mistakes in the flags, three in --rdzv-conf and a bad endpoint: one run,
 // one message, a line each.
 TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {

@@ -58,6 +58,12 @@ struct LaunchConfig {
   // (agent/hang.h); 0: off. --hang-action fail: the hang fails the attempt.
   double hang_timeout_s = 0;
   bool hang_fail = false;
+  // --store-relay: whether the workers reach the job's store through their
+  // agent's relay (store/relay.h), one connection per node: on, off, or
+  // auto (on for a job of more than kAutoRelayWorkers workers).
+  enum class StoreRelay { kAuto, kOn, kOff };
+  StoreRelay store_relay = StoreRelay::kAuto;
+  static constexpr int kAutoRelayWorkers = 1024;
   double monitor_interval = 0.1;  // accepted; failure detection never waits for it
   std::string start_method = "spawn";
   std::string event_log_handler = "null";

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -71,6 +72,9 @@ class StoreClient {
   // connection is shut down; the object stays valid until destroyed). The
   // one method that may be called from another thread.
   void Abort();
+  // Hands the connection's socket to the caller, who closes it; the client
+  // is left unusable. For a relay, whose link (link.h) starts as a client.
+  int ReleaseSocket() { return std::exchange(fd_, -1); }
   // The address this end of the connection has: the one the server sees
   // this host by, which is how a node picks the address it advertises.
   std::string LocalAddress() const;

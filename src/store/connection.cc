@@ -62,6 +62,7 @@ bool Connection::Consume(const char* data, size_t n) {
     spoke_ = true;
     host_->Spoke(*this);
   }
+  if (link) return host_->LinkBytes(shared_from_this(), data, n);
   if (!parser.Append(data, n)) {
     host_->Drop(shared_from_this(), parser.error());
     return false;
@@ -77,6 +78,13 @@ bool Connection::Consume(const char* data, size_t n) {
     judged_args = 0;
     host_->Handle(shared_from_this(), req);
     if (closed || closing) return false;
+    if (link) {
+      // The relay sends its first frame after the handshake's answer, so
+      // nothing may follow the handshake in what it sent before.
+      if (parser.buffered() == 0) break;
+      host_->Drop(shared_from_this(), "bytes after the link's handshake, before its answer");
+      return false;
+    }
   }
   return host_->AfterRead(shared_from_this(), n);
 }

@@ -36,6 +36,10 @@ class ConnectionHost {
   virtual void Drop(const std::shared_ptr<Connection>& c, const std::string& why) = 0;
   // The first byte `c` sent since accept.
   virtual void Spoke(const Connection& c) = 0;
+  // Bytes of a connection that became a relay's link (link.h): frames, not
+  // requests. False when `c` was closed. Only the store's connections
+  // become links.
+  virtual bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) = 0;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -79,6 +83,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string auth_nonce;        // the job token's nonce, until used
   bool proven = false;           // showed the job token (auth.h)
   size_t judged_args = 0;        // args of the unfinished request already judged
+  // A relay's link (link.h): every byte after the handshake's answer is a
+  // frame, for the host's LinkBytes.
+  bool link = false;
 
  private:
   void Read();

@@ -107,6 +107,15 @@ bool Keyspace::Wait(uint64_t owner, std::vector<std::string>& keys) {
   return false;
 }
 
+void Keyspace::WaitForNext(uint64_t owner, const std::string& key) {
+  auto w = std::make_shared<Waiter>();
+  w->owner = owner;
+  w->missing = 1;
+  w->keys.push_back(key);
+  waiters_[key].waiters.push_back(w);
+  AddWaiter(std::move(w));
+}
+
 void Keyspace::AddWaiter(std::shared_ptr<Waiter> w) {
   ++live_waits_;
   waits_of_[w->owner].push_back(std::move(w));
@@ -127,23 +136,18 @@ Result<bool> Keyspace::Barrier(uint64_t owner, const std::string& key, int64_t w
     WakeWaiters(key);
     return true;
   }
-  auto w = std::make_shared<Waiter>();
-  w->owner = owner;
-  w->missing = 1;
-  w->keys.push_back(key);
-  waiters_[key].waiters.push_back(w);
-  AddWaiter(std::move(w));
+  WaitForNext(owner, key);
   return false;
 }
 
-void Keyspace::Complete(const std::shared_ptr<Waiter>& w) {
+void Keyspace::Complete(const std::shared_ptr<Waiter>& w, bool by_push) {
   w->done = true;
   --live_waits_;
   if (auto it = waits_of_.find(w->owner); it != waits_of_.end()) {
     std::erase(it->second, w);
     if (it->second.empty()) waits_of_.erase(it);
   }
-  listener_.WaitDone(w->owner);
+  listener_.WaitDone(w->owner, by_push);
 }
 
 void Keyspace::CancelWaits(uint64_t owner) {
@@ -193,7 +197,7 @@ void Keyspace::WakeWaiters(const std::string& key) {
   // then marked done here and skipped; the list is ours, not the index's.
   for (auto& w : list) {
     if (w->done || --w->missing > 0) continue;
-    Complete(w);
+    Complete(w, false);
   }
 }
 
@@ -212,7 +216,7 @@ void Keyspace::WakeOneWaiter(const std::string& key) {
   it->second.dead = std::min(it->second.dead, list.size());
   if (list.empty()) waiters_.erase(it);
   // The index is settled before the answer, which may drop a connection.
-  if (woken) Complete(woken);
+  if (woken) Complete(woken, true);
 }
 
 void Keyspace::TellWatchers(const std::string& key, uint8_t event, std::string_view old_value,

@@ -39,8 +39,10 @@ class KeyspaceListener {
   virtual ~KeyspaceListener() = default;
   // One WAIT (or early BARRIER arrival) of `owner` has every key it waited
   // for: answer it with kWaitStopWaiting. Once per WAIT, in the order the
-  // keyspace completes them.
-  virtual void WaitDone(uint64_t owner) = 0;
+  // keyspace completes them. `by_push`: a QUEUE_PUSH completed it, whose
+  // one item serves this waiter alone (a relay's shared WAIT, relay.h,
+  // releases one of its local waiters for it, not all).
+  virtual void WaitDone(uint64_t owner, bool by_push) = 0;
   // WATCH_KEY: `key` changed as `event` (kWatchKey*) says, from `old_value`
   // to `new_value`; `watchers` registered on it. Called before the change's
   // own waiters are woken.
@@ -91,6 +93,11 @@ class Keyspace {
   // waiters. InvalidArgument, changing nothing, where the key holds
   // something other than an integer.
   Result<bool> Barrier(uint64_t owner, const std::string& key, int64_t world_size);
+  // A WAIT of `owner` on `key` that only the key's next change or push
+  // answers, whether or not the key exists now: what is left of a relay's
+  // shared WAIT (relay.h) once a push has served one of the waiters it
+  // stands for, and the others keep waiting, as they would on the store.
+  void WaitForNext(uint64_t owner, const std::string& key);
   // CANCEL_WAIT: `owner`'s WAITs will never be answered.
   void CancelWaits(uint64_t owner);
   // WATCH_KEY: `owner` hears of every later change of `key`.
@@ -157,7 +164,7 @@ class Keyspace {
   // Replaces the value, telling watchers first, then waking and telling
   // the listener.
   void Store(const std::string& key, std::string value);
-  void Complete(const std::shared_ptr<Waiter>& w);
+  void Complete(const std::shared_ptr<Waiter>& w, bool by_push);
   void WakeWaiters(const std::string& key);
   void WakeOneWaiter(const std::string& key);
   void TellWatchers(const std::string& key, uint8_t event, std::string_view old_value,

@@ -25,7 +25,7 @@ struct Recorder : KeyspaceListener {
   std::vector<std::pair<std::string, std::string>> changed;
   std::function<void(uint64_t)> on_wait_done;
 
-  void WaitDone(uint64_t owner) override {
+  void WaitDone(uint64_t owner, bool) override {
     done.push_back(owner);
     if (on_wait_done) on_wait_done(owner);
   }

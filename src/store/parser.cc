@@ -4,29 +4,48 @@
 
 #include <cstring>
 
+#include "store/encode.h"
+
 namespace trun::store {
 namespace {
 
 // Opcode byte -> operation, per generation; false for a byte the generation
 // does not define. v1 never yields VALIDATE: its byte 0 is SET.
+constexpr Op kV1Ops[] = {Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
+                         Op::kCheck,     Op::kWait,       Op::kGetNumKeys, Op::kWatchKey,
+                         Op::kDeleteKey, Op::kAppend,     Op::kMultiGet,   Op::kMultiSet,
+                         Op::kCancelWait};
+constexpr Op kV2Ops[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
+                         Op::kAdd,        Op::kCheck,    Op::kWait,       Op::kGetNumKeys,
+                         Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
+                         Op::kCancelWait, Op::kPing,     Op::kQueuePush,  Op::kQueuePop,
+                         Op::kQueueLen,   Op::kListKeys, Op::kBarrier};
+
 bool DecodeOp(Generation g, uint8_t byte, Op& op) {
-  static constexpr Op kV1[] = {Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
-                               Op::kCheck,     Op::kWait,       Op::kGetNumKeys, Op::kWatchKey,
-                               Op::kDeleteKey, Op::kAppend,     Op::kMultiGet,   Op::kMultiSet,
-                               Op::kCancelWait};
-  static constexpr Op kV2[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
-                               Op::kAdd,        Op::kCheck,    Op::kWait,       Op::kGetNumKeys,
-                               Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
-                               Op::kCancelWait, Op::kPing,     Op::kQueuePush,  Op::kQueuePop,
-                               Op::kQueueLen,   Op::kListKeys, Op::kBarrier};
-  if (g == Generation::kV1 && byte < std::size(kV1)) {
-    op = kV1[byte];
+  if (g == Generation::kV1 && byte < std::size(kV1Ops)) {
+    op = kV1Ops[byte];
     return true;
   }
-  if (g == Generation::kV2 && byte < std::size(kV2)) {
-    op = kV2[byte];
+  if (g == Generation::kV2 && byte < std::size(kV2Ops)) {
+    op = kV2Ops[byte];
     return true;
   }
+  return false;
+}
+
+// DecodeOp's inverse.
+bool EncodeOp(Generation g, Op op, uint8_t& byte) {
+  auto find = [&](const auto& table) {
+    for (size_t i = 0; i < std::size(table); ++i) {
+      if (table[i] == op) {
+        byte = static_cast<uint8_t>(i);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (g == Generation::kV1) return find(kV1Ops);
+  if (g == Generation::kV2) return find(kV2Ops);
   return false;
 }
 
@@ -234,6 +253,33 @@ RequestParser::Result RequestParser::Next(Request* out) {
   }
   *out = std::move(cur_);
   return Result::kRequest;
+}
+
+bool EncodeRequest(Generation g, const Request& r, std::string& o) {
+  uint8_t byte = 0;
+  if (!EncodeOp(g, r.op, byte)) return false;
+  PutU8(o, byte);
+  size_t arg = 0;
+  uint64_t total = FixedFields(r.op);
+  for (uint64_t i = 0; i < total; ++i) {
+    switch (FieldOf(r.op, i)) {
+      case Field::kWord:
+        PutU32(o, r.word);
+        break;
+      case Field::kNumber:
+        PutI64(o, r.number);
+        break;
+      case Field::kCount:
+        PutI64(o, static_cast<int64_t>(r.op == Op::kMultiSet ? r.args.size() / 2 : r.args.size()));
+        total = 1 + r.args.size();
+        break;
+      case Field::kKey:
+      case Field::kValue:
+        PutBytes(o, r.args[arg++]);
+        break;
+    }
+  }
+  return true;
 }
 
 }  // namespace trun::store

@@ -71,6 +71,13 @@ struct Request {
   uint32_t word = 0;   // VALIDATE's magic, PING's nonce
 };
 
+// Appends the bytes a client of generation `g` sends for `r` (as the
+// parser made it), which the parser reads back as `r`: how a relay
+// (relay.h) forwards a request. False, appending nothing, for an op `g`
+// lacks (v1: VALIDATE, PING, the queues, LIST_KEYS, BARRIER; v2:
+// WATCH_KEY).
+bool EncodeRequest(Generation g, const Request& r, std::string& o);
+
 class RequestParser {
  public:
   enum class Result { kRequest, kNeedMore, kError };

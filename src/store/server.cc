@@ -21,6 +21,7 @@
 #include "store/encode.h"
 #include "store/handlers.h"
 #include "store/keyspace.h"
+#include "store/link.h"
 #include "store/pressure.h"
 
 namespace trun::store {
@@ -31,6 +32,7 @@ namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
+std::atomic<uint64_t> g_links_opened{0}, g_links_closed{0};
 
 // ServerOptions::max_connections' default: the open-file limit less a
 // reserve for the process's own descriptors. An agent that hosts the store
@@ -96,6 +98,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
+    g_links_closed.fetch_add(links_.size(), std::memory_order_relaxed);
+    links_.clear();
+    stream_owners_.clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
     keys_.ForgetEveryone();
@@ -139,12 +144,19 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   size_t num_wait_index_entries() const { return keys_.num_wait_index_entries(); }
 
   // KeyspaceListener: what a request did for the other clients.
-  void WaitDone(uint64_t owner) override {
-    auto it = connections_.find(owner);
-    if (it == connections_.end()) return;
+  void WaitDone(uint64_t owner, bool by_push) override {
     std::string o;
     PutU8(o, kWaitStopWaiting);
-    it->second->Send(o);
+    if (auto it = connections_.find(owner); it != connections_.end()) return it->second->Send(o);
+    auto [link, stream] = StreamOf(owner);
+    if (stream == nullptr) return;
+    if (stream->shared && by_push) {
+      // The push's item serves one of the relay's waiters; the others keep
+      // waiting on this stream, for the key's next change or push.
+      keys_.WaitForNext(owner, stream->wait_key);
+      return SendFrame(*link, FrameKind::kWokeOne, stream->id, "");
+    }
+    SendFrame(*link, FrameKind::kData, stream->id, o);
   }
 
   void Watched(const std::vector<uint64_t>& watchers, uint8_t event, const std::string& key,
@@ -157,7 +169,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     for (uint64_t id : watchers) {
       // A send may drop another watcher's connection: look each one up.
       auto it = connections_.find(id);
-      if (it != connections_.end()) it->second->Send(o);
+      if (it != connections_.end()) {
+        it->second->Send(o);
+      } else if (auto [link, stream] = StreamOf(id); stream != nullptr) {
+        SendFrame(*link, FrameKind::kData, stream->id, o);
+      }
     }
   }
 
@@ -338,7 +354,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // closes connections while unfinished requests hold more than the
   // budget (pressure.h). Returns false when `c` was closed.
   bool HoldPartial(const std::shared_ptr<Connection>& c, size_t arrived) {
-    partial_.Update(c->id, arrived, c->parser.held(), Clock::now());
+    partial_.Update(c->id, arrived, HeldBy(*c), Clock::now());
     while (auto victim = partial_.OverBudget()) {
       auto it = connections_.find(*victim);
       if (it == connections_.end()) {
@@ -450,6 +466,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_.Remove(c->id);
     silent_.erase(c->id);
     keys_.Forget(c->id);
+    if (auto link = links_.find(c->id); link != links_.end()) {
+      for (const auto& [id, stream] : link->second.streams) {
+        keys_.Forget(stream->owner);
+        stream_owners_.erase(stream->owner);
+      }
+      links_.erase(link);
+      g_links_closed.fetch_add(1, std::memory_order_relaxed);
+    }
     CloseSocket(*c);
     connections_.erase(c->id);
     if (on_disconnect_) {
@@ -461,11 +485,202 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
     bool untrun = false;
     if (!Admitted(c, r, untrun)) return;
+    if (r.op == Op::kCompareSet && r.args[0] == kLinkKey) return OpenLink(c, r);
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
     Outcome out = HandleRequest(keys_, r, {c->id, untrun, c->ReplyRoom()});
     if (out.kind == Outcome::kReply) c->Send(out.bytes);
     if (out.kind == Outcome::kDrop) Drop(c, out.bytes);
+  }
+
+  // ---- relays' links (link.h) ------------------------------------------------
+
+  // One TCPStore connection carried by a link: what the store keeps for a
+  // real connection, under an owner id of its own.
+  struct Stream {
+    uint64_t owner = 0;
+    uint32_t id = 0;
+    bool shared = false;   // opened with kOpenShared
+    std::string wait_key;  // a shared stream's: the key its WAIT names
+    RequestParser parser;
+    explicit Stream(const Limits& limits) : parser(limits) {}
+  };
+  struct Link {
+    FrameDecoder frames;
+    std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams;
+    size_t held = 0;  // bytes its streams' parsers hold
+  };
+
+  // The handshake's last step: a connection that proved the job token
+  // (where the store asks for one; Admitted() refused it otherwise) asks to
+  // become a link.
+  void OpenLink(const std::shared_ptr<Connection>& c, const Request& r) {
+    if (!r.args[1].empty() || r.args[2] != kLinkVersion) {
+      return Drop(c, fmt::format("asked for a link of version \"{}\"; this store speaks {}",
+                                 r.args[2], kLinkVersion));
+    }
+    std::string o;
+    PutBytes(o, kLinkVersion);
+    c->Send(o);
+    c->link = true;
+    links_.emplace(c->id, Link{});
+    g_links_opened.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) override {
+    auto it = links_.find(c->id);
+    if (it == links_.end()) return false;
+    Link& link = it->second;
+    link.frames.Append(data, n);
+    Frame f;
+    while (true) {
+      auto got = link.frames.Next(&f);
+      if (got == FrameDecoder::Result::kNeedMore) break;
+      if (got == FrameDecoder::Result::kError) {
+        Drop(c, link.frames.error());
+        return false;
+      }
+      OnFrame(c, link, f);
+      if (c->closed) return false;
+    }
+    return HoldPartial(c, n);
+  }
+
+  void OnFrame(const std::shared_ptr<Connection>& c, Link& link, Frame& f) {
+    auto it = link.streams.find(f.stream);
+    switch (f.kind) {
+      case FrameKind::kClose:
+        if (it != link.streams.end()) ForgetStream(link, it);
+        return;
+      case FrameKind::kWokeOne:
+        return Drop(c, "a relay sent WOKE_ONE, which only the store sends");
+      case FrameKind::kOpenShared:
+        if (it != link.streams.end()) {
+          return Drop(c, fmt::format("stream {} opened as shared after its first bytes", f.stream));
+        }
+        OpenStream(c, link, f.stream, true);
+        return;
+      case FrameKind::kData:
+        break;
+    }
+    Stream* s = it != link.streams.end() ? it->second.get() : OpenStream(c, link, f.stream, false);
+    if (s == nullptr) return;
+    // link.held is the sum of its streams' held() at every step, so that
+    // closing a stream anywhere takes back exactly what it held.
+    size_t before = s->parser.held();
+    if (!s->parser.Append(f.payload.data(), f.payload.size())) {
+      return CloseStream(c, link, *s, s->parser.error());
+    }
+    link.held += s->parser.held() - before;
+    Request r;
+    while (true) {
+      size_t held = s->parser.held();
+      auto got = s->parser.Next(&r);
+      link.held -= held - s->parser.held();
+      if (got == RequestParser::Result::kNeedMore) return;
+      if (got == RequestParser::Result::kError) return CloseStream(c, link, *s, s->parser.error());
+      // False: the stream, or the whole link, is gone.
+      if (!HandleStreamRequest(c, link, *s, r) || c->closed) return;
+    }
+  }
+
+  // nullptr (and the link dropped) past kMaxLinkStreams.
+  Stream* OpenStream(const std::shared_ptr<Connection>& c, Link& link, uint32_t id, bool shared) {
+    if (link.streams.size() >= kMaxLinkStreams) {
+      Drop(c, fmt::format("more than {} streams open on one link", kMaxLinkStreams));
+      return nullptr;
+    }
+    auto s = std::make_unique<Stream>(options_.limits);
+    s->owner = ++last_conn_id_;
+    s->id = id;
+    s->shared = shared;
+    stream_owners_[s->owner] = {c->id, id};
+    return link.streams.emplace(id, std::move(s)).first->second.get();
+  }
+
+  void ForgetStream(Link& link,
+                    std::unordered_map<uint32_t, std::unique_ptr<Stream>>::iterator it) {
+    Stream& s = *it->second;
+    link.held -= std::min(link.held, s.parser.held());
+    keys_.Forget(s.owner);
+    stream_owners_.erase(s.owner);
+    link.streams.erase(it);
+  }
+
+  // A stream that broke the protocol, a limit or the admission rule is
+  // closed as its connection would be; the link and its other streams go
+  // on.
+  void CloseStream(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
+                   const std::string& why) {
+    g_dropped.fetch_add(1, std::memory_order_relaxed);
+    LogRefusal(c->peer, why,
+               fmt::format("store: closed stream {} of the relay at {}: {}", s.id,
+                           c->peer.to_string(), why));
+    uint32_t id = s.id;
+    SendFrame(*c, FrameKind::kClose, id, "");
+    if (!c->closed) ForgetStream(link, link.streams.find(id));
+  }
+
+  // A stream's request, judged as a connection without the job token is
+  // (a relay's clients are torch's workers, which never prove it). False
+  // when the stream, or its link, was closed.
+  bool HandleStreamRequest(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
+                           Request& r) {
+    Standing standing;
+    standing.token_asked = !job_token_.empty();
+    Admission a = Admit(r, standing);
+    if (a.verdict != Verdict::kServe && a.verdict != Verdict::kServeUntrun) {
+      CloseStream(
+          c, link, s,
+          fmt::format("{} names trun's keys, which a relay's client may not use", OpName(r.op)));
+      return false;
+    }
+    if (s.shared && r.op != Op::kValidate && (r.op != Op::kWait || r.args.size() != 1)) {
+      CloseStream(
+          c, link, s,
+          fmt::format("{} on a shared stream, which carries WAITs of one key", OpName(r.op)));
+      return false;
+    }
+    if (s.shared && r.op == Op::kWait) s.wait_key = r.args[0];
+    current_conn_ = c->id;
+    g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
+    uint32_t id = s.id;
+    Outcome out =
+        HandleRequest(keys_, r, {s.owner, a.verdict == Verdict::kServeUntrun, c->ReplyRoom()});
+    // The request may have woken another stream of this link, whose reply
+    // could overflow it: the link, and so `s`, may be gone.
+    if (c->closed) return false;
+    if (out.kind == Outcome::kReply) SendFrame(*c, FrameKind::kData, id, out.bytes);
+    if (out.kind == Outcome::kDrop) {
+      CloseStream(c, link, s, out.bytes);
+      return false;
+    }
+    return !c->closed;
+  }
+
+  static void SendFrame(Connection& c, FrameKind kind, uint32_t stream, std::string_view payload) {
+    std::string o;
+    PutFrames(o, kind, stream, payload);
+    c.Send(o);
+  }
+
+  // The link and the stream that keyspace owner `owner` is, if it is one.
+  std::pair<Connection*, Stream*> StreamOf(uint64_t owner) {
+    auto ref = stream_owners_.find(owner);
+    if (ref == stream_owners_.end()) return {nullptr, nullptr};
+    auto conn = connections_.find(ref->second.first);
+    auto link = links_.find(ref->second.first);
+    if (conn == connections_.end() || link == links_.end()) return {nullptr, nullptr};
+    auto stream = link->second.streams.find(ref->second.second);
+    if (stream == link->second.streams.end()) return {nullptr, nullptr};
+    return {conn->second.get(), stream->second.get()};
+  }
+
+  // What `c` holds of requests not yet whole (pressure.h).
+  size_t HeldBy(const Connection& c) const {
+    auto link = links_.find(c.id);
+    if (link == links_.end()) return c.parser.held();
+    return link->second.held + link->second.frames.buffered();
   }
 
   bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) override {
@@ -503,6 +718,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string observed_prefix_;
   Observer observer_;
   std::function<void(uint64_t)> on_disconnect_;
+  std::unordered_map<uint64_t, Link> links_;  // by connection id
+  // A stream's keyspace owner id -> its link's connection id and stream id.
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> stream_owners_;
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
@@ -586,6 +804,8 @@ StoreStats ProcessStoreStats() {
   s.connections_closed = g_closed.load(std::memory_order_relaxed);
   s.clients_refused = g_refused.load(std::memory_order_relaxed);
   s.clients_dropped = g_dropped.load(std::memory_order_relaxed);
+  s.links_opened = g_links_opened.load(std::memory_order_relaxed);
+  s.links_closed = g_links_closed.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -174,6 +174,8 @@ struct StoreStats {
   uint64_t connections_closed = 0;
   uint64_t clients_dropped = 0;  // for breaking the protocol or a limit
   uint64_t clients_refused = 0;  // not on the allowlist (SetAllowlist)
+  uint64_t links_opened = 0;     // relays' links (link.h), each one connection
+  uint64_t links_closed = 0;
 };
 StoreStats ProcessStoreStats();
 

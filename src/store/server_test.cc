@@ -16,6 +16,7 @@
 #include "store/client.h"
 #include "store/encode.h"
 #include "store/golden_bytes.h"
+#include "store/raw_socket.h"
 
 namespace trun::store {
 namespace {
@@ -27,59 +28,7 @@ using golden::Str;
 using golden::U32;
 using golden::U64;
 
-// A socket that speaks raw bytes, for golden replies and hostile clients.
-class Raw {
- public:
-  explicit Raw(int port, bool v6 = false) {
-    if (v6) {
-      fd_ = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_port = htons(static_cast<uint16_t>(port));
-      a.sin6_addr = in6addr_loopback;
-      connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    } else {
-      fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    }
-  }
-  ~Raw() { ::close(fd_); }
-  bool connected() const { return connected_; }
-  bool Send(const std::string& b) {
-    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
-  }
-  // Exactly n bytes, or what came before EOF or the timeout.
-  std::string Recv(size_t n, int timeout_ms = 5000) {
-    std::string out;
-    while (out.size() < n) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, timeout_ms) != 1) break;
-      char buf[4096];
-      ssize_t got = ::recv(fd_, buf, std::min(n - out.size(), sizeof buf), 0);
-      if (got <= 0) break;
-      out.append(buf, static_cast<size_t>(got));
-    }
-    return out;
-  }
-  // True when the server closed the connection (EOF or reset) within the
-  // timeout, reading and discarding anything before it.
-  bool Closed(int timeout_ms = 5000) {
-    while (true) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, timeout_ms) != 1) return false;
-      char buf[4096];
-      if (::recv(fd_, buf, sizeof buf, 0) <= 0) return true;
-    }
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
+using Raw = golden::RawSocket;
 
 ServerOptions Options(std::string host, int port) {
   ServerOptions o;

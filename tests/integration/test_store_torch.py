@@ -32,9 +32,13 @@ def stop_store(p):
     return p.stderr.read().decode(errors="replace")
 
 
-@pytest.fixture
-def store():
-    p = start_store("--host", "127.0.0.1")
+# Every check that uses this fixture runs twice: against the store itself,
+# and through a relay in front of it (`trun store --relay`: one connection
+# to the store for every client, as `--store-relay on` gives a node's
+# workers), whose semantics must be the store's for torch's own client.
+@pytest.fixture(params=["direct", "relay"])
+def store(request):
+    p = start_store("--host", "127.0.0.1", *(["--relay"] if request.param == "relay" else []))
     yield p
     # No torch client may have been dropped for breaking the protocol, as
     # torch 2.14's LIST_KEYS once was ("unknown v2 opcode 17").

@@ -1,0 +1,642 @@
+#include "store/relay.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "common/acceptor.h"
+#include "common/log.h"
+#include "store/admission.h"
+#include "store/auth.h"
+#include "store/client.h"
+#include "store/connection.h"
+#include "store/encode.h"
+#include "store/link.h"
+#include "store/server.h"
+
+namespace trun::store {
+
+using asio::ip::tcp;
+
+std::vector<int64_t> SplitAddResult(int64_t upstream_value, const std::vector<int64_t>& deltas) {
+  // Unsigned arithmetic wraps as the store's sums do.
+  uint64_t sum = 0;
+  for (int64_t d : deltas) sum += static_cast<uint64_t>(d);
+  uint64_t at = static_cast<uint64_t>(upstream_value) - sum;
+  std::vector<int64_t> out;
+  out.reserve(deltas.size());
+  for (int64_t d : deltas) {
+    at += static_cast<uint64_t>(d);
+    out.push_back(static_cast<int64_t>(at));
+  }
+  return out;
+}
+
+namespace {
+
+std::string OneByte(uint8_t v) {
+  std::string o;
+  PutU8(o, v);
+  return o;
+}
+
+// A v2 stream starts with VALIDATE, as torch 2.x's client does.
+std::string V2Hello() {
+  std::string o;
+  PutU8(o, v2::kValidate);
+  PutU32(o, kValidationMagic);
+  return o;
+}
+
+}  // namespace
+
+class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public ConnectionHost {
+ public:
+  Impl(asio::io_context& io, RelayOptions options, tcp::socket link)
+      : io_(io), options_(std::move(options)), link_(std::move(link)) {}
+
+  Status Listen() {
+    Acceptor::Callbacks cb;
+    cb.open = [this] { return clients_.size(); };
+    cb.make_room = [] { return false; };
+    cb.refuse = [](tcp::socket&, const asio::ip::address&) {};
+    cb.serve = [this](tcp::socket s, const asio::ip::address& peer) { Serve(std::move(s), peer); };
+    auto acceptor = Acceptor::Listen(io_, {options_.host, options_.port, "store relay", SIZE_MAX},
+                                     std::move(cb));
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = std::move(*acceptor);
+    ReadLink();
+    return Status::OK();
+  }
+
+  void Close() {
+    if (acceptor_) acceptor_->Close();
+    linked_ = false;
+    std::error_code ec;
+    link_.close(ec);
+    for (auto& [id, c] : clients_) c.conn->Close();
+    clients_.clear();
+  }
+
+  int port() const { return acceptor_->port(); }
+  size_t num_clients() const { return clients_.size(); }
+  bool linked() const { return linked_; }
+  RelayStats stats() const { return stats_; }
+
+  // ---- ConnectionHost: the relay's clients -----------------------------------
+
+  void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
+    auto it = clients_.find(c->id);
+    if (it == clients_.end()) return;
+    Client& client = it->second;
+    Standing standing;
+    standing.token_asked = !options_.job_token.empty();
+    Verdict v = Admit(r, standing).verdict;
+    if (v != Verdict::kServe && v != Verdict::kServeUntrun) {
+      return Drop(c, fmt::format("{} names trun's keys (/trun/), which a relay's client may not "
+                                 "use: they need the job token, which only agents prove",
+                                 OpName(r.op)));
+    }
+    switch (r.op) {
+      case Op::kValidate:
+        if (r.word != kValidationMagic) Drop(c, "bad VALIDATE magic");
+        return;
+      case Op::kPing: {
+        std::string o;
+        PutU32(o, r.word);
+        return c->Send(o);
+      }
+      case Op::kAdd:
+        ++stats_.local_adds;
+        return Add(client, r.args[0], r.number);
+      case Op::kGet:
+        ++stats_.local_gets;
+        return Get(client, r.args[0]);
+      case Op::kWait:
+        ++stats_.local_waits;
+        return Wait(client, std::move(r.args));
+      case Op::kCancelWait:
+        return CancelWait(client, r);
+      default:
+        return Forward(client, r);
+    }
+  }
+
+  bool AfterRead(const std::shared_ptr<Connection>& c, size_t) override { return !c->closed; }
+
+  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) override {
+    if (c->closed) return;
+    if (!why.empty()) log::Warning("store relay: dropped client {}: {}", c->peer.to_string(), why);
+    c->Close();
+    auto it = clients_.find(c->id);
+    if (it == clients_.end()) return;
+    for (auto& w : it->second.waits) w->done = true;
+    if (it->second.stream != 0) {
+      SendUp(FrameKind::kClose, it->second.stream, "");
+      streams_.erase(it->second.stream);
+    }
+    clients_.erase(it);
+  }
+
+  void Spoke(const Connection&) override {}
+  bool LinkBytes(const std::shared_ptr<Connection>&, const char*, size_t) override { return false; }
+
+ private:
+  // A local WAIT: released when each of its keys' upstream WAITs is
+  // answered (a key named twice counts twice, as in the store).
+  struct LocalWait {
+    uint64_t client = 0;
+    std::vector<std::string> keys;
+    size_t missing = 0;
+    bool done = false;
+  };
+  struct Client {
+    std::shared_ptr<Connection> conn;
+    uint32_t stream = 0;  // its own stream on the link; 0 until it needs one
+    // A BARRIER forwarded and not answered: a CANCEL_WAIT goes up then.
+    bool upstream_wait = false;
+    std::vector<std::shared_ptr<LocalWait>> waits;
+  };
+  // The upstream WAIT of one key, on a shared stream of its own.
+  struct KeyWait {
+    uint32_t stream = 0;
+    std::deque<std::shared_ptr<LocalWait>> waiters;
+  };
+  // Requests on the shared stream that carries ADDs and GETs, answered in
+  // order.
+  struct GetBatch {
+    uint64_t epoch = 0;
+    std::vector<uint64_t> clients;
+  };
+  struct Pending {
+    std::string key;
+    std::vector<std::pair<uint64_t, int64_t>> adds;  // (client, delta); empty for a GET
+    std::shared_ptr<GetBatch> get;
+  };
+  struct AddQueue {
+    bool in_flight = false;
+    std::vector<std::pair<uint64_t, int64_t>> queued;
+  };
+  // What a stream of the link is for.
+  struct StreamUse {
+    uint64_t client = 0;      // a client's own stream
+    std::string wait_key;     // a shared WAIT's
+    bool shared_ops = false;  // the ADDs' and GETs'
+  };
+
+  void Serve(tcp::socket s, const asio::ip::address& peer) {
+    if (!linked_) {
+      std::error_code ec;
+      s.close(ec);
+      return;
+    }
+    std::error_code ignored;
+    s.set_option(tcp::no_delay(true), ignored);
+    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
+                                          kDefaultMaxBufferedBytes, ++last_client_, read_buf_);
+    c->peer = peer;
+    clients_[c->id].conn = c;
+    ++stats_.clients;
+    c->Start();
+  }
+
+  Client* ClientOf(uint64_t id) {
+    auto it = clients_.find(id);
+    return it == clients_.end() ? nullptr : &it->second;
+  }
+
+  uint32_t NewStream(StreamUse use) {
+    uint32_t id = next_stream_++;
+    streams_.emplace(id, std::move(use));
+    return id;
+  }
+
+  // ---- what is shared -------------------------------------------------------
+
+  void Add(Client& client, const std::string& key, int64_t delta) {
+    AddQueue& q = adds_[key];
+    q.queued.emplace_back(client.conn->id, delta);
+    if (!q.in_flight) SendAdds(key, q);
+  }
+
+  void SendAdds(const std::string& key, AddQueue& q) {
+    Pending p;
+    p.key = key;
+    p.adds = std::move(q.queued);
+    q.queued.clear();
+    q.in_flight = true;
+    int64_t sum = 0;
+    for (const auto& [id, d] : p.adds) {
+      sum = static_cast<int64_t>(static_cast<uint64_t>(sum) + static_cast<uint64_t>(d));
+    }
+    Request r;
+    r.op = Op::kAdd;
+    r.args = {key};
+    r.number = sum;
+    SendShared(r);
+    pending_.push_back(std::move(p));
+    ++stats_.upstream_adds;
+  }
+
+  void Get(Client& client, const std::string& key) {
+    auto it = gets_.find(key);
+    if (it != gets_.end() && it->second->epoch == epoch_) {
+      it->second->clients.push_back(client.conn->id);
+      return;
+    }
+    Request r;
+    r.op = Op::kGet;
+    r.args = {key};
+    SendShared(r);
+    auto batch = std::make_shared<GetBatch>();
+    batch->epoch = epoch_;
+    batch->clients.push_back(client.conn->id);
+    gets_[key] = batch;
+    Pending p;
+    p.key = key;
+    p.get = std::move(batch);
+    pending_.push_back(std::move(p));
+    ++stats_.upstream_gets;
+  }
+
+  void SendShared(const Request& r) {
+    if (shared_stream_ == 0) {
+      StreamUse use;
+      use.shared_ops = true;
+      shared_stream_ = NewStream(std::move(use));
+      shared_in_.clear();
+      std::string hello = V2Hello();
+      EncodeRequest(Generation::kV2, r, hello);
+      SendUp(FrameKind::kData, shared_stream_, hello);
+      return;
+    }
+    std::string o;
+    EncodeRequest(Generation::kV2, r, o);
+    SendUp(FrameKind::kData, shared_stream_, o);
+  }
+
+  // Replies on the shared stream, in the order of pending_.
+  void OnSharedReply(std::string_view bytes) {
+    shared_in_.append(bytes);
+    size_t at = 0;
+    while (!pending_.empty()) {
+      Pending& p = pending_.front();
+      if (shared_in_.size() - at < 8) break;
+      int64_t v = 0;
+      std::memcpy(&v, shared_in_.data() + at, 8);
+      if (p.get) {
+        if (shared_in_.size() - at - 8 < static_cast<uint64_t>(v)) break;
+        std::string reply = shared_in_.substr(at, 8 + static_cast<size_t>(v));
+        at += reply.size();
+        AnswerGet(p, reply);
+      } else {
+        at += 8;
+        AnswerAdds(p, v);
+      }
+      pending_.pop_front();
+    }
+    shared_in_.erase(0, at);
+  }
+
+  void AnswerGet(const Pending& p, const std::string& reply) {
+    if (auto it = gets_.find(p.key); it != gets_.end() && it->second == p.get) gets_.erase(it);
+    for (uint64_t id : p.get->clients) {
+      if (Client* c = ClientOf(id)) c->conn->Send(reply);
+    }
+  }
+
+  void AnswerAdds(const Pending& p, int64_t value) {
+    std::vector<int64_t> deltas;
+    for (const auto& [id, d] : p.adds) deltas.push_back(d);
+    std::vector<int64_t> values = SplitAddResult(value, deltas);
+    for (size_t i = 0; i < p.adds.size(); ++i) {
+      Client* c = ClientOf(p.adds[i].first);
+      if (c == nullptr) continue;
+      std::string o;
+      PutI64(o, values[i]);
+      c->conn->Send(o);
+    }
+    auto it = adds_.find(p.key);
+    if (it == adds_.end()) return;
+    it->second.in_flight = false;
+    if (it->second.queued.empty()) {
+      adds_.erase(it);
+    } else {
+      SendAdds(p.key, it->second);
+    }
+  }
+
+  // The store closed the shared stream (an ADD to a value that is no
+  // integer, which closes a direct client too): every client whose request
+  // was on it goes, and the next request opens a new one.
+  void SharedStreamClosed() {
+    std::vector<uint64_t> gone;
+    for (const auto& p : pending_) {
+      for (const auto& [id, d] : p.adds) gone.push_back(id);
+      if (p.get) gone.insert(gone.end(), p.get->clients.begin(), p.get->clients.end());
+    }
+    pending_.clear();
+    adds_.clear();
+    gets_.clear();
+    streams_.erase(shared_stream_);
+    shared_stream_ = 0;
+    for (uint64_t id : gone) {
+      if (Client* c = ClientOf(id)) {
+        Drop(c->conn, "the store refused a request shared with it (see the store's log)");
+      }
+    }
+  }
+
+  void Wait(Client& client, std::vector<std::string> keys) {
+    if (keys.empty()) return client.conn->Send(OneByte(kWaitStopWaiting));
+    auto w = std::make_shared<LocalWait>();
+    w->client = client.conn->id;
+    w->missing = keys.size();
+    w->keys = std::move(keys);
+    client.waits.push_back(w);
+    std::vector<std::string> distinct = w->keys;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (const auto& key : distinct) {
+      KeyWait& kw = key_waits_[key];
+      kw.waiters.push_back(w);
+      if (kw.stream == 0) {
+        StreamUse use;
+        use.wait_key = key;
+        kw.stream = NewStream(std::move(use));
+        SendUp(FrameKind::kOpenShared, kw.stream, "");
+        SendWaitUp(kw.stream, key);
+      }
+    }
+  }
+
+  void SendWaitUp(uint32_t stream, const std::string& key) {
+    Request r;
+    r.op = Op::kWait;
+    r.args = {key};
+    std::string o = V2Hello();
+    EncodeRequest(Generation::kV2, r, o);
+    SendUp(FrameKind::kData, stream, o);
+    ++stats_.upstream_waits;
+  }
+
+  // The upstream WAIT of `key` was answered: `all` its local waiters have
+  // the key (a store, an ADD, ...), or one of them has (a QUEUE_PUSH's
+  // item, for one blocking pop).
+  void KeyArrived(const std::string& key, bool all) {
+    auto it = key_waits_.find(key);
+    if (it == key_waits_.end()) return;
+    KeyWait& kw = it->second;
+    std::vector<std::shared_ptr<LocalWait>> released;
+    while (!kw.waiters.empty()) {
+      auto w = std::move(kw.waiters.front());
+      kw.waiters.pop_front();
+      if (w->done) continue;
+      // A push's item counts once, as the store's WakeOneWaiter counts it.
+      size_t n = all ? static_cast<size_t>(std::count(w->keys.begin(), w->keys.end(), key)) : 1;
+      w->missing -= std::min(w->missing, n);
+      if (w->missing == 0) {
+        w->done = true;
+        released.push_back(w);
+      }
+      if (!all) break;
+    }
+    // After a push, the store keeps the WAIT for the others (WOKE_ONE);
+    // after a change, it is answered for good.
+    bool more = std::any_of(kw.waiters.begin(), kw.waiters.end(), [](auto& w) { return !w->done; });
+    if (all || !more) {
+      SendUp(FrameKind::kClose, kw.stream, "");
+      streams_.erase(kw.stream);
+      key_waits_.erase(it);
+    }
+    for (const auto& w : released) {
+      Client* c = ClientOf(w->client);
+      if (c == nullptr) continue;
+      std::erase(c->waits, w);
+      c->conn->Send(OneByte(kWaitStopWaiting));
+    }
+  }
+
+  // CANCEL_WAIT: the client's local WAITs are forgotten and answered here,
+  // unless it waits upstream (a BARRIER), where the store answers it.
+  void CancelWait(Client& client, const Request& r) {
+    for (auto& w : client.waits) w->done = true;
+    client.waits.clear();
+    if (client.upstream_wait) return Forward(client, r);
+    client.conn->Send(OneByte(kWaitCanceled));
+  }
+
+  // ---- everything else: the client's own stream ------------------------------
+
+  void Forward(Client& client, const Request& r) {
+    Generation g = client.conn->parser.generation();
+    std::string o;
+    if (client.stream == 0) {
+      StreamUse use;
+      use.client = client.conn->id;
+      client.stream = NewStream(std::move(use));
+      if (g == Generation::kV2) o = V2Hello();
+    }
+    // The parser made `r` from the client's bytes in its generation, so it
+    // has an encoding there.
+    EncodeRequest(g, r, o);
+    if (r.op == Op::kBarrier) client.upstream_wait = true;
+    ++stats_.forwarded;
+    SendUp(FrameKind::kData, client.stream, o);
+  }
+
+  // ---- the link ---------------------------------------------------------------
+
+  void SendUp(FrameKind kind, uint32_t stream, std::string_view payload) {
+    if (!linked_) return;
+    ++epoch_;
+    PutFrames(up_out_, kind, stream, payload);
+    if (!up_writing_) FlushUp();
+  }
+
+  void FlushUp() {
+    if (up_out_.empty() || !linked_) return;
+    up_writing_ = true;
+    up_sending_.swap(up_out_);
+    up_out_.clear();
+    asio::async_write(link_, asio::buffer(up_sending_),
+                      [self = shared_from_this()](std::error_code ec, size_t) {
+                        self->up_writing_ = false;
+                        self->up_sending_.clear();
+                        if (ec) return self->LinkLost(ec.message());
+                        self->FlushUp();
+                      });
+  }
+
+  void ReadLink() {
+    link_.async_read_some(
+        asio::buffer(link_buf_), [self = shared_from_this()](std::error_code ec, size_t n) {
+          if (ec) {
+            return self->LinkLost(ec == asio::error::eof ? "the store closed it" : ec.message());
+          }
+          self->frames_.Append(self->link_buf_.data(), n);
+          Frame f;
+          while (self->linked_) {
+            auto got = self->frames_.Next(&f);
+            if (got == FrameDecoder::Result::kNeedMore) break;
+            if (got == FrameDecoder::Result::kError) {
+              return self->LinkLost(self->frames_.error());
+            }
+            self->OnFrame(f);
+          }
+          if (self->linked_) self->ReadLink();
+        });
+  }
+
+  void OnFrame(const Frame& f) {
+    ++epoch_;
+    auto it = streams_.find(f.stream);
+    if (it == streams_.end()) return;  // closed here meanwhile
+    const StreamUse& use = it->second;
+    if (use.shared_ops) {
+      if (f.kind == FrameKind::kClose) return SharedStreamClosed();
+      return OnSharedReply(f.payload);
+    }
+    if (!use.wait_key.empty()) {
+      std::string key = use.wait_key;
+      if (f.kind == FrameKind::kWokeOne) return KeyArrived(key, false);
+      if (f.kind == FrameKind::kClose) return WaitStreamClosed(key);
+      // One STOP_WAITING per byte; the stream has one WAIT out at a time.
+      if (!f.payload.empty()) KeyArrived(key, true);
+      return;
+    }
+    Client* c = ClientOf(use.client);
+    if (c == nullptr) return;
+    if (f.kind == FrameKind::kClose) {
+      streams_.erase(it);
+      c->stream = 0;
+      return Drop(c->conn, "the store closed its stream (its log says why)");
+    }
+    c->upstream_wait = false;
+    c->conn->Send(f.payload);
+  }
+
+  void WaitStreamClosed(const std::string& key) {
+    auto it = key_waits_.find(key);
+    if (it == key_waits_.end()) return;
+    auto waiters = std::move(it->second.waiters);
+    streams_.erase(it->second.stream);
+    key_waits_.erase(it);
+    for (const auto& w : waiters) {
+      if (w->done) continue;
+      if (Client* c = ClientOf(w->client)) {
+        Drop(c->conn, "the store closed a WAIT shared with it (its log says why)");
+      }
+    }
+  }
+
+  void LinkLost(const std::string& why) {
+    if (!linked_) return;
+    linked_ = false;
+    log::Error("store relay: lost the link to the store at {}:{} ({}); closing its {} clients",
+               options_.store_host, options_.store_port, why, clients_.size());
+    std::error_code ec;
+    link_.close(ec);
+    std::vector<std::shared_ptr<Connection>> all;
+    for (auto& [id, c] : clients_) all.push_back(c.conn);
+    for (auto& c : all) Drop(c, "");
+  }
+
+  asio::io_context& io_;
+  RelayOptions options_;
+  tcp::socket link_;
+  bool linked_ = true;
+  std::shared_ptr<Acceptor> acceptor_;
+  std::array<char, 64 * 1024> read_buf_;  // the clients' shared read buffer
+  std::array<char, 64 * 1024> link_buf_;
+  FrameDecoder frames_;
+  std::string up_out_, up_sending_;
+  bool up_writing_ = false;
+  // Counts every frame sent or received: a GET joins one on its way only
+  // if nothing crossed the link since that one was sent.
+  uint64_t epoch_ = 0;
+  uint64_t last_client_ = 0;
+  uint32_t next_stream_ = 1;
+  std::unordered_map<uint64_t, Client> clients_;
+  std::unordered_map<uint32_t, StreamUse> streams_;
+  uint32_t shared_stream_ = 0;
+  std::string shared_in_;
+  std::deque<Pending> pending_;
+  std::unordered_map<std::string, AddQueue> adds_;
+  std::unordered_map<std::string, std::shared_ptr<GetBatch>> gets_;
+  std::unordered_map<std::string, KeyWait> key_waits_;
+  RelayStats stats_;
+};
+
+Result<int> Relay::Handshake(const RelayOptions& options) {
+  std::string where = fmt::format("the store at {}:{}", options.store_host, options.store_port);
+  auto client = StoreClient::Connect(options.store_host, options.store_port,
+                                     options.connect_timeout, options.connect_timeout);
+  if (!client.ok()) return client.status();
+  // Without a token there is nothing to prove, and the exchange's first
+  // step would leave its key in a store that asks for none, where torch's
+  // clients count it (num_keys).
+  if (!options.job_token.empty()) {
+    TRUN_RETURN_IF_ERROR(ShowJobToken(*client, options.job_token, where));
+  }
+  auto answer = client->CompareSet(kLinkKey, "", kLinkVersion);
+  if (!answer.ok() && options.job_token.empty()) {
+    return Status::PermissionDenied(fmt::format(
+        "{} closed the connection at the link's request: it asks for the job token, which this "
+        "relay was not given; give every agent of the job the same TRUN_JOB_TOKEN ({})",
+        where, answer.status().message()));
+  }
+  if (!answer.ok()) return answer.status();
+  if (*answer != kLinkVersion) {
+    return Status::Unsupported(fmt::format(
+        "{} does not take a relay's link (it answered \"{}\" where {} was asked for): a trun "
+        "store of an older release? Run every agent of the job with one release, or with "
+        "--store-relay off",
+        where, *answer, kLinkVersion));
+  }
+  int fd = client->ReleaseSocket();
+  // The handshake's client waited with timeouts; the link's reads wait as
+  // long as the job runs.
+  timeval none{};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  return fd;
+}
+
+Result<std::unique_ptr<Relay>> Relay::Serve(asio::io_context& io, RelayOptions options,
+                                            int link_fd) {
+  if (options.raise_open_file_limit) RaiseOpenFileLimit();
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(link_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  tcp::socket link(io);
+  std::error_code ec;
+  link.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), link_fd, ec);
+  if (ec) {
+    ::close(link_fd);
+    return Status::Internal(
+        fmt::format("store relay: cannot use the link's socket: {}", ec.message()));
+  }
+  auto impl = std::make_shared<Impl>(io, std::move(options), std::move(link));
+  TRUN_RETURN_IF_ERROR(impl->Listen());
+  return std::unique_ptr<Relay>(new Relay(std::move(impl)));
+}
+
+Result<std::unique_ptr<Relay>> Relay::Start(asio::io_context& io, RelayOptions options) {
+  auto fd = Handshake(options);
+  if (!fd.ok()) return fd.status();
+  return Serve(io, std::move(options), *fd);
+}
+
+Relay::~Relay() { impl_->Close(); }
+int Relay::port() const { return impl_->port(); }
+size_t Relay::num_clients() const { return impl_->num_clients(); }
+bool Relay::linked() const { return impl_->linked(); }
+RelayStats Relay::stats() const { return impl_->stats(); }
+
+}  // namespace trun::store

@@ -1,0 +1,115 @@
+// Relay: a node's fan-in to the job's store (issue 31). It accepts the
+// node's workers' TCPStore connections (torch 1.13's protocol v1 and 2.x's
+// v2, parsed by the store's own RequestParser) and carries their requests
+// to the job's store over ONE connection, a link (link.h), so that the
+// store holds one connection per node instead of one per rank.
+//
+// Every client has a stream of its own on the link, on which the store
+// keeps what it would keep for the client's own connection: whatever a
+// request means there (CANCEL_WAIT, WATCH_KEY, BARRIER, queues, several
+// outstanding WAITs) it means through the relay. Three requests are shared
+// between the node's clients instead:
+// - ADD: ADDs of one key that arrive while one of that key is on its way
+//   are sent as one ADD of their sum; each client still gets its own value
+//   back, as if they had come one after the other (AddBatch below).
+// - WAIT: one upstream WAIT per key, on a stream of its own, stands for
+//   every local client that waits on the key; its answer releases them all
+//   (a QUEUE_PUSH's, which serves one blocking pop, releases one).
+// - GET: a GET of a key that a GET on its way already asks for gets that
+//   one's answer, provided nothing went up or came down the link since it
+//   was sent (so a client that learned of a newer value through the store,
+//   a WAIT answered for instance, never reads an older one).
+//
+// The relay applies the store's admission rule to its clients itself: it
+// listens on the loopback address only (the node's own processes; no other
+// host reaches it, which is what the store's allow-list would decide for
+// them), and a client that names trun's keys (/trun/) is closed, as the
+// store closes a connection without the job token. The relay itself proves
+// the job token to the store (auth.h) before it asks for the link.
+//
+// When the link breaks, every client is closed (the workers fail, and the
+// agent starts them again with a new relay for the next round).
+//
+// Thread-safety: every method, and every handler, runs on the io_context's
+// one thread.
+#pragma once
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/parser.h"
+
+namespace trun::store {
+
+struct RelayOptions {
+  // Where the relay listens: the loopback address ("127.0.0.1") unless a
+  // test or tool says otherwise; port 0 picks a free one.
+  std::string host = "127.0.0.1";
+  int port = 0;
+  // The job's store, and the job token it asks for ("" where it asks for
+  // none).
+  std::string store_host;
+  int store_port = 0;
+  std::string job_token;
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  Limits limits;
+  // Raise the process's open-file limit at start (as the store does).
+  bool raise_open_file_limit = true;
+};
+
+// What a relay sent upstream and served locally, for tests and tools.
+struct RelayStats {
+  uint64_t clients = 0;         // connections accepted
+  uint64_t upstream_adds = 0;   // ADDs sent up
+  uint64_t local_adds = 0;      // ADDs its clients sent
+  uint64_t upstream_waits = 0;  // WAITs sent up
+  uint64_t local_waits = 0;     // WAITs its clients sent
+  uint64_t upstream_gets = 0;   // GETs sent up
+  uint64_t local_gets = 0;      // GETs its clients sent
+  uint64_t forwarded = 0;       // other requests forwarded on clients' streams
+};
+
+class Relay {
+ public:
+  // Connects to the store (retrying until connect_timeout), proves the job
+  // token and opens the link: the link's socket, which Serve takes. Blocks;
+  // any thread (an agent that hosts the store runs it off its loop, which
+  // serves the other end).
+  static Result<int> Handshake(const RelayOptions& options);
+  // Listens for clients and serves them through `link_fd` (Handshake's), on
+  // `io`. Takes the socket, also on failure.
+  static Result<std::unique_ptr<Relay>> Serve(asio::io_context& io, RelayOptions options,
+                                              int link_fd);
+  // Handshake, then Serve: for a store on another thread or process.
+  static Result<std::unique_ptr<Relay>> Start(asio::io_context& io, RelayOptions options);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  int port() const;
+  size_t num_clients() const;
+  // Whether the link to the store is up.
+  bool linked() const;
+  RelayStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit Relay(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+// ADD batching's arithmetic: ADDs of deltas d1..dn sent up as one ADD of
+// their sum s, answered v (the key's count after all of them), are answered
+// v - s + d1, v - s + d1 + d2, ..., v: each client its own value, as if the
+// ADDs had reached the store one after the other in their order of
+// arrival (so with deltas of 1 the values are distinct and contiguous).
+// Sums wrap at 64 bits, as the store's do.
+std::vector<int64_t> SplitAddResult(int64_t upstream_value, const std::vector<int64_t>& deltas);
+
+}  // namespace trun::store

@@ -1,0 +1,492 @@
+#include "store/relay.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "store/auth.h"
+#include "store/client.h"
+#include "store/golden_bytes.h"
+#include "store/link.h"
+#include "store/raw_socket.h"
+#include "store/server.h"
+
+namespace trun::store {
+namespace {
+
+using golden::Op1;
+using golden::RawSocket;
+using golden::Str;
+using golden::U32;
+using golden::U64;
+using std::chrono::milliseconds;
+
+const std::string kRelayToken = "relay-test-token-0123456789";
+
+std::string V2(const std::string& request) {
+  return Op1(v2::kValidate) + U32(kValidationMagic) + request;
+}
+
+// ---- pure logic --------------------------------------------------------------
+
+TEST(RelayAddTest, BatchedValuesAreDistinctAndContiguous) {
+  // Five ADDs of 1 sent up as one ADD of 5, which the store answered 12:
+  // they are 8..12, in their order of arrival.
+  EXPECT_EQ(SplitAddResult(12, {1, 1, 1, 1, 1}), (std::vector<int64_t>{8, 9, 10, 11, 12}));
+  EXPECT_EQ(SplitAddResult(0, {5, -7, 2}), (std::vector<int64_t>{5, -2, 0}));
+  EXPECT_EQ(SplitAddResult(3, {3}), (std::vector<int64_t>{3}));
+  // Wrapping as the store's sums wrap.
+  EXPECT_EQ(SplitAddResult(INT64_MIN, {1, 1}), (std::vector<int64_t>{INT64_MAX, INT64_MIN}));
+}
+
+TEST(LinkCodecTest, FramesRoundTripSplitAnywhere) {
+  std::string wire;
+  PutFrames(wire, FrameKind::kOpenShared, 7, "");
+  PutFrames(wire, FrameKind::kData, 7, "abc");
+  PutFrames(wire, FrameKind::kClose, 0xFFFFFFFF, "");
+  EXPECT_EQ(wire.substr(0, 9), Op1(2) + U32(7) + U32(0));
+  EXPECT_EQ(wire.substr(9, 12), Op1(0) + U32(7) + U32(3) + "abc");
+  FrameDecoder d;
+  std::vector<Frame> got;
+  for (char ch : wire) {  // one byte at a time
+    d.Append(&ch, 1);
+    Frame f;
+    while (d.Next(&f) == FrameDecoder::Result::kFrame) got.push_back(f);
+  }
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].kind, FrameKind::kOpenShared);
+  EXPECT_EQ(got[1].payload, "abc");
+  EXPECT_EQ(got[2].stream, 0xFFFFFFFFu);
+  EXPECT_EQ(d.buffered(), 0u);
+}
+
+TEST(LinkCodecTest, ALargePayloadIsCutIntoFrames) {
+  std::string big(kMaxFramePayload * 2 + 5, 'x');
+  std::string wire;
+  PutFrames(wire, FrameKind::kData, 1, big);
+  FrameDecoder d;
+  d.Append(wire.data(), wire.size());
+  std::string joined;
+  Frame f;
+  int frames = 0;
+  while (d.Next(&f) == FrameDecoder::Result::kFrame) {
+    joined += f.payload;
+    ++frames;
+  }
+  EXPECT_EQ(frames, 3);
+  EXPECT_EQ(joined, big);
+}
+
+TEST(LinkCodecTest, HostileHeadersAreErrorsBeforeTheirBytes) {
+  for (const std::string& header :
+       {Op1(0) + U32(1) + U32(0xFFFFFFFF), Op1(9) + U32(1) + U32(0), Op1(1) + U32(1) + U32(4)}) {
+    FrameDecoder d;
+    d.Append(header.data(), header.size());
+    Frame f;
+    EXPECT_EQ(d.Next(&f), FrameDecoder::Result::kError);
+    EXPECT_FALSE(d.error().empty());
+  }
+}
+
+TEST(LinkCodecTest, EncodeRequestIsReadBackByTheParser) {
+  std::vector<std::pair<Generation, Request>> cases;
+  auto add = [&](Generation g, Op op, std::vector<std::string> args, int64_t number = 0,
+                 uint32_t word = 0) {
+    Request r;
+    r.op = op;
+    r.args = std::move(args);
+    r.number = number;
+    r.word = word;
+    cases.emplace_back(g, std::move(r));
+  };
+  add(Generation::kV2, Op::kValidate, {}, 0, kValidationMagic);
+  add(Generation::kV2, Op::kSet, {"k", std::string("\0v", 2)});
+  add(Generation::kV2, Op::kCompareSet, {"k", "", "d"});
+  add(Generation::kV2, Op::kAdd, {"k"}, -3);
+  add(Generation::kV2, Op::kWait, {"a", "b", "a"});
+  add(Generation::kV2, Op::kMultiSet, {"a", "1", "b", "2"});
+  add(Generation::kV2, Op::kListKeys, {});
+  add(Generation::kV2, Op::kBarrier, {"b"}, 8);
+  add(Generation::kV2, Op::kPing, {}, 0, 1234);
+  add(Generation::kV2, Op::kQueuePush, {"q", "x"});
+  add(Generation::kV2, Op::kCancelWait, {});
+  add(Generation::kV1, Op::kWatchKey, {"w"});
+  add(Generation::kV1, Op::kGetNumKeys, {});
+  add(Generation::kV1, Op::kMultiGet, {"a"});
+  for (Generation g : {Generation::kV1, Generation::kV2}) {
+    std::string wire = g == Generation::kV2 ? V2("") : "";
+    std::vector<Request> want;
+    for (const auto& [cg, r] : cases) {
+      if (cg != g || (g == Generation::kV2 && r.op == Op::kValidate)) continue;
+      ASSERT_TRUE(EncodeRequest(g, r, wire)) << OpName(r.op);
+      want.push_back(r);
+    }
+    RequestParser p;
+    ASSERT_TRUE(p.Append(wire.data(), wire.size()));
+    Request r;
+    if (g == Generation::kV2) {
+      ASSERT_EQ(p.Next(&r), RequestParser::Result::kRequest);  // VALIDATE
+    }
+    for (const Request& w : want) {
+      ASSERT_EQ(p.Next(&r), RequestParser::Result::kRequest) << p.error();
+      EXPECT_EQ(r.op, w.op);
+      EXPECT_EQ(r.args, w.args) << OpName(w.op);
+      EXPECT_EQ(r.number, w.number);
+      EXPECT_EQ(r.word, w.word);
+    }
+    EXPECT_EQ(p.Next(&r), RequestParser::Result::kNeedMore);
+  }
+  std::string none;
+  Request watch;
+  watch.op = Op::kWatchKey;
+  watch.args = {"w"};
+  EXPECT_FALSE(EncodeRequest(Generation::kV2, watch, none));
+  Request barrier;
+  barrier.op = Op::kBarrier;
+  barrier.args = {"b"};
+  EXPECT_FALSE(EncodeRequest(Generation::kV1, barrier, none));
+  EXPECT_TRUE(none.empty());
+}
+
+// ---- a real store, a relay in front of it -----------------------------------
+
+class RelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.host = "127.0.0.1";
+    auto s = StoreServerThread::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    store_->RunOnLoop([](StoreServer& s) { s.RequireJobToken(kRelayToken); });
+    Status st = StartRelay(kRelayToken);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  void TearDown() override {
+    if (relay_) OnRelayLoop([this] { relay_.reset(); });
+    work_.reset();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Status StartRelay(const std::string& token) {
+    RelayOptions o;
+    o.store_host = "127.0.0.1";
+    o.store_port = store_->port();
+    o.job_token = token;
+    o.connect_timeout = milliseconds(5000);
+    auto r = Relay::Start(io_, o);
+    if (!r.ok()) return r.status();
+    relay_ = std::move(*r);
+    work_.emplace(io_.get_executor());
+    thread_ = std::thread([this] { io_.run(); });
+    return Status::OK();
+  }
+
+  void OnRelayLoop(const std::function<void()>& fn) {
+    std::promise<void> done;
+    asio::post(io_, [&] {
+      fn();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  RelayStats Stats() {
+    RelayStats s;
+    OnRelayLoop([&] { s = relay_->stats(); });
+    return s;
+  }
+  // Holds the relay's loop until the returned promise is set: requests
+  // sent meanwhile are all read in one turn, as a node's clients that send
+  // at once are.
+  std::promise<void> HoldRelay() {
+    std::promise<void> release;
+    std::promise<void> held;
+    asio::post(io_, [f = release.get_future().share(), &held] {
+      held.set_value();
+      f.wait();
+    });
+    held.get_future().wait();
+    return release;
+  }
+  size_t StoreConnections() {
+    size_t n = 0;
+    store_->RunOnLoop([&](StoreServer& s) { n = s.num_connections(); });
+    return n;
+  }
+  StoreClient ViaRelay() {
+    auto c =
+        StoreClient::Connect("127.0.0.1", relay_->port(), milliseconds(5000), milliseconds(10000));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return std::move(*c);
+  }
+  StoreClient Direct() {
+    auto c =
+        StoreClient::Connect("127.0.0.1", store_->port(), milliseconds(5000), milliseconds(10000));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return std::move(*c);
+  }
+  // `n` v2 clients of the relay, once it has taken them all.
+  std::vector<RawSocket> V2Clients(size_t n) {
+    std::vector<RawSocket> clients;
+    for (size_t i = 0; i < n; ++i) {
+      clients.emplace_back(relay_->port());
+      EXPECT_TRUE(clients.back().Send(V2("")));
+    }
+    EXPECT_TRUE(Eventually([&] { return relay_->num_clients() == n; }));
+    return clients;
+  }
+  template <typename F>
+  bool Eventually(F f) {
+    for (int i = 0; i < 1000; ++i) {
+      if (f()) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
+
+  std::unique_ptr<StoreServerThread> store_;
+  asio::io_context io_{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::unique_ptr<Relay> relay_;
+  std::thread thread_;
+};
+
+TEST_F(RelayTest, EveryOperationThroughOneConnection) {
+  StoreClient c = ViaRelay();
+  StoreClient d = ViaRelay();
+  ASSERT_TRUE(c.Set("a", "1").ok());
+  EXPECT_EQ(*d.Get("a"), "1");
+  EXPECT_EQ(*c.Add("n", 5), 5);
+  EXPECT_EQ(*d.Add("n", -7), -2);
+  EXPECT_EQ(*c.CompareSet("c", "", "x"), "x");
+  EXPECT_EQ(*c.CompareSet("c", "q", "z"), "x");
+  EXPECT_FALSE(*c.Check({"missing"}));
+  EXPECT_TRUE(*c.Check({"a", "n"}));
+  EXPECT_EQ(*c.NumKeys(), 3);  // the store's auth nonce key is trun's: not shown
+  ASSERT_TRUE(c.Append("a", "23").ok());
+  EXPECT_EQ(*d.Get("a"), "123");
+  ASSERT_TRUE(c.MultiSet({{"m1", "x"}, {"m2", "y"}}).ok());
+  EXPECT_EQ(*d.MultiGet({"m1", "m2", "absent"}), (std::vector<std::string>{"x", "y", ""}));
+  EXPECT_TRUE(*c.DeleteKey("m1"));
+  EXPECT_FALSE(*c.DeleteKey("m1"));
+  EXPECT_TRUE(c.Ping().ok());
+  auto keys = c.ListKeys();
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(std::set<std::string>(keys->begin(), keys->end()),
+            (std::set<std::string>{"a", "n", "c", "m2"}));
+  ASSERT_TRUE(c.QueuePush("q", "item").ok());
+  EXPECT_EQ(*d.QueueLen("q"), 1);
+  EXPECT_EQ(*d.QueuePop("q", false), "item");
+  // What went through the relay is in the store, which holds one
+  // connection for both clients: the relay's link.
+  StoreClient direct = Direct();
+  EXPECT_EQ(*direct.Get("n"), "-2");
+  EXPECT_EQ(StoreConnections(), 2u);  // the link and `direct`
+}
+
+TEST_F(RelayTest, BatchedAddsAreDistinctAndContiguous) {
+  std::vector<RawSocket> clients = V2Clients(8);
+  {
+    auto release = HoldRelay();
+    std::string add = Op1(v2::kAdd) + Str("count") + U64(1);
+    for (auto& c : clients) ASSERT_TRUE(c.Send(add));
+    release.set_value();
+  }
+  std::set<int64_t> values;
+  for (auto& c : clients) {
+    std::string got = c.Recv(8);
+    ASSERT_EQ(got.size(), 8u);
+    int64_t v;
+    std::memcpy(&v, got.data(), 8);
+    values.insert(v);
+  }
+  EXPECT_EQ(values, (std::set<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  RelayStats s = Stats();
+  EXPECT_EQ(s.local_adds, 8u);
+  // The first went up alone; the seven that came while it was on its way,
+  // as one.
+  EXPECT_EQ(s.upstream_adds, 2u);
+  EXPECT_EQ(*Direct().Get("count"), "8");
+}
+
+TEST_F(RelayTest, OneUpstreamWaitForEveryLocalWaiter) {
+  std::vector<RawSocket> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back(relay_->port());
+    ASSERT_TRUE(clients.back().Send(V2(Op1(v2::kWait) + U64(1) + Str("ready"))));
+  }
+  ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 8; }));
+  EXPECT_EQ(Stats().upstream_waits, 1u);
+  ASSERT_TRUE(Direct().Set("ready", "1").ok());
+  for (auto& c : clients) EXPECT_EQ(c.Recv(1), Op1(kWaitStopWaiting));
+}
+
+TEST_F(RelayTest, ConcurrentGetsOfOneKeyShareOneUpstreamGet) {
+  ASSERT_TRUE(Direct().Set("value", "broadcast").ok());
+  std::vector<RawSocket> clients = V2Clients(8);
+  {
+    auto release = HoldRelay();
+    for (auto& c : clients) ASSERT_TRUE(c.Send(Op1(v2::kGet) + Str("value")));
+    release.set_value();
+  }
+  for (auto& c : clients) EXPECT_EQ(c.Recv(8 + 9), Str("broadcast"));
+  RelayStats s = Stats();
+  EXPECT_EQ(s.local_gets, 8u);
+  EXPECT_EQ(s.upstream_gets, 1u);
+}
+
+TEST_F(RelayTest, AGetAfterAWriteIsNotServedAnOlderAnswer) {
+  StoreClient c = ViaRelay();
+  ASSERT_TRUE(c.Set("k", "old").ok());
+  EXPECT_EQ(*c.Get("k"), "old");
+  ASSERT_TRUE(c.Set("k", "new").ok());
+  EXPECT_EQ(*c.Get("k"), "new");
+}
+
+TEST_F(RelayTest, AQueuePushWakesOneLocalWaiter) {
+  // A blocking pop is WAIT, then QUEUE_POP: one item must wake one waiter,
+  // the first.
+  RawSocket a(relay_->port()), b(relay_->port());
+  ASSERT_TRUE(a.Send(V2(Op1(v2::kWait) + U64(1) + Str("jobs"))));
+  ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 1; }));
+  ASSERT_TRUE(b.Send(V2(Op1(v2::kWait) + U64(1) + Str("jobs"))));
+  ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 2; }));
+  StoreClient pusher = Direct();
+  ASSERT_TRUE(pusher.QueuePush("jobs", "j1").ok());
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));  // the first to wait
+  // The item is not popped, yet b waits on: only the next push wakes it,
+  // as on the store.
+  EXPECT_EQ(b.Recv(1, 300), "");
+  ASSERT_TRUE(pusher.QueuePush("jobs", "j2").ok());
+  EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
+}
+
+TEST_F(RelayTest, WaitTimeoutCancelsAndTheClientStaysInStep) {
+  StoreClient c = ViaRelay();
+  Status st = c.Wait({"never"}, milliseconds(100));
+  EXPECT_EQ(st.code(), StatusCode::kTimeout);
+  ASSERT_TRUE(Direct().Set("never", "now").ok());
+  ASSERT_TRUE(c.Set("after", "1").ok());
+  EXPECT_EQ(*c.Get("after"), "1");
+}
+
+TEST_F(RelayTest, BarriersKeepTheirExactSemantics) {
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      StoreClient c = ViaRelay();
+      if (c.Barrier("b", 4, milliseconds(20000)).ok()) ++passed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(passed.load(), 4);
+  // A barrier that times out is cancelled upstream, and its arrival counts.
+  StoreClient c = ViaRelay();
+  EXPECT_EQ(c.Barrier("b2", 2, milliseconds(100)).code(), StatusCode::kTimeout);
+  EXPECT_TRUE(c.Barrier("b2", 2, milliseconds(10000)).ok());
+}
+
+TEST_F(RelayTest, V1ClientsAndWatchKey) {
+  RawSocket watch(relay_->port());
+  ASSERT_TRUE(watch.Send(Op1(v1::kWatchKey) + Str("/w")));
+  EXPECT_EQ(watch.Recv(1), Op1(kWatchCallbackRegistered));
+  RawSocket main(relay_->port());
+  ASSERT_TRUE(main.Send(Op1(v1::kAdd)));  // the opcode alone first, as torch 1.13
+  ASSERT_TRUE(main.Send(Str("init/") + U64(1)));
+  EXPECT_EQ(main.Recv(8), U64(1));
+  ASSERT_TRUE(main.Send(Op1(v1::kSet) + Str("/w") + Str("1")));
+  EXPECT_EQ(watch.Recv(1 + 10 + 8 + 9), Op1(kWatchKeyCreated) + Str("/w") + Str("") + Str("1"));
+  ASSERT_TRUE(main.Send(Op1(v1::kWait) + U64(1) + Str("/w") + Op1(v1::kGet) + Str("/w")));
+  EXPECT_EQ(main.Recv(1 + 9), Op1(kWaitStopWaiting) + Str("1"));
+  ASSERT_TRUE(main.Send(Op1(v1::kGetNumKeys)));
+  EXPECT_EQ(main.Recv(8), U64(2));  // init/, /w
+}
+
+TEST_F(RelayTest, TrunKeysAndBadBytesCloseOnlyThatClient) {
+  RawSocket bad(relay_->port());
+  ASSERT_TRUE(bad.Send(V2(Op1(v2::kSet) + Str("/trun/rdzv/x") + Str("1"))));
+  EXPECT_TRUE(bad.Closed());
+  RawSocket garbage(relay_->port());
+  ASSERT_TRUE(garbage.Send(std::string("\xff\xff\xff", 3)));
+  EXPECT_TRUE(garbage.Closed());
+  StoreClient good = ViaRelay();
+  ASSERT_TRUE(good.Set("fine", "1").ok());
+  EXPECT_EQ(*good.Get("fine"), "1");
+  EXPECT_TRUE(relay_->linked());
+}
+
+TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
+  RelayOptions o;
+  o.store_host = "127.0.0.1";
+  o.store_port = store_->port();
+  o.job_token = "not-the-job-token-0123456789";
+  o.connect_timeout = milliseconds(5000);
+  asio::io_context io;
+  auto wrong = Relay::Start(io, o);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied);
+  // A link asked for without the proof closes the connection.
+  RawSocket raw(store_->port());
+  ASSERT_TRUE(raw.Send(V2(Op1(v2::kCompareSet) + Str(kLinkKey) + Str("") + Str(kLinkVersion))));
+  EXPECT_TRUE(raw.Closed());
+}
+
+// ---- hostile links (the store's side) --------------------------------------
+
+// A connection that proved the token and became a link, as raw bytes.
+RawSocket OpenLink(int store_port) {
+  auto c = StoreClient::Connect("127.0.0.1", store_port, milliseconds(5000), milliseconds(5000));
+  EXPECT_TRUE(c.ok());
+  EXPECT_TRUE(ShowJobToken(*c, kRelayToken, "the store").ok());
+  EXPECT_EQ(*c->CompareSet(kLinkKey, "", kLinkVersion), kLinkVersion);
+  return RawSocket::Adopt(c->ReleaseSocket());
+}
+
+std::string LinkFrame(FrameKind kind, uint32_t stream, const std::string& payload) {
+  std::string o;
+  PutFrames(o, kind, stream, payload);
+  return o;
+}
+
+TEST_F(RelayTest, AStreamThatBreaksTheProtocolClosesAloneAndTheLinkGoesOn) {
+  RawSocket link = OpenLink(store_->port());
+  ASSERT_TRUE(link.Send(LinkFrame(FrameKind::kData, 5, std::string("\xff", 1))));
+  EXPECT_EQ(link.Recv(9), LinkFrame(FrameKind::kClose, 5, ""));
+  ASSERT_TRUE(
+      link.Send(LinkFrame(FrameKind::kData, 6, V2(Op1(v2::kSet) + Str("/trun/x") + Str("1")))));
+  EXPECT_EQ(link.Recv(9), LinkFrame(FrameKind::kClose, 6, ""));
+  ASSERT_TRUE(link.Send(LinkFrame(FrameKind::kData, 7, V2(Op1(v2::kPing) + U32(42)))));
+  EXPECT_EQ(link.Recv(9 + 4), LinkFrame(FrameKind::kData, 7, U32(42)));
+}
+
+TEST_F(RelayTest, HostileFramesDropTheLinkAndNothingElse) {
+  StoreClient bystander = Direct();
+  ASSERT_TRUE(bystander.Set("alive", "1").ok());
+  const std::vector<std::string> attacks = {
+      Op1(0) + U32(1) + U32(0xFFFFFFFF),               // a 4 GiB frame announced
+      Op1(200) + U32(1) + U32(0),                      // an unknown kind
+      LinkFrame(FrameKind::kWokeOne, 1, ""),           // the store's own kind
+      Op1(2) + U32(1) + U32(16) + "xxxxxxxxxxxxxxxx",  // OPEN_SHARED with a payload
+  };
+  for (const auto& attack : attacks) {
+    RawSocket link = OpenLink(store_->port());
+    ASSERT_TRUE(link.Send(attack));
+    EXPECT_TRUE(link.Closed());
+  }
+  // Too many streams: the link is closed at the bound, not grown.
+  RawSocket many = OpenLink(store_->port());
+  std::string opens;
+  for (uint32_t i = 1; i <= kMaxLinkStreams + 1; ++i)
+    opens += LinkFrame(FrameKind::kOpenShared, i, "");
+  ASSERT_TRUE(many.Send(opens));
+  EXPECT_TRUE(many.Closed());
+  EXPECT_EQ(*bystander.Get("alive"), "1");
+}
+
+}  // namespace
+}  // namespace trun::store
