@@ -49,6 +49,9 @@ struct Setup {
   std::string backend;
   std::string endpoint;
   std::string conf;  // more --rdzv-conf settings, or ""
+  // Each run its own: agents that exit without leaving keep an etcd run's
+  // keys until their leases expire, and the next run would join them.
+  std::string run_id;
 };
 
 // One loop per agent, as each agent has.
@@ -67,7 +70,7 @@ std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
                                    "--nproc-per-node", "1",
                                    "--rdzv-backend",   s.backend,
                                    "--rdzv-endpoint",  s.endpoint,
-                                   "--rdzv-id",        "bench",
+                                   "--rdzv-id",        s.run_id,
                                    "--rdzv-conf",      conf,
                                    "--no-python",      "true"};
   auto parsed = launch::ParseLaunchArgs(args);
@@ -156,8 +159,8 @@ Kid Spawn(const char* self, const Setup& s, int count) {
   posix_spawn_file_actions_addclose(&fa, in[1]);
   posix_spawn_file_actions_addclose(&fa, out[0]);
   std::vector<std::string> args = {
-      self,       "--child", std::to_string(count), std::to_string(s.nodes), s.backend,
-      s.endpoint, s.conf};
+      self,   "--child", std::to_string(count), std::to_string(s.nodes), s.backend, s.endpoint,
+      s.conf, s.run_id};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -192,8 +195,8 @@ int main(int argc, char** argv) {
   ::getrlimit(RLIMIT_NOFILE, &fds);
   fds.rlim_cur = fds.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &fds);
-  if (argc == 7 && std::string(argv[1]) == "--child") {
-    return Child({std::atoi(argv[3]), argv[4], argv[5], argv[6]}, std::atoi(argv[2]));
+  if (argc == 8 && std::string(argv[1]) == "--child") {
+    return Child({std::atoi(argv[3]), argv[4], argv[5], argv[6], argv[7]}, std::atoi(argv[2]));
   }
   if (argc < 4 || argc > 7) {
     std::fprintf(stderr,
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
   s.endpoint = s.backend == "c10d" ? fmt::format("127.0.0.1:{}", argv[3]) : std::string(argv[3]);
   const int procs = argc > 4 ? std::atoi(argv[4]) : std::max(1, (s.nodes + 999) / 1000);
   if (argc > 5) s.conf = argv[5];
+  s.run_id = fmt::format("bench{}", ::getpid());
   const double hold = argc > 6 ? std::atof(argv[6]) : 0;
   if (s.nodes < 2 || procs < 1 || procs > s.nodes - 1) {
     std::fprintf(stderr, "rdzv_scale: N must be 2 or more, P from 1 to N-1\n");
