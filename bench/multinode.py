@@ -98,6 +98,20 @@ def rdzv(a, tmp):
     rows += series("c10d", lambda: str(free_port()),
                    (1000, 2000) if a.quick else (1000, 2000, 5000, 10000), c10d_target,
                    QUIET_HEARTBEATS, ", no heartbeat in the window")
+    # What heartbeats cost the host: its CPU while a round runs and nothing
+    # else happens, against the same without heartbeats.
+    n, hold = (1000, 5) if a.quick else (2000, 10)
+    held = []
+    for conf in ("", QUIET_HEARTBEATS):
+        out = subprocess.run([scale, str(n), "c10d", str(free_port()), str(n // 1000), conf,
+                              str(hold)], env=env, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise SystemExit(f"bench: rdzv_scale {n} hold: {out.stderr[-2000:]}")
+        held.append(float(out.stderr.split("CPU ")[-1].split()[0]))
+    beats = n * hold  # one a second each
+    rows.append((f"rendezvous: the host's CPU per heartbeat, {n} agents for {hold} s (c10d)",
+                 f"{(held[0] - held[1]) / beats * 1e6:.0f} us ({held[0] * 1e3:.0f} ms, "
+                 f"{held[1] * 1e3:.0f} ms without heartbeats)", ""))
     with etcd_server(tmp) as endpoint:
         if endpoint:
             rows += series("etcd", lambda: endpoint, (10, 100, 1000),
