@@ -64,8 +64,7 @@ struct Round {
   // rounds of at most Options::listed_nodes nodes (and, under etcd, group
   // rank 0's, whose store serves the round's hosts); empty otherwise, as
   // each of N nodes reading an N-node list is N^2 bytes through one store
-  // (docs/rendezvous.md). Whoever needs it then reads it:
-  // Rendezvous::Members().
+  // (docs/rendezvous.md, "Who reads the whole round").
   std::vector<Participant> participants;
 };
 
