@@ -112,6 +112,19 @@ def rdzv(a, tmp):
     rows.append((f"rendezvous: the host's CPU per heartbeat, {n} agents for {hold} s (c10d)",
                  f"{(held[0] - held[1]) / beats * 1e6:.0f} us ({held[0] * 1e3:.0f} ms, "
                  f"{held[1] * 1e3:.0f} ms without heartbeats)", ""))
+    # One agent killed (its connections close): to every other agent's next round.
+    for n, conf in ((1000, ""),) if a.quick else ((1000, ""), (10000, QUIET_HEARTBEATS)):
+        runs = []
+        for _ in range(1 if a.quick or n > 1000 else 3):
+            out = subprocess.run([scale, str(n), "c10d", str(free_port()),
+                                  str(max(1, n // 1000)), conf, "kill"], env=env,
+                                 capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise SystemExit(f"bench: rdzv_scale {n} kill: {out.stderr[-2000:]}")
+            runs.append(float(out.stderr.split("next round ")[-1].split()[0]))
+        rows.append((f"rendezvous: one of {n} agents killed, to every other's next round (c10d"
+                     f"{', no heartbeat in the window' if conf else ''})",
+                     f"{statistics.median(runs) * 1e3:.0f} ms", "<= heartbeat_timeout + 1 s"))
     with etcd_server(tmp) as endpoint:
         if endpoint:
             rows += series("etcd", lambda: endpoint, (10, 100, 1000),
@@ -233,7 +246,11 @@ NOTES = """
   30 s, as above about 9,900 agents the host's store would need more
   descriptors than a process may hold (two connections per agent). The etcd
   rows share the same 2 cores with etcd itself, whose every write is a raft
-  commit with fsync.
+  commit with fsync. "One of N agents killed": that agent runs in a process
+  of its own and gets SIGKILL once every agent has its round (`rdzv_scale
+  ... kill`, `--nnodes N-1:N`); its connections close, the coordinator ends
+  the round, and each other agent asks for the next at once (it runs no
+  workers to stop); to the moment all of them have it.
 - recovery: median of 5; from the signal to the survivor's new worker's
   first instruction (its clock_gettime). kill -9 closes the dead agent's
   connections, so the store's host knows at once; SIGSTOP leaves them open

@@ -13,11 +13,14 @@
 // P: child processes (default: one per 1,000 agents); CONF: more
 // --rdzv-conf settings for every agent (`heartbeat_interval=30`); HOLD:
 // seconds to keep the round running afterwards, printing the host's CPU
-// meanwhile (what N agents' heartbeats cost it).
+// meanwhile (what N agents' heartbeats cost it), or `kill`: then SIGKILL
+// one agent (a process of its own) and print the seconds until every
+// other agent has its next round.
 // Many agents share two cores here, so this is an upper bound on what N
 // agents on N hosts would take.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -66,7 +69,8 @@ std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
   auto agent = std::make_unique<Agent>();
   std::string conf = fmt::format("is_host={},join_timeout=120", host ? 1 : 0);
   if (!s.conf.empty()) conf += "," + s.conf;
-  std::vector<std::string> args = {"--nnodes",         std::to_string(s.nodes),
+  // One node fewer may go on, as after a kill (KILL): MIN:MAX.
+  std::vector<std::string> args = {"--nnodes",         fmt::format("{}:{}", s.nodes - 1, s.nodes),
                                    "--nproc-per-node", "1",
                                    "--rdzv-backend",   s.backend,
                                    "--rdzv-endpoint",  s.endpoint,
@@ -89,7 +93,7 @@ std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
 }
 
 // Starts `agent` on its loop, without waiting; `got` runs on its loop when
-// its round comes.
+// each round comes, and each round's end asks for the next.
 void StartAgent(Agent& a, std::function<void()> got) {
   asio::post(a.io, [&a, got = std::move(got)] {
     Status s =
@@ -100,7 +104,8 @@ void StartAgent(Agent& a, std::function<void()> got) {
                          }
                          got();
                        },
-                       [](const rendezvous::RoundEnd&) {}});
+                       // As an agent does once its workers are stopped.
+                       [&a](const rendezvous::RoundEnd&) { a.rdzv->Ready(); }});
     if (!s.ok()) {
       std::fprintf(stderr, "rdzv_scale: %s\n", s.message().c_str());
       std::_Exit(1);
@@ -132,7 +137,13 @@ int Child(const Setup& s, int count) {
   std::promise<void> all;
   for (auto& a : agents) {
     StartAgent(*a, [&] {
-      if (++rounds == count) all.set_value();
+      const int got = ++rounds;
+      if (got == count) all.set_value();
+      // Every agent has its second round (after a kill, KILL below).
+      if (got == 2 * count) {
+        std::printf("again\n");
+        std::fflush(stdout);
+      }
     });
   }
   all.get_future().wait();
@@ -211,25 +222,29 @@ int main(int argc, char** argv) {
   const int procs = argc > 4 ? std::atoi(argv[4]) : std::max(1, (s.nodes + 999) / 1000);
   if (argc > 5) s.conf = argv[5];
   s.run_id = fmt::format("bench{}", ::getpid());
-  const double hold = argc > 6 ? std::atof(argv[6]) : 0;
-  if (s.nodes < 2 || procs < 1 || procs > s.nodes - 1) {
-    std::fprintf(stderr, "rdzv_scale: N must be 2 or more, P from 1 to N-1\n");
+  const bool kill = argc > 6 && std::string(argv[6]) == "kill";
+  const double hold = argc > 6 && !kill ? std::atof(argv[6]) : 0;
+  if (s.nodes < 3 || procs < 1 || procs > s.nodes - 2) {
+    std::fprintf(stderr, "rdzv_scale: N must be 3 or more, P from 1 to N-2\n");
     return 2;
   }
 
   auto host = MakeAgent(s, true);
   std::vector<Kid> kids;
+  const int others = s.nodes - 1 - (kill ? 1 : 0);
   for (int p = 0; p < procs; ++p) {
-    int count = (s.nodes - 1) / procs + (p < (s.nodes - 1) % procs ? 1 : 0);
+    int count = others / procs + (p < others % procs ? 1 : 0);
     kids.push_back(Spawn(argv[0], s, count));
   }
+  if (kill) kids.push_back(Spawn(argv[0], s, 1));  // the victim, last
   for (auto& k : kids) Expect(k, "ready");
 
-  std::promise<void> hosted;
+  std::promise<void> hosted, rehosted;
+  int host_rounds = 0;
   const double cpu0 = CpuSeconds();
   auto t0 = std::chrono::steady_clock::now();
   // The host first, as the others' connects would otherwise back off.
-  StartAgent(*host, [&] { hosted.set_value(); });
+  StartAgent(*host, [&] { (++host_rounds == 1 ? hosted : rehosted).set_value(); });
   std::promise<void> bound;  // the host's Start() has run: its store listens
   asio::post(host->io, [&] { bound.set_value(); });
   bound.get_future().wait();
@@ -251,6 +266,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::duration<double>(hold));
     std::fprintf(stderr, "rdzv_scale: CPU %.3f s in the host's process over %g s of the round\n",
                  CpuSeconds() - before, hold);
+  }
+  if (kill) {
+    const auto t1 = std::chrono::steady_clock::now();
+    ::kill(kids.back().pid, SIGKILL);
+    for (size_t i = 0; i + 1 < kids.size(); ++i) Expect(kids[i], "again");
+    rehosted.get_future().wait();
+    std::fprintf(stderr, "rdzv_scale: every other agent had its next round %.4f s after the kill\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   }
   std::fflush(stdout);
   for (auto& k : kids) {
