@@ -59,31 +59,76 @@ def job8(a, tmp, peers, env_for):
     return rows
 
 
+# Above about 9,900 agents the host's store would hold more connections than
+# a process may have descriptors (20,000 here): each agent holds two, its
+# main thread's and its control thread's, which connects for the first
+# heartbeat. The large series keeps heartbeats out of the measured window.
+QUIET_HEARTBEATS = "heartbeat_interval=30,heartbeat_timeout=90"
+
+
 def rdzv(a, tmp):
     scale = str(pathlib.Path(a.trun).parent / "rdzv_scale")
     env = dict(os.environ, TRUN_LOG_LEVEL="error")
 
-    def series(backend, endpoint, sizes, target):
+    def series(backend, endpoint, sizes, target, conf="", label=""):
         rows, prev = [], None
         for n in sizes:
             runs = []
             for _ in range(1 if a.quick else 3):
-                out = subprocess.run([scale, str(n), backend, endpoint()], env=env,
+                out = subprocess.run([scale, str(n), backend, endpoint(),
+                                      str(max(1, (n + 999) // 1000)), conf], env=env,
                                      capture_output=True, text=True, timeout=600)
                 if out.returncode != 0:
                     raise SystemExit(f"bench: rdzv_scale {n} {backend}: {out.stderr[-2000:]}")
-                runs.append(float(out.stdout))
-            t = statistics.median(runs)
+                cpu = [float(w) for w in out.stderr.split() if w.replace(".", "", 1).isdigit()]
+                runs.append((float(out.stdout), *cpu[-2:]))
+            t, host_cpu, agents_cpu = sorted(runs)[len(runs) // 2]
             growth = f" ({t / prev[1]:.1f}x for {n / prev[0]:.1f}x the agents)" if prev else ""
-            rows.append((f"rendezvous of {n} agents ({backend}, one process)",
-                         f"{t * 1e3:.0f} ms{growth}", target if n == 1000 else ""))
+            rows.append((f"rendezvous of {n} agents ({backend}{label})",
+                         f"{t * 1e3:.0f} ms{growth}; CPU: host {host_cpu * 1e3:.0f} ms "
+                         f"({host_cpu / n * 1e6:.0f} us/agent), agents "
+                         f"{agents_cpu / n * 1e6:.0f} us/agent", target(n)))
             prev = (n, t)
         return rows
 
-    rows = series("c10d", lambda: str(free_port()), (10, 100, 250, 500, 1000), "<= 2 s")
+    c10d_target = lambda n: {1000: "<= 0.3 s", 10000: "<= 2 s"}.get(n, "")
+    rows = series("c10d", lambda: str(free_port()),
+                  (10, 100, 1000) if a.quick else (10, 100, 250, 500, 1000, 2000, 4000),
+                  c10d_target)
+    rows += series("c10d", lambda: str(free_port()),
+                   (1000, 2000) if a.quick else (1000, 2000, 5000, 10000), c10d_target,
+                   QUIET_HEARTBEATS, ", no heartbeat in the window")
+    # What heartbeats cost the host: its CPU while a round runs and nothing
+    # else happens, against the same without heartbeats.
+    n, hold = (1000, 5) if a.quick else (2000, 10)
+    held = []
+    for conf in ("", QUIET_HEARTBEATS):
+        out = subprocess.run([scale, str(n), "c10d", str(free_port()), str(n // 1000), conf,
+                              str(hold)], env=env, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise SystemExit(f"bench: rdzv_scale {n} hold: {out.stderr[-2000:]}")
+        held.append(float(out.stderr.split("CPU ")[-1].split()[0]))
+    beats = n * hold  # one a second each
+    rows.append((f"rendezvous: the host's CPU per heartbeat, {n} agents for {hold} s (c10d)",
+                 f"{(held[0] - held[1]) / beats * 1e6:.0f} us ({held[0] * 1e3:.0f} ms, "
+                 f"{held[1] * 1e3:.0f} ms without heartbeats)", ""))
+    # One agent killed (its connections close): to every other agent's next round.
+    for n, conf in ((1000, ""),) if a.quick else ((1000, ""), (10000, QUIET_HEARTBEATS)):
+        runs = []
+        for _ in range(1 if a.quick or n > 1000 else 3):
+            out = subprocess.run([scale, str(n), "c10d", str(free_port()),
+                                  str(max(1, n // 1000)), conf, "kill"], env=env,
+                                 capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise SystemExit(f"bench: rdzv_scale {n} kill: {out.stderr[-2000:]}")
+            runs.append(float(out.stderr.split("next round ")[-1].split()[0]))
+        rows.append((f"rendezvous: one of {n} agents killed, to every other's next round (c10d"
+                     f"{', no heartbeat in the window' if conf else ''})",
+                     f"{statistics.median(runs) * 1e3:.0f} ms", "<= heartbeat_timeout + 1 s"))
     with etcd_server(tmp) as endpoint:
         if endpoint:
-            rows += series("etcd", lambda: endpoint, (10, 100, 1000), "")
+            rows += series("etcd", lambda: endpoint, (10, 100, 1000),
+                           lambda n: "<= 2 s" if n == 1000 else "")
     return rows
 
 
@@ -189,12 +234,23 @@ NOTES = """
 - 8 agents: medians of 9 (trun) and 3 (torchrun) whole jobs, all agents
   started at once on this machine, each a process, `--nnodes 8` (the round
   closes when all 8 are there).
-- rendezvous of N agents: `build/rdzv_scale N c10d PORT`, medians of 3; every
-  agent is a real Rendezvous made from real launch flags, with its own loop,
-  threads and store connections, all in one process on these 2 cores, so the
-  total work of N agents (each reads an N-node round) shares 2 cores; on N
-  hosts each agent's share runs in parallel. The etcd rows share the same 2
-  cores with etcd itself, whose every write is a raft commit with fsync.
+- rendezvous of N agents: `build/rdzv_scale N c10d PORT P [CONF]`, medians
+  of 3; every agent is a real Rendezvous made from real launch flags, with
+  its own loop, threads and store connections; the first hosts the store
+  and the coordinator in the benchmark's process, the others run in P child
+  processes of up to 1,000 agents each (a process may hold 20,000
+  descriptors). All on these 2 cores, so the total work of N agents shares
+  them; on N hosts each agent's share runs in parallel, and what is left is
+  the host's CPU (shown per agent: the store's requests and the
+  coordinator's judging). "no heartbeat in the window": heartbeat_interval
+  30 s, as above about 9,900 agents the host's store would need more
+  descriptors than a process may hold (two connections per agent). The etcd
+  rows share the same 2 cores with etcd itself, whose every write is a raft
+  commit with fsync. "One of N agents killed": that agent runs in a process
+  of its own and gets SIGKILL once every agent has its round (`rdzv_scale
+  ... kill`, `--nnodes N-1:N`); its connections close, the coordinator ends
+  the round, and each other agent asks for the next at once (it runs no
+  workers to stop); to the moment all of them have it.
 - recovery: median of 5; from the signal to the survivor's new worker's
   first instruction (its clock_gettime). kill -9 closes the dead agent's
   connections, so the store's host knows at once; SIGSTOP leaves them open

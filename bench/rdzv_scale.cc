@@ -1,22 +1,36 @@
-// The rendezvous at scale: N agents' rendezvous in one process, each a real
-// trun Rendezvous made from real launch flags on its own event loop (the
-// code every agent runs: its loop, its two threads, its own store
-// connections), one of them hosting the store and the coordinator. Prints
-// the seconds from the first Start() to the moment every agent has its
-// round.
+// The rendezvous at scale: N agents' rendezvous, each a real trun
+// Rendezvous made from real launch flags on its own event loop (the code
+// every agent runs: its loop, its two threads, its own store connections).
+// The first agent hosts the store and the coordinator in this process; the
+// others are spread over P child processes (this program again, `--child`),
+// as a process may hold at most 20,000 descriptors here and each agent holds
+// store connections. Prints the seconds from the first Start() to the moment
+// every agent has its round.
 //
-//   rdzv_scale N c10d PORT
-//   rdzv_scale N etcd HOST:PORT
+//   rdzv_scale N c10d PORT [P [CONF [HOLD]]]
+//   rdzv_scale N etcd HOST:PORT [P [CONF [HOLD]]]
 //
+// P: child processes (default: one per 1,000 agents); CONF: more
+// --rdzv-conf settings for every agent (`heartbeat_interval=30`); HOLD:
+// seconds to keep the round running afterwards, printing the host's CPU
+// meanwhile (what N agents' heartbeats cost it), or `kill`: then SIGKILL
+// one agent (a process of its own) and print the seconds until every
+// other agent has its next round.
 // Many agents share two cores here, so this is an upper bound on what N
 // agents on N hosts would take.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <string>
 #include <thread>
@@ -24,94 +38,247 @@
 
 #include "common/log.h"
 #include "launch/args.h"
+#include "launch/rdzv_conf.h"
 #include "rendezvous/rendezvous.h"
+
+extern char** environ;
 
 using namespace trun;
 
-int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: rdzv_scale N c10d PORT | rdzv_scale N etcd HOST:PORT\n");
-    return 2;
+namespace {
+
+struct Setup {
+  int nodes = 0;  // in the whole job
+  std::string backend;
+  std::string endpoint;
+  std::string conf;  // more --rdzv-conf settings, or ""
+  // Each run its own: agents that exit without leaving keep an etcd run's
+  // keys until their leases expire, and the next run would join them.
+  std::string run_id;
+};
+
+// One loop per agent, as each agent has.
+struct Agent {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread loop;
+  std::unique_ptr<rendezvous::Rendezvous> rdzv;
+};
+
+std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
+  auto agent = std::make_unique<Agent>();
+  std::string conf = fmt::format("is_host={},join_timeout=120", host ? 1 : 0);
+  if (!s.conf.empty()) conf += "," + s.conf;
+  // One node fewer may go on, as after a kill (KILL): MIN:MAX.
+  std::vector<std::string> args = {"--nnodes",         fmt::format("{}:{}", s.nodes - 1, s.nodes),
+                                   "--nproc-per-node", "1",
+                                   "--rdzv-backend",   s.backend,
+                                   "--rdzv-endpoint",  s.endpoint,
+                                   "--rdzv-id",        s.run_id,
+                                   "--rdzv-conf",      conf,
+                                   "--no-python",      "true"};
+  auto parsed = launch::ParseLaunchArgs(args);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "rdzv_scale: %s\n", parsed.status().message().c_str());
+    std::exit(2);
   }
-  const int n = std::atoi(argv[1]);
-  const std::string backend = argv[2];
-  const std::string endpoint =
-      backend == "c10d" ? fmt::format("127.0.0.1:{}", argv[3]) : std::string(argv[3]);
+  auto r = rendezvous::Make(agent->io, launch::RdzvOptions(parsed->config));
+  if (!r.ok()) {
+    std::fprintf(stderr, "rdzv_scale: %s\n", r.status().message().c_str());
+    std::exit(2);
+  }
+  agent->rdzv = std::move(*r);
+  agent->loop = std::thread([a = agent.get()] { a->io.run(); });
+  return agent;
+}
+
+// Starts `agent` on its loop, without waiting; `got` runs on its loop when
+// each round comes, and each round's end asks for the next.
+void StartAgent(Agent& a, std::function<void()> got) {
+  asio::post(a.io, [&a, got = std::move(got)] {
+    Status s =
+        a.rdzv->Start({[got](rendezvous::RoundOutcome r) {
+                         if (auto* none = std::get_if<rendezvous::NoRound>(&r)) {
+                           std::fprintf(stderr, "rdzv_scale: %s\n", none->why.message().c_str());
+                           std::_Exit(1);
+                         }
+                         got();
+                       },
+                       // As an agent does once its workers are stopped.
+                       [&a](const rendezvous::RoundEnd&) { a.rdzv->Ready(); }});
+    if (!s.ok()) {
+      std::fprintf(stderr, "rdzv_scale: %s\n", s.message().c_str());
+      std::_Exit(1);
+    }
+  });
+}
+
+// This process's CPU time, user and system.
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// A child: makes its agents, says "ready", starts them on "go" (a line on
+// stdin), says "done" when every one has its round, and exits on EOF. Exits
+// without leaving: the measurement is over, and a host that outlives its
+// nodes' goodbyes is not what is measured.
+int Child(const Setup& s, int count) {
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int i = 0; i < count; ++i) agents.push_back(MakeAgent(s, false));
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[16];
+  if (!std::fgets(line, sizeof line, stdin)) std::_Exit(1);
+  const double cpu0 = CpuSeconds();
+  std::atomic<int> rounds{0};
+  std::promise<void> all;
+  for (auto& a : agents) {
+    StartAgent(*a, [&] {
+      const int got = ++rounds;
+      if (got == count) all.set_value();
+      // Every agent has its second round (after a kill, KILL below).
+      if (got == 2 * count) {
+        std::printf("again\n");
+        std::fflush(stdout);
+      }
+    });
+  }
+  all.get_future().wait();
+  std::printf("done %.4f\n", CpuSeconds() - cpu0);
+  std::fflush(stdout);
+  while (std::fgets(line, sizeof line, stdin)) {
+  }
+  std::_Exit(0);
+}
+
+struct Kid {
+  pid_t pid = 0;
+  FILE* to = nullptr;
+  FILE* from = nullptr;
+};
+
+Kid Spawn(const char* self, const Setup& s, int count) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) std::exit(1);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, in[1]);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  std::vector<std::string> args = {
+      self,   "--child", std::to_string(count), std::to_string(s.nodes), s.backend, s.endpoint,
+      s.conf, s.run_id};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  Kid k;
+  if (posix_spawn(&k.pid, self, &fa, nullptr, argv.data(), environ) != 0) {
+    std::fprintf(stderr, "rdzv_scale: cannot start a child\n");
+    std::exit(1);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(in[0]);
+  ::close(out[1]);
+  k.to = ::fdopen(in[1], "w");
+  k.from = ::fdopen(out[0], "r");
+  return k;
+}
+
+// Reads the child's next line, which starts with `word`; returns the
+// number after it, if any.
+double Expect(Kid& k, const char* word) {
+  char line[64];
+  if (!std::fgets(line, sizeof line, k.from) || !std::string(line).starts_with(word)) {
+    std::fprintf(stderr, "rdzv_scale: a child did not say %s\n", word);
+    std::exit(1);
+  }
+  return std::atof(line + std::strlen(word));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   rlimit fds{};
   ::getrlimit(RLIMIT_NOFILE, &fds);
   fds.rlim_cur = fds.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &fds);
-
-  // One loop per agent, as each agent has.
-  struct Agent {
-    asio::io_context io;
-    asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-    std::thread loop;
-    std::unique_ptr<rendezvous::Rendezvous> rdzv;
-  };
-  std::vector<std::unique_ptr<Agent>> agents;
-  for (int i = 0; i < n; ++i) {
-    auto agent = std::make_unique<Agent>();
-    std::vector<std::string> args = {
-        "--nnodes",         std::to_string(n),
-        "--nproc-per-node", "1",
-        "--rdzv-backend",   backend,
-        "--rdzv-endpoint",  endpoint,
-        "--rdzv-id",        "bench",
-        "--rdzv-conf",      fmt::format("is_host={},join_timeout=120", i == 0 ? 1 : 0),
-        "--no-python",      "true"};
-    auto parsed = launch::ParseLaunchArgs(args);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "rdzv_scale: %s\n", parsed.status().message().c_str());
-      return 2;
-    }
-    auto r = rendezvous::Make(agent->io, parsed->config);
-    if (!r.ok()) {
-      std::fprintf(stderr, "rdzv_scale: %s\n", r.status().message().c_str());
-      return 2;
-    }
-    agent->rdzv = std::move(*r);
-    agent->loop = std::thread([a = agent.get()] { a->io.run(); });
-    agents.push_back(std::move(agent));
+  if (argc == 8 && std::string(argv[1]) == "--child") {
+    return Child({std::atoi(argv[3]), argv[4], argv[5], argv[6], argv[7]}, std::atoi(argv[2]));
+  }
+  if (argc < 4 || argc > 7) {
+    std::fprintf(stderr,
+                 "usage: rdzv_scale N c10d PORT [P [CONF [HOLD]]] | rdzv_scale N etcd HOST:PORT "
+                 "[P [CONF [HOLD]]]\n");
+    return 2;
+  }
+  Setup s;
+  s.nodes = std::atoi(argv[1]);
+  s.backend = argv[2];
+  s.endpoint = s.backend == "c10d" ? fmt::format("127.0.0.1:{}", argv[3]) : std::string(argv[3]);
+  const int procs = argc > 4 ? std::atoi(argv[4]) : std::max(1, (s.nodes + 999) / 1000);
+  if (argc > 5) s.conf = argv[5];
+  s.run_id = fmt::format("bench{}", ::getpid());
+  const bool kill = argc > 6 && std::string(argv[6]) == "kill";
+  const double hold = argc > 6 && !kill ? std::atof(argv[6]) : 0;
+  if (s.nodes < 3 || procs < 1 || procs > s.nodes - 2) {
+    std::fprintf(stderr, "rdzv_scale: N must be 3 or more, P from 1 to N-2\n");
+    return 2;
   }
 
-  std::atomic<int> rounds{0};
-  std::promise<void> all;
+  auto host = MakeAgent(s, true);
+  std::vector<Kid> kids;
+  const int others = s.nodes - 1 - (kill ? 1 : 0);
+  for (int p = 0; p < procs; ++p) {
+    int count = others / procs + (p < others % procs ? 1 : 0);
+    kids.push_back(Spawn(argv[0], s, count));
+  }
+  if (kill) kids.push_back(Spawn(argv[0], s, 1));  // the victim, last
+  for (auto& k : kids) Expect(k, "ready");
+
+  std::promise<void> hosted, rehosted;
+  int host_rounds = 0;
+  const double cpu0 = CpuSeconds();
   auto t0 = std::chrono::steady_clock::now();
-  for (auto& a : agents) {
-    // The host first, as the others' connects would otherwise back off.
-    std::promise<Status> started;
-    asio::post(a->io, [&] {
-      started.set_value(a->rdzv->Start({[&](Result<rendezvous::Round> r) {
-                                          if (!r.ok()) {
-                                            std::fprintf(stderr, "rdzv_scale: %s\n",
-                                                         r.status().message().c_str());
-                                            std::exit(1);
-                                          }
-                                          if (++rounds == n) all.set_value();
-                                        },
-                                        [](const std::string&) {}}));
-    });
-    Status s = started.get_future().get();
-    if (!s.ok()) {
-      std::fprintf(stderr, "rdzv_scale: %s\n", s.message().c_str());
-      return 1;
-    }
+  // The host first, as the others' connects would otherwise back off.
+  StartAgent(*host, [&] { (++host_rounds == 1 ? hosted : rehosted).set_value(); });
+  std::promise<void> bound;  // the host's Start() has run: its store listens
+  asio::post(host->io, [&] { bound.set_value(); });
+  bound.get_future().wait();
+  for (auto& k : kids) {
+    std::fputs("go\n", k.to);
+    std::fflush(k.to);
   }
-  all.get_future().wait();
+  double agents_cpu = 0;
+  for (auto& k : kids) agents_cpu += Expect(k, "done");
+  hosted.get_future().wait();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%.4f\n", seconds);
+  // Where the time went: the host's process (the store and the coordinator,
+  // and one agent) and the other agents'.
+  std::fprintf(stderr, "rdzv_scale: CPU %.3f s in the host's process, %.3f s in the agents'\n",
+               CpuSeconds() - cpu0, agents_cpu);
+  if (hold > 0) {
+    const double before = CpuSeconds();
+    std::this_thread::sleep_for(std::chrono::duration<double>(hold));
+    std::fprintf(stderr, "rdzv_scale: CPU %.3f s in the host's process over %g s of the round\n",
+                 CpuSeconds() - before, hold);
+  }
+  if (kill) {
+    const auto t1 = std::chrono::steady_clock::now();
+    ::kill(kids.back().pid, SIGKILL);
+    for (size_t i = 0; i + 1 < kids.size(); ++i) Expect(kids[i], "again");
+    rehosted.get_future().wait();
+    std::fprintf(stderr, "rdzv_scale: every other agent had its next round %.4f s after the kill\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  }
   std::fflush(stdout);
-
-  // The host last, so that nobody meanwhile mistakes its going for a loss.
-  for (auto it = agents.rbegin(); it != agents.rend(); ++it) {
-    Agent& a = **it;
-    asio::post(a.io, [&a] {
-      a.rdzv->Shutdown();
-      a.work.reset();
-      a.io.stop();
-    });
-    a.loop.join();
+  for (auto& k : kids) {
+    std::fclose(k.to);
+    ::waitpid(k.pid, nullptr, 0);
   }
   std::_Exit(0);  // the agents' memory goes with the process
 }

@@ -645,7 +645,7 @@ BENCHES = {"launch": bench_launch, "restart": bench_restart, "rss": bench_rss,
            "recovery": bench_recovery, "watchdog": bench_watchdog, "idle": bench_idle,
            "warm": bench_warm, "relay": bench_relay}
 # How each bench's rows start in RESULTS.md, where not with its name.
-ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous of", "store": "store:",
+ROW_PREFIX = {"rss": "peak RSS", "job8": "8 agents", "rdzv": "rendezvous", "store": "store:",
               "idle": "idle agent", "relay": "relay fan-in"}
 
 

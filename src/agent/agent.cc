@@ -137,10 +137,9 @@ class LocalAgent::Impl {
     // A one-node job has nothing to tell: torchrun prints nothing for it.
     if (config_.max_nodes > 1 || (config_.rdzv_backend != "static" && !config_.standalone)) {
       log::Info("round {}: node {} of {} ({}), ranks {}..{} of world size {}; store at {}:{}",
-                round_->number, round_->group_rank, round_->participants.size(),
-                round_->participants[static_cast<size_t>(round_->group_rank)].addr,
-                round_->rank_offset(), round_->rank_offset() + config_.nproc_per_node - 1,
-                round_->world_size(), round_->store_addr, round_->store_port);
+                round_->number, round_->group_rank, round_->nodes, round_->addr,
+                round_->rank_offset, round_->rank_offset + config_.nproc_per_node - 1,
+                round_->world_size, round_->store_addr, round_->store_port);
     }
     state_ = State::kStarting;
     table_->WhenReady([this] { OnTableReady(); });
@@ -189,7 +188,7 @@ class LocalAgent::Impl {
       case LaunchConfig::StoreRelay::kOff:
         return false;
       case LaunchConfig::StoreRelay::kAuto:
-        return config_.nproc_per_node > 1 && round_->world_size() > LaunchConfig::kAutoRelayWorkers;
+        return config_.nproc_per_node > 1 && round_->world_size > LaunchConfig::kAutoRelayWorkers;
     }
     return false;
   }
@@ -362,7 +361,7 @@ class LocalAgent::Impl {
     failures_.Clear();
     workers_.clear();
     const rendezvous::Round& round = *round_;
-    const int nodes = static_cast<int>(round.participants.size());
+    const int nodes = round.nodes;
     auto files = AttemptFiles::Open(run_log_dir_, static_cast<int>(round.number), config_);
     if (!files.ok()) return files.status();
     attempt_files_.emplace(std::move(*files));
@@ -371,7 +370,7 @@ class LocalAgent::Impl {
     for (int lr = 0; lr < n; ++lr) {
       Worker& w = workers_[static_cast<size_t>(lr)];
       w.local_rank = lr;
-      w.global_rank = round.rank_offset() + lr;
+      w.global_rank = round.rank_offset + lr;
       std::string prefix = !config_.log_line_prefix_template.empty()
                                ? SubstitutePrefix(config_.log_line_prefix_template, config_.role,
                                                   lr, w.global_rank, short_hostname_)
@@ -391,7 +390,7 @@ class LocalAgent::Impl {
                             .rank = w.global_rank,
                             .group_rank = round.group_rank,
                             .nodes = nodes,
-                            .world_size = round.world_size(),
+                            .world_size = round.world_size,
                             .master_addr = relay_ ? "127.0.0.1" : round.store_addr,
                             .master_port = relay_ ? relay_->port() : round.store_port,
                             .restart_count = static_cast<int>(round.number),

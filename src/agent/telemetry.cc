@@ -198,22 +198,26 @@ void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
   metrics_.Set("trun_rendezvous_last_duration_seconds", seconds);
   metrics_.Set("trun_round", static_cast<double>(round.number));
   metrics_.Set("trun_node_rank", round.group_rank);
-  metrics_.Set("trun_world_size", round.world_size());
+  metrics_.Set("trun_world_size", round.world_size);
   metrics_.Set("trun_restarts_spent", static_cast<double>(round.failures));
 
   std::optional<rendezvous::Round> previous = std::move(round_);
   round_ = round;
+  // The nodes by id where this node read the round's list: small rounds
+  // (rendezvous::Round::participants).
+  const bool listed = static_cast<int>(round.participants.size()) == round.nodes;
   ojson ids = ojson::array();
   for (const auto& p : round.participants) ids.push_back(p.id);
-  Emit("trun.rendezvous.completed",
-       {{"nodes", round.participants.size()},
-        {"world_size", round.world_size()},
-        {"participants", ids},
-        {"store", fmt::format("{}:{}", round.store_addr, round.store_port)},
-        {"restarts", round.failures},
-        {"duration_ms", static_cast<int64_t>(seconds * 1000)}});
+  ojson completed = {{"nodes", round.nodes}, {"world_size", round.world_size}};
+  if (listed) completed["participants"] = ids;
+  completed["store"] = fmt::format("{}:{}", round.store_addr, round.store_port);
+  completed["restarts"] = round.failures;
+  completed["duration_ms"] = static_cast<int64_t>(seconds * 1000);
+  Emit("trun.rendezvous.completed", std::move(completed));
 
-  if (!previous) return;
+  if (!previous || !listed || static_cast<int>(previous->participants.size()) != previous->nodes) {
+    return;
+  }
   std::set<std::string> before, after;
   for (const auto& p : previous->participants) before.insert(p.id);
   for (const auto& p : round.participants) after.insert(p.id);
@@ -225,8 +229,7 @@ void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
   for (const auto& id : before) {
     if (!after.count(id)) left.push_back(id);
   }
-  Emit("trun.membership.changed",
-       {{"nodes", round.participants.size()}, {"joined", joined}, {"left", left}});
+  Emit("trun.membership.changed", {{"nodes", round.nodes}, {"joined", joined}, {"left", left}});
 }
 
 void Telemetry::RendezvousFailed(const rendezvous::NoRound& none) {

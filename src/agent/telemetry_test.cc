@@ -57,6 +57,8 @@ rendezvous::Round MakeRound(int64_t number, std::vector<std::string> ids, int64_
   r.number = number;
   r.failures = failures;
   for (auto& id : ids) r.participants.push_back({id, "10.0.0.1", 2});
+  r.nodes = static_cast<int>(ids.size());
+  r.world_size = 2 * r.nodes;
   r.store_addr = "10.0.0.1";
   r.store_port = 29500;
   return r;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 #include <utility>
 
 #include "common/log.h"
@@ -85,7 +86,14 @@ Result<RoundDoc> DecodeRound(std::string_view text) {
 }
 
 std::string EncodeAssignment(const Assignment& answer) {
-  if (const auto* round = std::get_if<int64_t>(&answer)) return std::to_string(*round);
+  if (const auto* p = std::get_if<Placement>(&answer)) {
+    return json{
+        {"round", p->round},           {"group_rank", p->group_rank},   {"nodes", p->nodes},
+        {"world_size", p->world_size}, {"rank_offset", p->rank_offset}, {"failures", p->failures},
+        {"store_addr", p->store_addr}, {"store_port", p->store_port},   {"host", p->host},
+        {"host_rank", p->host_rank}}
+        .dump();
+  }
   const auto& none = std::get<NoRound>(answer);
   std::string_view word = "other";
   for (const auto& [kind, w] : kKindWords) {
@@ -103,11 +111,32 @@ Result<Assignment> DecodeAssignment(std::string_view text) {
         return Assignment(NoRound{kind, Status::Internal(std::string(rest.substr(colon + 1)))});
       }
     }
-  } else if (auto round = ParseInt(text); round && *round >= 0) {
-    return Assignment(*round);
+  } else if (text.starts_with("{")) {
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    Placement p;
+    auto field = [&](const char* name, auto& to) {
+      if (!j.contains(name)) return false;
+      const json& v = j[name];
+      using T = std::decay_t<decltype(to)>;
+      if constexpr (std::is_same_v<T, std::string>) {
+        if (!v.is_string()) return false;
+      } else if (!v.is_number_integer()) {
+        return false;
+      }
+      to = v.get<T>();
+      return true;
+    };
+    if (j.is_object() && field("round", p.round) && field("group_rank", p.group_rank) &&
+        field("nodes", p.nodes) && field("world_size", p.world_size) &&
+        field("rank_offset", p.rank_offset) && field("failures", p.failures) &&
+        field("store_addr", p.store_addr) && field("store_port", p.store_port) &&
+        field("host", p.host) && field("host_rank", p.host_rank) && p.round >= 0 &&
+        p.group_rank >= 0 && p.group_rank < p.nodes) {
+      return Assignment(std::move(p));
+    }
   }
   return Status::Internal(
-      fmt::format("rendezvous: a malformed answer from the coordinator (neither a round number nor "
+      fmt::format("rendezvous: a malformed answer from the coordinator (neither a placement nor "
                   "error:<kind>:<message>): {:.200}",
                   text));
 }
@@ -115,10 +144,27 @@ Result<Assignment> DecodeAssignment(std::string_view text) {
 Coordinator::Coordinator(CoordinatorOptions options, Clock::time_point now)
     : options_(std::move(options)), forming_since_(now) {}
 
-size_t Coordinator::live_nodes() const {
-  size_t n = 0;
-  for (const auto& [seq, node] : nodes_) n += node.alive ? 1 : 0;
-  return n;
+void Coordinator::SetWaiting(Node& n, bool waiting) {
+  if (n.waiting == waiting || !n.alive) return;
+  n.waiting = waiting;
+  waiting ? ++waiting_ : --waiting_;
+}
+
+void Coordinator::SetDone(Node& n, bool done) {
+  if (n.done == done) return;
+  n.done = done;
+  if (n.alive && n.participant) done ? ++done_ : --done_;
+}
+
+void Coordinator::SetGone(Node& n) {
+  if (!n.alive) return;
+  SetWaiting(n, false);
+  if (n.participant) {
+    --running_;
+    if (n.done) --done_;
+  }
+  n.alive = false;
+  --live_;
 }
 
 std::string Coordinator::Describe(const Node& n) const {
@@ -160,15 +206,19 @@ void Coordinator::OnKey(uint64_t conn, std::string_view key, std::string_view va
     auto k = ParseInt(value);
     if (!k || *k <= n.ready_count) return;
     n.ready_count = *k;
-    n.waiting = true;
-    n.participant = false;
+    SetWaiting(n, true);
+    if (n.participant) {
+      SetDone(n, false);
+      --running_;
+      n.participant = false;
+    }
   } else if (kind == "done") {
-    if (ParseInt(value) == round_ && n.participant) n.done = true;
+    if (ParseInt(value) == round_ && n.participant) SetDone(n, true);
   } else if (kind == "left") {
     n.left = true;
-    n.alive = false;
-    n.waiting = false;
-    if (phase_ == Phase::kRunning && n.participant && !n.done) {
+    const bool ends_round = phase_ == Phase::kRunning && n.participant && !n.done;
+    SetGone(n);
+    if (ends_round) {
       lost_.push_back(n.id);
       EndRound(fmt::format("membership: {} left", Describe(n)));
     }
@@ -219,17 +269,41 @@ void Coordinator::OnJoin(int64_t seq, std::string_view info, Clock::time_point n
   // A node that ran under an earlier store (we took it over) brings what
   // it knew: rounds and spent restarts go on from there.
   if (first_) {
-    next_ = std::max(next_, j.value("round", int64_t{-1}) + 1);
+    n.prev_round = j.value("round", int64_t{-1});
+    n.prev_rank = j.value("prev_rank", -1);
+    next_ = std::max(next_, n.prev_round + 1);
     failures_ = std::max(failures_, j.value("failures", int64_t{0}));
-    if (expected_.empty() && j.contains("prev") && j["prev"].is_array()) {
-      std::string lost_host = j.value("prev_host", "");
-      for (const auto& id : j["prev"]) {
-        if (id.is_string() && id.get<std::string>() != lost_host) expected_.insert(id);
+    // The last round's group ranks come back, but for the lost host's.
+    const int prev_nodes = j.value("prev_nodes", 0);
+    if (expected_.empty() && n.prev_round >= 0 && prev_nodes > 0 && prev_nodes <= 1'000'000) {
+      const int lost = j.value("prev_host_rank", -1);
+      for (int r = 0; r < prev_nodes; ++r) {
+        if (r != lost) expected_.insert(r);
       }
+      expected_round_ = n.prev_round;
     }
   }
   log::Debug("rendezvous: {} joined (node/{})", n.id, seq);
-  nodes_[seq] = std::move(n);
+  if (auto old = nodes_.find(seq); old != nodes_.end()) SetGone(old->second);
+  if (!oldest_seen_) oldest_seen_ = now;
+  ++live_;
+  Node& added = nodes_[seq] = std::move(n);
+  // "ready" 1 in the join: its first request for a round.
+  if (j.contains("ready") && j["ready"] == 1) {
+    added.ready_count = 1;
+    SetWaiting(added, true);
+  }
+}
+
+// Whether every node of the round before a takeover that is expected back
+// is waiting: walked only once enough nodes wait that it may be so.
+bool Coordinator::ExpectedAllBack() const {
+  if (waiting_ < expected_.size()) return false;
+  size_t back = 0;
+  for (const auto& [seq, n] : nodes_) {
+    back += n.alive && n.waiting && n.prev_round == expected_round_ && expected_.count(n.prev_rank);
+  }
+  return back >= expected_.size();
 }
 
 void Coordinator::OnDisconnect(uint64_t conn, Clock::time_point now) {
@@ -248,26 +322,32 @@ void Coordinator::OnNodeGone(int64_t seq, const std::string& why, Clock::time_po
 }
 
 void Coordinator::OnTimer(Clock::time_point now) {
-  for (auto& [seq, n] : nodes_) {
-    if (n.alive && options_.heartbeat_timeout.count() > 0 &&
-        now - n.last_seen >= options_.heartbeat_timeout) {
-      Lose(n, fmt::format("no heartbeat for {}", Seconds(options_.heartbeat_timeout)), now);
+  if (options_.heartbeat_timeout.count() > 0 && oldest_seen_ &&
+      now - *oldest_seen_ >= options_.heartbeat_timeout) {
+    oldest_seen_.reset();
+    for (auto& [seq, n] : nodes_) {
+      if (!n.alive) continue;
+      if (now - n.last_seen >= options_.heartbeat_timeout) {
+        Lose(n, fmt::format("no heartbeat for {}", Seconds(options_.heartbeat_timeout)), now);
+      } else if (!oldest_seen_ || n.last_seen < *oldest_seen_) {
+        oldest_seen_ = n.last_seen;
+      }
     }
   }
   Evaluate(now);
 }
 
 void Coordinator::Lose(Node& n, const std::string& why, Clock::time_point) {
-  n.alive = false;
-  n.waiting = false;
-  if (over() || n.done) {
+  const bool was_done = n.done;
+  SetGone(n);
+  if (over() || was_done) {
     // Gone after its part was played: nothing is lost.
     log::Debug("rendezvous: {} ({}) is gone: {}", Describe(n), n.addr, why);
   } else {
     log::Warning("rendezvous: lost {} ({}): {}", Describe(n), n.addr, why);
   }
   if (pending_failure_ && judging_.count(n.seq)) judging_lost_ = true;
-  if (n.participant && !n.done) {
+  if (n.participant && !was_done) {
     lost_.push_back(n.id);
     if (phase_ == Phase::kRunning) {
       EndRound(fmt::format("membership: lost {} ({}): {}", Describe(n), n.addr, why));
@@ -293,8 +373,8 @@ void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_p
   next_ = round_ + 1;
   forming_since_ = now;
   min_reached_at_.reset();
-  for (auto& [seq, n] : nodes_) {
-    n.done = false;
+  if (done_ > 0) {
+    for (auto& [seq, n] : nodes_) SetDone(n, false);
   }
   if (reason.starts_with("failure")) {
     // Judged once the round's nodes are all back (JudgeFailure): a node
@@ -340,11 +420,12 @@ void Coordinator::Fail(NoRound::Kind kind, const std::string& message) {
 
 // Everyone waiting when the job cannot go on is told why.
 void Coordinator::AnswerErrors() {
+  if (waiting_ == 0) return;
   for (auto& [seq, n] : nodes_) {
     if (!n.waiting || !n.alive) continue;
     writes_.push_back({fmt::format("assign/{}/{}", seq, n.ready_count),
                        EncodeAssignment(NoRound{error_kind_, Status::Internal(error_)})});
-    n.waiting = false;
+    SetWaiting(n, false);
   }
 }
 
@@ -352,19 +433,11 @@ void Coordinator::Evaluate(Clock::time_point now) {
   if (phase_ == Phase::kFailed || phase_ == Phase::kFinished) return AnswerErrors();
 
   if (phase_ == Phase::kRunning) {
-    bool any_done = false, all_done = true, newcomer = false;
-    int participants = 0;
-    for (auto& [seq, n] : nodes_) {
-      if (n.participant && n.alive) {
-        ++participants;
-        any_done |= n.done;
-        all_done &= n.done;
-      }
-      if (n.waiting && n.alive) newcomer = true;
-    }
+    const bool any_done = done_ > 0, all_done = done_ == running_, newcomer = waiting_ > 0;
+    const size_t participants = running_;
     if (any_done && all_done) {
       writes_.push_back({fmt::format("end/{}", round_), "done", /*if_absent=*/true});
-    } else if (newcomer && !any_done && participants < options_.max_nodes) {
+    } else if (newcomer && !any_done && participants < static_cast<size_t>(options_.max_nodes)) {
       // A late node: the running round restarts with it (not a failure).
       for (auto& [seq, n] : nodes_) {
         if (n.waiting && n.alive) {
@@ -387,18 +460,7 @@ void Coordinator::Evaluate(Clock::time_point now) {
     JudgeFailure();
     if (phase_ == Phase::kFailed) return AnswerErrors();
   }
-  std::vector<Node*> candidates;
-  size_t live = 0;
-  std::set<std::string> waiting_ids;
-  for (auto& [seq, n] : nodes_) {
-    if (!n.alive) continue;
-    ++live;
-    if (n.waiting) {
-      candidates.push_back(&n);
-      waiting_ids.insert(n.id);
-    }
-  }
-  const size_t count = candidates.size();
+  const size_t count = waiting_, live = live_;
   const auto min = static_cast<size_t>(options_.min_nodes);
   if (count >= min) {
     if (!min_reached_at_) min_reached_at_ = now;
@@ -413,15 +475,20 @@ void Coordinator::Evaluate(Clock::time_point now) {
       close = count == live || now - forming_since_ >= options_.close_timeout;
     } else if (!expected_.empty()) {
       // After a takeover: the previous round's survivors are known.
-      close = std::includes(waiting_ids.begin(), waiting_ids.end(), expected_.begin(),
-                            expected_.end()) ||
-              now - forming_since_ >= options_.close_timeout;
+      close = now - forming_since_ >= options_.close_timeout || ExpectedAllBack();
     } else {
       // The first round: wait last_call_timeout for more to come.
       close = now - *min_reached_at_ >= options_.last_call_timeout;
     }
   }
-  if (close) return Close(std::move(candidates));
+  if (close) {
+    std::vector<Node*> candidates;
+    candidates.reserve(count);
+    for (auto& [seq, n] : nodes_) {
+      if (n.alive && n.waiting) candidates.push_back(&n);
+    }
+    return Close(std::move(candidates));
+  }
   if (count < min && now - forming_since_ >= options_.join_timeout) {
     Fail(NoRound::Kind::kTimedOut, TimeoutMessage(count));
     AnswerErrors();
@@ -430,21 +497,24 @@ void Coordinator::Evaluate(Clock::time_point now) {
 
 std::string Coordinator::TimeoutMessage(size_t joined) const {
   std::vector<std::string> present, missing;
-  std::set<int> ranks;
+  std::set<int> ranks, prev_ranks;
   std::set<std::string> present_ids;
   for (const auto& [seq, n] : nodes_) {
     if (!n.alive || !n.waiting) continue;
     present.push_back(Describe(n));
     ranks.insert(n.node_rank);
     present_ids.insert(n.id);
+    if (n.prev_round == expected_round_) prev_ranks.insert(n.prev_rank);
   }
   if (options_.by_node_rank) {
     for (int r = 0; r < options_.max_nodes; ++r) {
       if (!ranks.count(r)) missing.push_back(fmt::format("node rank {}", r));
     }
   } else {
-    for (const auto& id : expected_) {
-      if (!present_ids.count(id)) missing.push_back(id);
+    for (int r : expected_) {
+      if (!prev_ranks.count(r)) {
+        missing.push_back(fmt::format("group rank {} of round {}", r, expected_round_));
+      }
     }
     for (const auto& id : lost_) {
       if (!present_ids.count(id)) missing.push_back(id + " (lost)");
@@ -476,20 +546,40 @@ void Coordinator::Close(std::vector<Node*> candidates) {
   }
   round_ = next_;
   RoundDoc doc{round_, failures_, options_.store_addr, options_.store_port, options_.host_id, {}};
+  // No common store (etcd): group rank 0's agent hosts the workers'.
+  if (doc.store_addr.empty()) {
+    doc.store_addr = candidates[0]->addr;
+    doc.store_port = candidates[0]->store_port;
+  }
   doc.nodes.reserve(candidates.size());
   Write round{fmt::format("round/{}", round_), "", false, {}};
-  for (Node* n : candidates) {
+  Placement place{round_,
+                  0,
+                  static_cast<int>(candidates.size()),
+                  0,
+                  0,
+                  failures_,
+                  doc.store_addr,
+                  doc.store_port,
+                  options_.host_id,
+                  -1};
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Node* n = candidates[i];
     doc.nodes.push_back({n->id, n->addr, n->nproc, n->store_port, n->health_port});
     if (options_.peer_of) round.seen_from.push_back(n->seen_from);
+    place.world_size += n->nproc;
+    if (n->id == options_.host_id) place.host_rank = static_cast<int>(i);
   }
   round.value = EncodeRound(doc);
   writes_.push_back(std::move(round));
   for (Node* n : candidates) {
-    writes_.push_back({fmt::format("assign/{}/{}", n->seq, n->ready_count),
-                       EncodeAssignment(Assignment(round_))});
-    n->waiting = false;
+    writes_.push_back(
+        {fmt::format("assign/{}/{}", n->seq, n->ready_count), EncodeAssignment(place)});
+    ++place.group_rank;
+    place.rank_offset += n->nproc;
+    SetWaiting(*n, false);
     n->participant = true;
-    n->done = false;
+    ++running_;
   }
   log::Info("rendezvous: round {} closed with {} node{}", round_, candidates.size(),
             candidates.size() == 1 ? "" : "s");
@@ -507,10 +597,8 @@ std::optional<Clock::time_point> Coordinator::NextDeadline() const {
   auto consider = [&](Clock::time_point t) {
     if (!next || t < *next) next = t;
   };
-  if (options_.heartbeat_timeout.count() > 0) {
-    for (const auto& [seq, n] : nodes_) {
-      if (n.alive) consider(n.last_seen + options_.heartbeat_timeout);
-    }
+  if (options_.heartbeat_timeout.count() > 0 && oldest_seen_) {
+    consider(*oldest_seen_ + options_.heartbeat_timeout);
   }
   if (phase_ == Phase::kForming) {
     if (min_reached_at_) {

@@ -53,13 +53,12 @@ struct CoordinatorOptions {
   std::function<std::string(uint64_t conn)> peer_of;
 };
 
-// round/<r>, as the coordinator writes it and the nodes read it: a JSON
-// header line {"round", "failures", "store_addr", "store_port", "host"},
-// then one line per node in group-rank order, "<id> <addr> <nproc>
-// <store_port> <health_port>". Lines rather than JSON objects: each of a thousand nodes
-// reads a thousand-node round, and splitting lines costs a fraction of
-// parsing JSON (ids and addresses never hold spaces; joins that do are
-// refused).
+// round/<r>, as the coordinator writes it and whoever needs the whole round
+// reads it: a JSON header line {"round", "failures", "store_addr",
+// "store_port", "host"}, then one line per node in group-rank order, "<id>
+// <addr> <nproc> <store_port> <health_port>". Lines rather than JSON
+// objects: splitting lines costs a fraction of parsing JSON (ids and
+// addresses never hold spaces; joins that do are refused).
 struct RoundDoc {
   int64_t round = 0;
   int64_t failures = 0;
@@ -71,16 +70,32 @@ struct RoundDoc {
 std::string EncodeRound(const RoundDoc& doc);
 Result<RoundDoc> DecodeRound(std::string_view text);
 
+// A node's place in a round: all that it needs to start its workers, so
+// that no node must read the whole round (N nodes each reading N lines is
+// N^2 bytes through one store: 5 GB at 10,000 nodes).
+struct Placement {
+  int64_t round = 0;
+  int group_rank = 0;
+  int nodes = 0;
+  int world_size = 0;
+  int rank_offset = 0;  // the global rank of the node's local rank 0
+  int64_t failures = 0;
+  std::string store_addr;  // the workers' store
+  int store_port = 0;
+  std::string host;    // the id of the node that hosts the coordinator
+  int host_rank = -1;  // its group rank in this round; -1: it takes no part
+};
+
 // assign/<s>/<k>, the coordinator's answer to node s's k-th "ready", in
-// ABNF (RFC 5234); nodes decode it here, once, into a round number or a
+// ABNF (RFC 5234); nodes decode it here, once, into a Placement or a
 // typed NoRound, so that nobody matches the message's words:
-//   answer   = round / no-round
-//   round    = 1*DIGIT                        ; then read round/<round>
-//   no-round = "error:" kind ":" message
-//   kind     = "budget_spent" / "timed_out" / "other"   ; NoRound::Kind
-//   message  = *OCTET                         ; printed whole by the agent
+//   answer    = placement / no-round
+//   placement = "{" *OCTET      ; a JSON object of Placement's fields, by name
+//   no-round  = "error:" kind ":" message
+//   kind      = "budget_spent" / "timed_out" / "other"   ; NoRound::Kind
+//   message   = *OCTET          ; printed whole by the agent
 // A decoded no-round's `why` is an internal error with the message.
-using Assignment = std::variant<int64_t, NoRound>;
+using Assignment = std::variant<Placement, NoRound>;
 std::string EncodeAssignment(const Assignment& answer);
 Result<Assignment> DecodeAssignment(std::string_view text);
 
@@ -117,7 +132,7 @@ class Coordinator {
   // For tests and the health endpoint.
   int64_t round() const { return round_; }
   int64_t failures() const { return failures_; }
-  size_t live_nodes() const;
+  size_t live_nodes() const { return live_; }
   // The job has ended (every node done, or failed for good): what is left
   // is for the nodes to read how.
   bool over() const { return phase_ == Phase::kFinished || phase_ == Phase::kFailed; }
@@ -130,9 +145,11 @@ class Coordinator {
     std::string addr;
     int nproc = 0;
     int node_rank = -1;
-    int store_port = 0;     // its workers' store, where the medium has none
-    int health_port = 0;    // its agent's health server, 0 for none
-    std::string seen_from;  // where its join came from (peer_of)
+    int store_port = 0;       // its workers' store, where the medium has none
+    int health_port = 0;      // its agent's health server, 0 for none
+    int64_t prev_round = -1;  // before a takeover: its last round
+    int prev_rank = -1;       // and its group rank in it
+    std::string seen_from;    // where its join came from (peer_of)
     Clock::time_point last_seen;
     bool alive = true;
     bool left = false;
@@ -143,6 +160,13 @@ class Coordinator {
   };
 
   void OnJoin(int64_t seq, std::string_view info, Clock::time_point now);
+  // The only ways a node's `alive`, `waiting` and `done` change, so that
+  // the counts below stay true and judging an event costs O(1), not a walk
+  // over every node (N events of N nodes: N^2).
+  void SetWaiting(Node& n, bool waiting);
+  void SetDone(Node& n, bool done);
+  void SetGone(Node& n);
+  bool ExpectedAllBack() const;
   void Lose(Node& n, const std::string& why, Clock::time_point now);
   void EndRound(const std::string& reason);
   void OnRoundEnded(int64_t r, std::string_view reason, Clock::time_point now);
@@ -157,6 +181,13 @@ class Coordinator {
   CoordinatorOptions options_;
   std::map<int64_t, Node> nodes_;
   std::map<uint64_t, int64_t> conn_to_seq_;
+  size_t live_ = 0;     // nodes alive
+  size_t waiting_ = 0;  // of them, waiting for a round
+  size_t running_ = 0;  // participants of the running round alive
+  size_t done_ = 0;     // of them, done
+  // No node's heartbeat is due before this (a lower bound: last_seen only
+  // grows), so that a heartbeat costs O(1); OnTimer makes it exact.
+  std::optional<Clock::time_point> oldest_seen_;
   Phase phase_ = Phase::kForming;
   bool first_ = true;   // no round closed yet by this coordinator
   int64_t round_ = -1;  // the running (or last) round
@@ -168,9 +199,10 @@ class Coordinator {
   std::string error_;
   Clock::time_point forming_since_;
   std::optional<Clock::time_point> min_reached_at_;
-  // After a store takeover: the previous round's nodes, less the lost host,
-  // that the first round waits for.
-  std::set<std::string> expected_;
+  // After a store takeover: the previous round's group ranks, less the lost
+  // host's, that the first round waits for, and that round's number.
+  std::set<int> expected_;
+  int64_t expected_round_ = -1;
   std::vector<std::string> lost_;  // nodes lost since the last round closed
   // The last round ended in a failure not judged yet, its nodes then, and
   // whether one of them was lost since.

@@ -59,6 +59,14 @@ class Harness {
     if (!answer.ok() || !std::holds_alternative<NoRound>(*answer)) return std::nullopt;
     return std::get<NoRound>(*answer);
   }
+  // assign/<s>/<k>'s answer, when it places the node in a round.
+  std::optional<Placement> PlacementAt(const std::string& key) const {
+    auto v = Get(key);
+    if (!v) return std::nullopt;
+    auto answer = DecodeAssignment(*v);
+    if (!answer.ok() || !std::holds_alternative<Placement>(*answer)) return std::nullopt;
+    return std::get<Placement>(*answer);
+  }
   std::vector<std::string> RoundIds(int64_t r) const {
     std::vector<std::string> ids;
     auto v = Get("round/" + std::to_string(r));
@@ -108,8 +116,18 @@ TEST(CoordinatorTest, TheFirstRoundClosesAtMaxAtOnce) {
   h.Join(2, "b");
   h.Ready(2, 1);
   EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(h.Get("assign/1/1"), "0");
-  EXPECT_EQ(h.Get("assign/2/1"), "0");
+  for (int g : {0, 1}) {
+    auto place = h.PlacementAt(fmt::format("assign/{}/1", g + 1));
+    ASSERT_TRUE(place) << h.Get(fmt::format("assign/{}/1", g + 1)).value_or("(none)");
+    EXPECT_EQ(place->round, 0);
+    EXPECT_EQ(place->group_rank, g);
+    EXPECT_EQ(place->nodes, 2);
+    EXPECT_EQ(place->world_size, 4);
+    EXPECT_EQ(place->rank_offset, 2 * g);
+    EXPECT_EQ(place->store_addr, "store");
+    EXPECT_EQ(place->store_port, 29400);
+    EXPECT_EQ(place->host_rank, -1);  // the host ("") takes no part
+  }
   auto round = DecodeRound(*h.Get("round/0"));
   ASSERT_TRUE(round.ok()) << round.status().message();
   EXPECT_EQ(round->store_addr, "store");
@@ -347,17 +365,60 @@ TEST(CoordinatorTest, TheRoundEndsDoneWhenEveryNodeIsDone) {
   EXPECT_EQ(none->why.message(), "job 'job' has already finished");
 }
 
+// Round 4 had a (group rank 0), b (1) and the host (2); the host is lost.
+json Survivor(int rank) {
+  return {{"round", 4},      {"failures", 2},       {"prev_rank", rank},
+          {"prev_nodes", 3}, {"prev_host_rank", 2}, {"ready", 1}};
+}
+
 TEST(CoordinatorTest, AfterATakeoverRoundsAndSpentRestartsGoOn) {
   Harness h(Elastic(1, 3));
-  json prev = {{"round", 4}, {"failures", 2}, {"prev", {"a", "b", "host"}}, {"prev_host", "host"}};
-  h.Join(1, "b", prev);
-  h.Ready(1, 1);
+  h.Join(1, "b", Survivor(1));
   EXPECT_FALSE(h.Get("round/5"));  // a, from the last round, is expected
-  h.Join(2, "a", prev);
-  h.Ready(2, 1);
+  h.Join(2, "a", Survivor(0));
   ASSERT_TRUE(h.Get("round/5"));
   EXPECT_EQ(DecodeRound(*h.Get("round/5"))->failures, 2);
   EXPECT_EQ(h.RoundIds(5), (std::vector<std::string>{"b", "a"}));
+}
+
+TEST(CoordinatorTest, AfterATakeoverTheMissingAreNamedByTheirLastGroupRank) {
+  CoordinatorOptions o = Elastic(2, 3);
+  o.join_timeout = 2000ms;
+  o.close_timeout = 5000ms;
+  Harness h(o);
+  h.Join(1, "b", Survivor(1));
+  h.Advance(1000ms);
+  h.Heartbeat(1);
+  h.Advance(1000ms);
+  auto none = h.NoRoundAt("assign/1/1");
+  ASSERT_TRUE(none) << h.Get("assign/1/1").value_or("(none)");
+  EXPECT_EQ(none->kind, NoRound::Kind::kTimedOut);
+  EXPECT_NE(none->why.message().find("never arrived: group rank 0 of round 4"), std::string::npos)
+      << none->why.message();
+}
+
+// A join that says "ready": 1 is its first request for a round as well.
+TEST(CoordinatorTest, AJoinMayBeTheFirstReady) {
+  CoordinatorOptions o = Elastic(2, 2);
+  o.store_addr = "";  // as under etcd: group rank 0's agent hosts the workers' store
+  o.host_id = "b";
+  Harness h(o);
+  h.Join(1, "a", {{"ready", 1}, {"store_port", 29501}});
+  EXPECT_FALSE(h.Get("round/0"));
+  h.Join(2, "b", {{"ready", 1}, {"store_port", 29502}});
+  auto place = h.PlacementAt("assign/2/1");
+  ASSERT_TRUE(place) << h.Get("assign/2/1").value_or("(none)");
+  EXPECT_EQ(place->group_rank, 1);
+  EXPECT_EQ(place->host, "b");
+  EXPECT_EQ(place->host_rank, 1);
+  EXPECT_EQ(place->store_addr, "10.0.0.1");
+  EXPECT_EQ(place->store_port, 29501);
+  // Its next request is a "ready" as before.
+  h.Put(0, "end/0", "membership: c joined");
+  h.Ready(1, 2);
+  h.Ready(2, 2);
+  ASSERT_TRUE(h.PlacementAt("assign/1/2"));
+  EXPECT_EQ(h.PlacementAt("assign/1/2")->round, 1);
 }
 
 TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
@@ -377,19 +438,34 @@ TEST(CoordinatorTest, RoundsRoundTripAndMalformedOnesAreNamed) {
   }
 }
 
-// assign/'s grammar (coordinator.h), byte for byte: a round number, or
+// assign/'s grammar (coordinator.h), byte for byte: a placement, or
 // "error:" kind ":" message with the message whole, colons and all.
 TEST(CoordinatorTest, AssignmentsHaveAGrammarAndMalformedOnesAreNamed) {
-  EXPECT_EQ(EncodeAssignment(Assignment(int64_t{12})), "12");
+  Placement p{12, 1, 3, 24, 8, 2, "store", 29400, "h", 0};
+  const std::string text = EncodeAssignment(p);
+  EXPECT_EQ(json::parse(text),
+            json::parse(R"({"round": 12, "group_rank": 1, "nodes": 3, "world_size": 24,
+                            "rank_offset": 8, "failures": 2, "store_addr": "store",
+                            "store_port": 29400, "host": "h", "host_rank": 0})"));
   EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kBudgetSpent, Status::Internal("a: b")}),
             "error:budget_spent:a: b");
   EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kTimedOut, Status::Timeout("t")}),
             "error:timed_out:t");
   EXPECT_EQ(EncodeAssignment(NoRound{NoRound::Kind::kOther, Status::Internal("")}), "error:other:");
 
-  auto round = DecodeAssignment("12");
+  auto round = DecodeAssignment(text);
   ASSERT_TRUE(round.ok()) << round.status().message();
-  EXPECT_EQ(std::get<int64_t>(*round), 12);
+  const auto& back = std::get<Placement>(*round);
+  EXPECT_EQ(back.round, 12);
+  EXPECT_EQ(back.group_rank, 1);
+  EXPECT_EQ(back.nodes, 3);
+  EXPECT_EQ(back.world_size, 24);
+  EXPECT_EQ(back.rank_offset, 8);
+  EXPECT_EQ(back.failures, 2);
+  EXPECT_EQ(back.store_addr, "store");
+  EXPECT_EQ(back.store_port, 29400);
+  EXPECT_EQ(back.host, "h");
+  EXPECT_EQ(back.host_rank, 0);
   auto spent = DecodeAssignment("error:budget_spent:the restart budget: spent");
   ASSERT_TRUE(spent.ok()) << spent.status().message();
   const auto& none = std::get<NoRound>(*spent);
@@ -401,8 +477,17 @@ TEST(CoordinatorTest, AssignmentsHaveAGrammarAndMalformedOnesAreNamed) {
 
   // The words of a message never make a kind: an untyped error (an older
   // coordinator's) or an unknown kind is malformed, and says so.
-  for (std::string_view bad : {"", "-1", "1x", "error:", "error:timed out after 5 s",
-                               "error:budget_spent", "error:nope:x", "Error:other:x"}) {
+  json missing = json::parse(text);
+  missing.erase("rank_offset");
+  json outside = json::parse(text);
+  outside["group_rank"] = 3;  // of 3 nodes
+  json typed = json::parse(text);
+  typed["store_port"] = "29400";
+  for (std::string bad :
+       {std::string(""), std::string("12"), std::string("{"), missing.dump(), outside.dump(),
+        typed.dump(), std::string("error:"), std::string("error:timed out after 5 s"),
+        std::string("error:budget_spent"), std::string("error:nope:x"),
+        std::string("Error:other:x")}) {
     auto got = DecodeAssignment(bad);
     ASSERT_FALSE(got.ok()) << bad;
     EXPECT_NE(got.status().message().find("malformed answer"), std::string::npos)

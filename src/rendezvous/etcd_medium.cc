@@ -422,6 +422,10 @@ class EtcdMedium final : public Medium {
     if (server_) server_->EraseAllBut(kTrunKeys);
   }
 
+  // Group rank 0's agent hosts the round's workers' store, which serves
+  // the round's hosts.
+  bool WantsMembers(int group_rank) const override { return group_rank == 0; }
+
   void OnRound(const Round& round) override {
     if (server_) server_->SetAllowlist(AllowlistFor(s_->o.store_access, round.participants, ""));
   }

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -99,7 +100,8 @@ class FakeWorld {
     auto it = heartbeats_.find(node);
     return it == heartbeats_.end() ? 0 : it->second;
   }
-  // Whether `node` has asked the current host for a round (ready/).
+  // Whether `node` has asked the current host for a round (ready/, or
+  // "ready" in its join).
   bool Ready(const std::string& node) const {
     std::lock_guard lk(mu_);
     return ready_.count(node) > 0;
@@ -141,6 +143,8 @@ class FakeWorld {
     std::lock_guard lk(mu_);
     TRUN_RETURN_IF_ERROR(Check(conn));
     int64_t seq = ++next_seq_;
+    auto j = nlohmann::json::parse(info, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("ready")) ready_.insert(conns_[conn].node);
     Store(conn, fmt::format("node/{}", seq), info, false);
     return seq;
   }

@@ -85,6 +85,10 @@ class Medium {
   // (StoreServer::EraseAllBut says why). A medium whose coordinator serves
   // the workers does so when it closes a round instead.
   virtual void ForgetWorkerKeys() {}
+  // Main thread: whether this node, at `group_rank`, needs the round's
+  // whole list of nodes for OnRound (Round::participants) where the round
+  // is too large for every node to read it.
+  virtual bool WantsMembers(int /*group_rank*/) const { return false; }
   // Loop thread, when this node learns of a round it takes part in, before
   // the agent starts its workers: the store it hosts for its workers
   // (WorkerStorePort) serves that round's hosts (store_access.h).

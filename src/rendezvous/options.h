@@ -67,6 +67,10 @@ struct Options : Settings {
   Duration linger{35'000};
   // static's MASTER_PORT given by flag: bind exactly that port.
   bool port_given = false;
+  // Rounds of up to this many nodes are read whole by every node
+  // (Round::participants); in larger ones each node reads only its own
+  // placement, as every node reading the list costs N^2 bytes.
+  int listed_nodes = 256;
 
   // A job of one node that hosts its workers' store alone (a one-node
   // static or --standalone job) has nothing to agree on: Make() returns an

@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -219,10 +220,19 @@ class Node final : public Rendezvous {
                  {"node_rank", o_.node_rank},
                  {"round", known_round_},
                  {"failures", known_failures_},
-                 {"prev", prev_ids_},
-                 {"prev_host", last_host_},
+                 {"prev_rank", prev_rank_},
+                 {"prev_nodes", prev_nodes_},
+                 {"prev_host_rank", prev_host_rank_},
                  {"store_port", medium_->WorkerStorePort()},
                  {"health_port", o_.health_port}};
+    // A node whose workers are stopped asks for its first round in its
+    // join: one request less per node (docs/rendezvous.md).
+    bool ready_at_join;
+    {
+      std::lock_guard lk(mu_);
+      ready_at_join = want_round_ && !succeeded_;
+    }
+    if (ready_at_join) info["ready"] = 1;
     auto seq = link.Join(info.dump());
     if (!seq.ok()) return seq.status();
     {
@@ -242,7 +252,9 @@ class Node final : public Rendezvous {
         }
         ++asked;
       }
-      TRUN_RETURN_IF_ERROR(link.Put(fmt::format("ready/{}", *seq), std::to_string(asked)));
+      if (asked > 1 || !ready_at_join) {
+        TRUN_RETURN_IF_ERROR(link.Put(fmt::format("ready/{}", *seq), std::to_string(asked)));
+      }
       auto assign = link.Await(fmt::format("assign/{}/{}", *seq, asked));
       if (!assign.ok()) return assign.status();
       auto answer = DecodeAssignment(*assign);
@@ -254,9 +266,18 @@ class Node final : public Rendezvous {
         PostNoRound(std::move(*none));
         return Status::OK();
       }
-      auto round_json = link.Await(fmt::format("round/{}", std::get<int64_t>(*answer)));
-      if (!round_json.ok()) return round_json.status();
-      auto round = ParseRound(*round_json);
+      auto place = std::get<Placement>(std::move(*answer));
+      // The whole list of the round's nodes only where it is small, for
+      // group rank 0 (the hang watch's judge asks every node), or where the
+      // medium needs it (Round::participants).
+      std::optional<std::string> list;
+      if (place.nodes <= o_.listed_nodes || place.group_rank == 0 ||
+          medium_->WantsMembers(place.group_rank)) {
+        auto text = link.Await(fmt::format("round/{}", place.round));
+        if (!text.ok()) return text.status();
+        list = std::move(*text);
+      }
+      auto round = TakePlace(std::move(place), list);
       if (!round.ok()) {
         PostNoRound({NoRound::Kind::kOther, round.status()});
         return Status::OK();
@@ -285,31 +306,37 @@ class Node final : public Rendezvous {
     }
   }
 
-  Result<Round> ParseRound(const std::string& text) {
-    auto doc = DecodeRound(text);
-    if (!doc.ok()) return doc.status();
+  // The round as this node takes part in it, with `list` (round/<r>) where
+  // it was read.
+  Result<Round> TakePlace(Placement p, const std::optional<std::string>& list) {
     Round r;
-    r.number = doc->round;
-    r.failures = doc->failures;
-    r.store_addr = std::move(doc->store_addr);
-    r.store_port = doc->store_port;
-    r.participants = std::move(doc->nodes);
-    r.group_rank = -1;
-    prev_ids_.clear();
-    for (size_t i = 0; i < r.participants.size(); ++i) {
-      if (r.participants[i].id == id_) r.group_rank = static_cast<int>(i);
-      prev_ids_.push_back(r.participants[i].id);
-    }
-    if (r.group_rank < 0) return Status::Internal("rendezvous: assigned a round without us");
-    // The workers' store: where the coordinator says, or (etcd, where no
-    // agent hosts the coordinator's store for good) group rank 0's agent.
-    if (r.store_addr.empty()) {
-      r.store_addr = r.participants[0].addr;
-      r.store_port = r.participants[0].store_port;
+    r.number = p.round;
+    r.group_rank = p.group_rank;
+    r.nodes = p.nodes;
+    r.world_size = p.world_size;
+    r.rank_offset = p.rank_offset;
+    r.addr = addr_;
+    r.store_addr = std::move(p.store_addr);
+    r.store_port = p.store_port;
+    r.failures = p.failures;
+    if (list) {
+      auto doc = DecodeRound(*list);
+      if (!doc.ok()) return doc.status();
+      r.participants = std::move(doc->nodes);
+      const auto g = static_cast<size_t>(p.group_rank);
+      if (r.participants.size() != static_cast<size_t>(p.nodes) || r.participants[g].id != id_) {
+        return Status::Internal(fmt::format(
+            "rendezvous: round {} places this node ({}) at group rank {} of {}, which its list "
+            "of nodes does not",
+            p.round, id_, p.group_rank, p.nodes));
+      }
     }
     known_round_ = r.number;
     known_failures_ = r.failures;
-    last_host_ = std::move(doc->host);
+    prev_rank_ = r.group_rank;
+    prev_nodes_ = r.nodes;
+    prev_host_rank_ = p.host_rank;
+    last_host_ = std::move(p.host);
     return r;
   }
 
@@ -388,7 +415,9 @@ class Node final : public Rendezvous {
   std::string addr_;
   int64_t known_round_ = -1;
   int64_t known_failures_ = 0;
-  std::vector<std::string> prev_ids_;
+  int prev_rank_ = -1;       // this node's group rank in the last round
+  int prev_nodes_ = 0;       // that round's nodes
+  int prev_host_rank_ = -1;  // and its host's group rank (-1: none)
   std::string last_host_;
 
   // Shared, under mu_.

@@ -76,6 +76,7 @@ class ParticipantTest : public ::testing::Test {
     o.max_nodes = max_nodes_;
     o.max_restarts = max_restarts_;
     o.nproc = 2;
+    o.listed_nodes = listed_nodes_;
     o.join_timeout = seconds(600);
     o.last_call_timeout = kLastCall;
     o.heartbeat_interval = Duration(2);  // real: the control thread's pace
@@ -159,6 +160,7 @@ class ParticipantTest : public ::testing::Test {
   int min_nodes_ = 1;
   int max_nodes_ = 1;
   int max_restarts_ = 0;
+  int listed_nodes_ = 64;
   std::unique_ptr<FakeWorld> world_;  // outlives the agents
   std::map<std::string, std::unique_ptr<Agent>> agents_;
 };
@@ -172,14 +174,32 @@ TEST_F(ParticipantTest, RoundClosesAtMaxNodesInJoinOrder) {
   for (Agent* n : {&a, &b, &c}) {
     EXPECT_EQ(n->round()->number, 0);
     EXPECT_EQ(Ids(*n->round()), (std::vector<std::string>{"a", "b", "c"}));
-    EXPECT_EQ(n->round()->world_size(), 6);
+    EXPECT_EQ(n->round()->world_size, 6);
     EXPECT_EQ(n->round()->store_addr, "10.0.0.9");
     EXPECT_EQ(n->round()->store_port, 29400);
     EXPECT_EQ(n->round()->failures, 0);
   }
   EXPECT_EQ(a.round()->group_rank, 0);
   EXPECT_EQ(c.round()->group_rank, 2);
-  EXPECT_EQ(c.round()->rank_offset(), 4);
+  EXPECT_EQ(c.round()->rank_offset, 4);
+}
+
+// A round larger than listed_nodes: each node reads only its placement,
+// never the whole round, and knows all it needs to start its workers.
+TEST_F(ParticipantTest, ALargeRoundIsNotReadWhole) {
+  listed_nodes_ = 2;
+  auto nodes = FirstRound(2, {"a", "b", "c"});
+  ASSERT_EQ(nodes.size(), 3u);
+  for (int g = 0; g < 3; ++g) {
+    const Round& r = *nodes[static_cast<size_t>(g)]->round();
+    EXPECT_TRUE(r.participants.empty());
+    EXPECT_EQ(r.group_rank, g);
+    EXPECT_EQ(r.nodes, 3);
+    EXPECT_EQ(r.world_size, 6);
+    EXPECT_EQ(r.rank_offset, 2 * g);
+    EXPECT_EQ(r.store_addr, "10.0.0.9");
+    EXPECT_EQ(r.store_port, 29400);
+  }
 }
 
 // Above min_nodes and below max: the round waits last_call_timeout for more

@@ -35,6 +35,9 @@ class SingleNode final : public Rendezvous {
     if (!options_.job_token.empty()) server_->RequireJobToken(options_.job_token);
     Participant self{FqdnHostname(), alone_.addr, options_.nproc};
     round_.participants = {self};
+    round_.nodes = 1;
+    round_.world_size = options_.nproc;
+    round_.addr = self.addr;
     // One node: its workers reach the store over loopback or this host's
     // own addresses, which every allowlist admits; nobody else needs it.
     server_->SetAllowlist(AllowlistFor(options_.store_access, round_.participants, ""));

@@ -53,22 +53,20 @@ struct Round {
   // so that torch's store prefix /worker/attempt_<N> is the same on every node.
   int64_t number = 0;
   int group_rank = 0;
-  std::vector<Participant> participants;  // in group-rank order
-  std::string store_addr;                 // the workers' MASTER_ADDR
-  int store_port = 0;                     // and MASTER_PORT
-  int64_t failures = 0;                   // failed rounds so far, job-wide
-
-  int world_size() const {
-    int n = 0;
-    for (const auto& p : participants) n += p.nproc;
-    return n;
-  }
-  // The global rank of this node's local rank 0.
-  int rank_offset() const {
-    int n = 0;
-    for (int i = 0; i < group_rank; ++i) n += participants[static_cast<size_t>(i)].nproc;
-    return n;
-  }
+  int nodes = 0;           // in the round
+  int world_size = 0;      // the round's workers, all nodes together
+  int rank_offset = 0;     // the global rank of this node's local rank 0
+  std::string addr;        // this node's address, as it took part
+  std::string store_addr;  // the workers' MASTER_ADDR
+  int store_port = 0;      // and MASTER_PORT
+  int64_t failures = 0;    // failed rounds so far, job-wide
+  // Every node of the round in group-rank order, where this node read them:
+  // rounds of at most Options::listed_nodes nodes, and group rank 0's (the
+  // hang watch's judge asks every node; under etcd its store serves the
+  // round's hosts); empty otherwise, as
+  // each of N nodes reading an N-node list is N^2 bytes through one store
+  // (docs/rendezvous.md, "Who reads the whole round").
+  std::vector<Participant> participants;
 };
 
 // Why this node gets no round: the job cannot go on. The coordinator says

@@ -55,7 +55,7 @@ TEST(SingleNodeTest, ASpentBudgetIsATypedOutcome) {
 
   ASSERT_EQ(got.size(), 3u);
   ASSERT_TRUE(std::holds_alternative<Round>(got[0]));
-  EXPECT_EQ(std::get<Round>(got[0]).world_size(), 2);
+  EXPECT_EQ(std::get<Round>(got[0]).world_size, 2);
   ASSERT_TRUE(std::holds_alternative<Round>(got[1]));
   EXPECT_EQ(std::get<Round>(got[1]).number, 1);
   EXPECT_EQ(std::get<Round>(got[1]).failures, 1);
