@@ -41,7 +41,9 @@ def test_a_hung_rank_alone_on_its_node_is_named_for_the_job_and_fails_it(agents,
 
     odd = (f"rank 1 is not where the others are: in stuck_before_the_collective at "
            f"{SCRIPT.name}:{SLEEP_LINE}")
-    (judge,) = [a for a in (first, second) if f"error: {odd}" in a.text()]
+    judges = [a for a in (first, second) if f"error: {odd}" in a.text()]
+    assert len(judges) == 1, f"first:\n{first.text()}\nsecond:\n{second.text()}"
+    (judge,) = judges
     (other,) = [a for a in (first, second) if a is not judge]
     text = judge.text()
     assert "on any of the job's 2 node(s)" in text, text
