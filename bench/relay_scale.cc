@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "store/encode.h"
+#include "store/process_limits.h"
 #include "store/relay.h"
 #include "store/server.h"
+#include "store/server_thread.h"
 #include "store/wire_format.h"
 
 namespace {

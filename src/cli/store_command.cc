@@ -6,8 +6,10 @@
 
 #include "common/exit_code.h"
 #include "common/log.h"
+#include "store/process_limits.h"
 #include "store/relay.h"
 #include "store/server.h"
+#include "store/server_thread.h"
 
 namespace trun::cli {
 

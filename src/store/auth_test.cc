@@ -4,6 +4,7 @@
 
 #include "store/client.h"
 #include "store/server.h"
+#include "store/server_thread.h"
 
 namespace trun::store {
 namespace {

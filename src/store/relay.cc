@@ -17,7 +17,7 @@
 #include "store/connection.h"
 #include "store/encode.h"
 #include "store/link.h"
-#include "store/server.h"
+#include "store/process_limits.h"
 
 namespace trun::store {
 

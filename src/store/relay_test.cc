@@ -14,6 +14,7 @@
 #include "store/link.h"
 #include "store/raw_socket.h"
 #include "store/server.h"
+#include "store/server_thread.h"
 
 namespace trun::store {
 namespace {

@@ -1,13 +1,9 @@
 #include "store/server.h"
 
-#include <malloc.h>
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <future>
 #include <set>
 #include <unordered_map>
 
@@ -22,7 +18,9 @@
 #include "store/handlers.h"
 #include "store/keyspace.h"
 #include "store/link.h"
+#include "store/link_host.h"
 #include "store/pressure.h"
+#include "store/process_limits.h"
 
 namespace trun::store {
 
@@ -32,49 +30,20 @@ namespace {
 // ProcessStoreStats' counters.
 std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
-std::atomic<uint64_t> g_links_opened{0}, g_links_closed{0};
-
-// ServerOptions::max_connections' default: the open-file limit less a
-// reserve for the process's own descriptors. An agent that hosts the store
-// holds a few per worker (pipes, pidfds, log files) besides its own dozen:
-// 256 covers a node of 64 workers, and 1/64 of a larger limit leaves room
-// for more, while 19,000 of the 20,000 this project's machines allow stay
-// for clients (issue 31; a reserve of 1/8 capped them at 17,500).
-size_t DefaultMaxConnections() {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-  size_t limit = rl.rlim_cur;
-  size_t reserve = std::max<size_t>(256, limit / 64);
-  return limit > reserve ? limit - reserve : 1;
-}
-
-// Clients decide the sizes of the buffers the store grows, and a buffer
-// grows by doubling: copied into one twice its size, the old one freed.
-// glibc's default raises its mmap threshold to the size of each mapped
-// block freed, so after the first few of them every later buffer up to
-// 32 MiB comes from the heap, whose freed middle is never returned: 40
-// unfinished 4 MiB requests then took the process's peak 84 MiB past what
-// they held, over the budget of unfinished requests (pressure.h). A fixed
-// threshold keeps every buffer of 128 KiB or more in its own mapping,
-// returned when freed, so what the store holds is what it resides in (68
-// MiB peak for the same 40). The setting is the process's; the store is
-// what makes it matter, so the store sets it.
-void ReturnLargeBuffersWhenFreed() {
-  [[maybe_unused]] static const int once = mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-}
-
 }  // namespace
 
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>,
                           public KeyspaceListener,
-                          public ConnectionHost {
+                          public ConnectionHost,
+                          public LinkServer {
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
         io_(io),
         keys_(*this, options_.limits.max_value_bytes),
         partial_sweep_(io),
-        partial_(options_.max_partial_bytes) {}
+        partial_(options_.max_partial_bytes),
+        links_(*this, keys_, options_.limits) {}
 
   Status Listen() {
     // As torch's libuv server: "" or "::" is every address over IPv6 and
@@ -98,9 +67,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
-    g_links_closed.fetch_add(links_.size(), std::memory_order_relaxed);
-    links_.clear();
-    stream_owners_.clear();
+    links_.Clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
     keys_.ForgetEveryone();
@@ -148,15 +115,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     std::string o;
     PutU8(o, kWaitStopWaiting);
     if (auto it = connections_.find(owner); it != connections_.end()) return it->second->Send(o);
-    auto [link, stream] = StreamOf(owner);
-    if (stream == nullptr) return;
-    if (stream->shared && by_push) {
-      // The push's item serves one of the relay's waiters; the others keep
-      // waiting on this stream, for the key's next change or push.
-      keys_.WaitForNext(owner, stream->wait_key);
-      return SendFrame(*link, FrameKind::kWokeOne, stream->id, "");
-    }
-    SendFrame(*link, FrameKind::kData, stream->id, o);
+    links_.WaitDone(owner, by_push, o);
   }
 
   void Watched(const std::vector<uint64_t>& watchers, uint8_t event, const std::string& key,
@@ -171,8 +130,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       auto it = connections_.find(id);
       if (it != connections_.end()) {
         it->second->Send(o);
-      } else if (auto [link, stream] = StreamOf(id); stream != nullptr) {
-        SendFrame(*link, FrameKind::kData, stream->id, o);
+      } else {
+        links_.SendTo(id, o);
       }
     }
   }
@@ -354,7 +313,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // closes connections while unfinished requests hold more than the
   // budget (pressure.h). Returns false when `c` was closed.
   bool HoldPartial(const std::shared_ptr<Connection>& c, size_t arrived) {
-    partial_.Update(c->id, arrived, HeldBy(*c), Clock::now());
+    partial_.Update(c->id, arrived, links_.HeldBy(*c), Clock::now());
     while (auto victim = partial_.OverBudget()) {
       auto it = connections_.find(*victim);
       if (it == connections_.end()) {
@@ -466,14 +425,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_.Remove(c->id);
     silent_.erase(c->id);
     keys_.Forget(c->id);
-    if (auto link = links_.find(c->id); link != links_.end()) {
-      for (const auto& [id, stream] : link->second.streams) {
-        keys_.Forget(stream->owner);
-        stream_owners_.erase(stream->owner);
-      }
-      links_.erase(link);
-      g_links_closed.fetch_add(1, std::memory_order_relaxed);
-    }
+    links_.Forget(c->id);
     CloseSocket(*c);
     connections_.erase(c->id);
     if (on_disconnect_) {
@@ -485,202 +437,38 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
     bool untrun = false;
     if (!Admitted(c, r, untrun)) return;
-    if (r.op == Op::kCompareSet && r.args[0] == kLinkKey) return OpenLink(c, r);
-    current_conn_ = c->id;
-    g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
-    Outcome out = HandleRequest(keys_, r, {c->id, untrun, c->ReplyRoom()});
+    if (r.op == Op::kCompareSet && r.args[0] == kLinkKey) return links_.Open(c, r);
+    Outcome out = HandleFor(c, c->id, r, untrun);
     if (out.kind == Outcome::kReply) c->Send(out.bytes);
     if (out.kind == Outcome::kDrop) Drop(c, out.bytes);
   }
 
-  // ---- relays' links (link.h) ------------------------------------------------
+  // LinkServer: what a relay's streams need of the server (link_host.h).
+  Outcome HandleFor(const std::shared_ptr<Connection>& c, uint64_t owner, Request& r,
+                    bool untrun) override {
+    current_conn_ = c->id;
+    g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
+    return HandleRequest(keys_, r, {owner, untrun, c->ReplyRoom()});
+  }
 
-  // One TCPStore connection carried by a link: what the store keeps for a
-  // real connection, under an owner id of its own.
-  struct Stream {
-    uint64_t owner = 0;
-    uint32_t id = 0;
-    bool shared = false;   // opened with kOpenShared
-    std::string wait_key;  // a shared stream's: the key its WAIT names
-    RequestParser parser;
-    explicit Stream(const Limits& limits) : parser(limits) {}
-  };
-  struct Link {
-    FrameDecoder frames;
-    std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams;
-    size_t held = 0;  // bytes its streams' parsers hold
-  };
+  uint64_t NewOwner() override { return ++last_conn_id_; }
 
-  // The handshake's last step: a connection that proved the job token
-  // (where the store asks for one; Admitted() refused it otherwise) asks to
-  // become a link.
-  void OpenLink(const std::shared_ptr<Connection>& c, const Request& r) {
-    if (!r.args[1].empty() || r.args[2] != kLinkVersion) {
-      return Drop(c, fmt::format("asked for a link of version \"{}\"; this store speaks {}",
-                                 r.args[2], kLinkVersion));
-    }
-    std::string o;
-    PutBytes(o, kLinkVersion);
-    c->Send(o);
-    c->link = true;
-    links_.emplace(c->id, Link{});
-    g_links_opened.fetch_add(1, std::memory_order_relaxed);
+  // A stream's request is judged as a connection without the job token
+  // is: a relay's clients are torch's workers, which never prove it.
+  Admission AdmitStreamRequest(const Request& r) override {
+    Standing standing;
+    standing.token_asked = !job_token_.empty();
+    return Admit(r, standing);
+  }
+
+  void StreamDropped(const asio::ip::address& peer, const std::string& why,
+                     const std::string& line) override {
+    g_dropped.fetch_add(1, std::memory_order_relaxed);
+    LogRefusal(peer, why, line);
   }
 
   bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) override {
-    auto it = links_.find(c->id);
-    if (it == links_.end()) return false;
-    Link& link = it->second;
-    link.frames.Append(data, n);
-    Frame f;
-    while (true) {
-      auto got = link.frames.Next(&f);
-      if (got == FrameDecoder::Result::kNeedMore) break;
-      if (got == FrameDecoder::Result::kError) {
-        Drop(c, link.frames.error());
-        return false;
-      }
-      OnFrame(c, link, f);
-      if (c->closed) return false;
-    }
-    return HoldPartial(c, n);
-  }
-
-  void OnFrame(const std::shared_ptr<Connection>& c, Link& link, Frame& f) {
-    auto it = link.streams.find(f.stream);
-    switch (f.kind) {
-      case FrameKind::kClose:
-        if (it != link.streams.end()) ForgetStream(link, it);
-        return;
-      case FrameKind::kWokeOne:
-        return Drop(c, "a relay sent WOKE_ONE, which only the store sends");
-      case FrameKind::kOpenShared:
-        if (it != link.streams.end()) {
-          return Drop(c, fmt::format("stream {} opened as shared after its first bytes", f.stream));
-        }
-        OpenStream(c, link, f.stream, true);
-        return;
-      case FrameKind::kData:
-        break;
-    }
-    Stream* s = it != link.streams.end() ? it->second.get() : OpenStream(c, link, f.stream, false);
-    if (s == nullptr) return;
-    // link.held is the sum of its streams' held() at every step, so that
-    // closing a stream anywhere takes back exactly what it held.
-    size_t before = s->parser.held();
-    if (!s->parser.Append(f.payload.data(), f.payload.size())) {
-      return CloseStream(c, link, *s, s->parser.error());
-    }
-    link.held += s->parser.held() - before;
-    Request r;
-    while (true) {
-      size_t held = s->parser.held();
-      auto got = s->parser.Next(&r);
-      link.held -= held - s->parser.held();
-      if (got == RequestParser::Result::kNeedMore) return;
-      if (got == RequestParser::Result::kError) return CloseStream(c, link, *s, s->parser.error());
-      // False: the stream, or the whole link, is gone.
-      if (!HandleStreamRequest(c, link, *s, r) || c->closed) return;
-    }
-  }
-
-  // nullptr (and the link dropped) past kMaxLinkStreams.
-  Stream* OpenStream(const std::shared_ptr<Connection>& c, Link& link, uint32_t id, bool shared) {
-    if (link.streams.size() >= kMaxLinkStreams) {
-      Drop(c, fmt::format("more than {} streams open on one link", kMaxLinkStreams));
-      return nullptr;
-    }
-    auto s = std::make_unique<Stream>(options_.limits);
-    s->owner = ++last_conn_id_;
-    s->id = id;
-    s->shared = shared;
-    stream_owners_[s->owner] = {c->id, id};
-    return link.streams.emplace(id, std::move(s)).first->second.get();
-  }
-
-  void ForgetStream(Link& link,
-                    std::unordered_map<uint32_t, std::unique_ptr<Stream>>::iterator it) {
-    Stream& s = *it->second;
-    link.held -= std::min(link.held, s.parser.held());
-    keys_.Forget(s.owner);
-    stream_owners_.erase(s.owner);
-    link.streams.erase(it);
-  }
-
-  // A stream that broke the protocol, a limit or the admission rule is
-  // closed as its connection would be; the link and its other streams go
-  // on.
-  void CloseStream(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
-                   const std::string& why) {
-    g_dropped.fetch_add(1, std::memory_order_relaxed);
-    LogRefusal(c->peer, why,
-               fmt::format("store: closed stream {} of the relay at {}: {}", s.id,
-                           c->peer.to_string(), why));
-    uint32_t id = s.id;
-    SendFrame(*c, FrameKind::kClose, id, "");
-    if (!c->closed) ForgetStream(link, link.streams.find(id));
-  }
-
-  // A stream's request, judged as a connection without the job token is
-  // (a relay's clients are torch's workers, which never prove it). False
-  // when the stream, or its link, was closed.
-  bool HandleStreamRequest(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
-                           Request& r) {
-    Standing standing;
-    standing.token_asked = !job_token_.empty();
-    Admission a = Admit(r, standing);
-    if (a.verdict != Verdict::kServe && a.verdict != Verdict::kServeUntrun) {
-      CloseStream(
-          c, link, s,
-          fmt::format("{} names trun's keys, which a relay's client may not use", OpName(r.op)));
-      return false;
-    }
-    if (s.shared && r.op != Op::kValidate && (r.op != Op::kWait || r.args.size() != 1)) {
-      CloseStream(
-          c, link, s,
-          fmt::format("{} on a shared stream, which carries WAITs of one key", OpName(r.op)));
-      return false;
-    }
-    if (s.shared && r.op == Op::kWait) s.wait_key = r.args[0];
-    current_conn_ = c->id;
-    g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
-    uint32_t id = s.id;
-    Outcome out =
-        HandleRequest(keys_, r, {s.owner, a.verdict == Verdict::kServeUntrun, c->ReplyRoom()});
-    // The request may have woken another stream of this link, whose reply
-    // could overflow it: the link, and so `s`, may be gone.
-    if (c->closed) return false;
-    if (out.kind == Outcome::kReply) SendFrame(*c, FrameKind::kData, id, out.bytes);
-    if (out.kind == Outcome::kDrop) {
-      CloseStream(c, link, s, out.bytes);
-      return false;
-    }
-    return !c->closed;
-  }
-
-  static void SendFrame(Connection& c, FrameKind kind, uint32_t stream, std::string_view payload) {
-    std::string o;
-    PutFrames(o, kind, stream, payload);
-    c.Send(o);
-  }
-
-  // The link and the stream that keyspace owner `owner` is, if it is one.
-  std::pair<Connection*, Stream*> StreamOf(uint64_t owner) {
-    auto ref = stream_owners_.find(owner);
-    if (ref == stream_owners_.end()) return {nullptr, nullptr};
-    auto conn = connections_.find(ref->second.first);
-    auto link = links_.find(ref->second.first);
-    if (conn == connections_.end() || link == links_.end()) return {nullptr, nullptr};
-    auto stream = link->second.streams.find(ref->second.second);
-    if (stream == link->second.streams.end()) return {nullptr, nullptr};
-    return {conn->second.get(), stream->second.get()};
-  }
-
-  // What `c` holds of requests not yet whole (pressure.h).
-  size_t HeldBy(const Connection& c) const {
-    auto link = links_.find(c.id);
-    if (link == links_.end()) return c.parser.held();
-    return link->second.held + link->second.frames.buffered();
+    return links_.Bytes(c, data, n) && HoldPartial(c, n);
   }
 
   bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) override {
@@ -718,9 +506,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string observed_prefix_;
   Observer observer_;
   std::function<void(uint64_t)> on_disconnect_;
-  std::unordered_map<uint64_t, Link> links_;  // by connection id
-  // A stream's keyspace owner id -> its link's connection id and stream id.
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> stream_owners_;
+  LinkHost links_;  // the relays' links: after keys_, which it uses
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(asio::io_context& io,
@@ -767,35 +553,6 @@ std::string StoreServer::CompareSet(const std::string& key, const std::string& e
   return impl_->LocalCompareSet(key, expected, std::move(desired));
 }
 
-Result<std::unique_ptr<StoreServerThread>> StoreServerThread::Start(ServerOptions options) {
-  std::unique_ptr<StoreServerThread> t(new StoreServerThread());
-  auto server = StoreServer::Start(t->io_, std::move(options));
-  if (!server.ok()) return server.status();
-  t->server_ = std::move(*server);
-  t->port_ = t->server_->port();
-  t->work_.emplace(t->io_.get_executor());
-  t->thread_ = std::thread([io = &t->io_] { io->run(); });
-  return t;
-}
-
-StoreServerThread::~StoreServerThread() {
-  if (!thread_.joinable()) return;  // Start failed
-  // The server is destroyed on its own thread, where its handlers run; the
-  // loop then finishes what the closed sockets left queued and returns.
-  asio::post(io_, [this] { server_.reset(); });
-  work_.reset();
-  thread_.join();
-}
-
-void StoreServerThread::RunOnLoop(const std::function<void(StoreServer&)>& fn) {
-  std::promise<void> done;
-  asio::post(io_, [&] {
-    fn(*server_);
-    done.set_value();
-  });
-  done.get_future().wait();
-}
-
 StoreStats ProcessStoreStats() {
   StoreStats s;
   for (size_t i = 0; i < kNumOps; ++i)
@@ -804,19 +561,10 @@ StoreStats ProcessStoreStats() {
   s.connections_closed = g_closed.load(std::memory_order_relaxed);
   s.clients_refused = g_refused.load(std::memory_order_relaxed);
   s.clients_dropped = g_dropped.load(std::memory_order_relaxed);
-  s.links_opened = g_links_opened.load(std::memory_order_relaxed);
-  s.links_closed = g_links_closed.load(std::memory_order_relaxed);
+  LinkCounts links = ProcessLinkCounts();
+  s.links_opened = links.opened;
+  s.links_closed = links.closed;
   return s;
-}
-
-size_t RaiseOpenFileLimit() {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
-  }
-  return rl.rlim_cur;
 }
 
 }  // namespace trun::store

@@ -8,9 +8,11 @@
 // reply (connection.h, admission.h, handlers.h). What the store holds, and
 // the WAITs, barriers and watchers that its changes wake, is the keyspace's
 // (keyspace.h): waiters are indexed by key, so a SET touches only its own
-// waiters. The accept loop is common/acceptor.h. Limits (parser.h) bound
-// what one connection may make the server hold; a client that breaks the
-// protocol or a limit is dropped with one log line and nobody else notices.
+// waiters. A relay's link (link.h) carries many connections as streams,
+// which link_host.h keeps. The accept loop is common/acceptor.h. Limits
+// (parser.h) bound what one connection may make the server hold; a client
+// that breaks the protocol or a limit is dropped with one log line and
+// nobody else notices.
 //
 // A request is judged by the admission rule (admission.h) as soon as its
 // keys are parsed, before its value is read. Requests not yet whole are
@@ -20,7 +22,7 @@
 // large SET over a slow link still goes through.
 //
 // Thread-safety: every method, and every handler, runs on the io_context's
-// one thread (StoreServerThread below gives it a thread of its own).
+// one thread (server_thread.h gives it a thread of its own).
 #pragma once
 
 #include <array>
@@ -30,7 +32,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -138,32 +139,6 @@ class StoreServer {
   std::shared_ptr<Impl> impl_;
 };
 
-// A StoreServer on an io_context and thread of its own, for `trun store`,
-// tests and tools; the agent hosts the server on its own loop instead.
-// Destroying it stops the loop and joins the thread.
-//
-// Thread-safety: port() is fixed at start; RunOnLoop posts to the server's
-// thread and waits, so it may be called from any thread but that one.
-class StoreServerThread {
- public:
-  static Result<std::unique_ptr<StoreServerThread>> Start(ServerOptions options);
-  ~StoreServerThread();
-  StoreServerThread(const StoreServerThread&) = delete;
-  StoreServerThread& operator=(const StoreServerThread&) = delete;
-
-  int port() const { return port_; }
-  // Runs fn on the server's thread and waits for it.
-  void RunOnLoop(const std::function<void(StoreServer&)>& fn);
-
- private:
-  StoreServerThread() = default;
-  asio::io_context io_{1};
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::unique_ptr<StoreServer> server_;
-  std::thread thread_;
-  int port_ = 0;
-};
-
 // Totals over every StoreServer of this process, for the agent's /metrics:
 // the agent reaches its store only through the rendezvous, and a store taken
 // over after its host died is a new server whose counts must add up.
@@ -178,9 +153,5 @@ struct StoreStats {
   uint64_t links_closed = 0;
 };
 StoreStats ProcessStoreStats();
-
-// Raises the soft open-file limit to the hard one, so that thousands of
-// clients can connect. Returns the new soft limit.
-size_t RaiseOpenFileLimit();
 
 }  // namespace trun::store

@@ -17,6 +17,7 @@
 #include "store/encode.h"
 #include "store/golden_bytes.h"
 #include "store/raw_socket.h"
+#include "store/server_thread.h"
 
 namespace trun::store {
 namespace {
