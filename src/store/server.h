@@ -56,7 +56,7 @@ struct ServerOptions {
   // SET and never finish it hold this much at most.
   size_t max_partial_bytes = kDefaultMaxBufferedBytes;
   // Connections served at once. 0: the open-file limit at start less a
-  // reserve (an eighth of it, at least 256) that the process keeps for its
+  // reserve (1/64 of it, at least 256) that the process keeps for its
   // own work, the agent's workers, files and connections. At the cap, a new
   // connection closes the oldest one that has sent nothing yet (a flood of
   // idle connections gives way to newcomers, the agents' own included), or
