@@ -37,16 +37,24 @@ std::optional<long long> ParseInt(std::string_view s) {
   return v;
 }
 
-std::optional<long long> ParsePythonInt(std::string_view s) {
-  s = Trim(s);
-  std::string digits;
+namespace {
+
+// `s` without the single underscores Python allows between two digits.
+std::string WithoutDigitSeparators(std::string_view s) {
+  std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     auto digit = [&](size_t j) { return std::isdigit(static_cast<unsigned char>(s[j])) != 0; };
     const bool between_digits = i > 0 && i + 1 < s.size() && digit(i - 1) && digit(i + 1);
     if (s[i] == '_' && between_digits) continue;
-    digits += s[i];
+    out += s[i];
   }
-  return ParseInt(digits);
+  return out;
+}
+
+}  // namespace
+
+std::optional<long long> ParsePythonInt(std::string_view s) {
+  return ParseInt(WithoutDigitSeparators(Trim(s)));
 }
 
 std::optional<bool> ParseBool(std::string_view s) {
@@ -63,6 +71,13 @@ std::optional<double> ParseDouble(std::string_view s) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
   return v;
+}
+
+std::optional<double> ParsePythonFloat(std::string_view s) {
+  std::string text = WithoutDigitSeparators(Trim(s));
+  // from_chars takes no "+"; one, before a digit or a point, is Python's.
+  if (text.size() > 1 && text[0] == '+' && text[1] != '+' && text[1] != '-') text.erase(0, 1);
+  return ParseDouble(text);
 }
 
 std::string ShellQuote(std::string_view s) {

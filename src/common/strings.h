@@ -20,6 +20,10 @@ std::optional<long long> ParsePythonInt(std::string_view s);
 std::optional<bool> ParseBool(std::string_view s);
 // Parses a whole decimal number, e.g. "0.1", "30".
 std::optional<double> ParseDouble(std::string_view s);
+// Python's float(s) for the decimal forms: ParseDouble's syntax, a leading
+// "+", and single underscores between digits ("1_0.5"), as torchrun's
+// argparse reads its fractions.
+std::optional<double> ParsePythonFloat(std::string_view s);
 // Python's shlex.quote: `s` as one word for a POSIX shell ('' when empty,
 // as is when it has only [A-Za-z0-9_@%+=:,./-], else single-quoted).
 std::string ShellQuote(std::string_view s);

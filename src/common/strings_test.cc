@@ -24,6 +24,16 @@ TEST(StringsTest, ParseDouble) {
   EXPECT_FALSE(ParseDouble("fast"));
 }
 
+TEST(StringsTest, ParsePythonFloatReadsWhatPythonsFloatDoes) {
+  EXPECT_DOUBLE_EQ(*ParsePythonFloat("+0.5"), 0.5);
+  EXPECT_DOUBLE_EQ(*ParsePythonFloat(" 1_0.5 "), 10.5);
+  EXPECT_DOUBLE_EQ(*ParsePythonFloat("-2e1"), -20);
+  EXPECT_DOUBLE_EQ(*ParsePythonFloat(".5"), 0.5);
+  for (const char* junk : {"+-1", "++1", "1__0", "_1", "1_", "+", "1_.5", "0x10", ""}) {
+    EXPECT_FALSE(ParsePythonFloat(junk)) << junk;
+  }
+}
+
 TEST(StringsTest, ClosestMatchFindsTypos) {
   std::vector<std::string> opts = {"--nproc-per-node", "--nnodes", "--tee"};
   EXPECT_EQ(ClosestMatch("--nproc-per-nod", opts), "--nproc-per-node");

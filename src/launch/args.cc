@@ -698,7 +698,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
   }
   if (given("monitor_interval")) {
-    auto d = ParseDouble(value("monitor_interval"));
+    auto d = ParsePythonFloat(value("monitor_interval"));
     // torch's WorkerSpec asserts monitor_interval > 0 before its agent starts.
     if (!d || !(*d > 0) || !std::isfinite(*d)) {
       p.Add(

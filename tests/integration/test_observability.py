@@ -351,7 +351,8 @@ def test_a_node_joining_is_a_membership_change_in_events_and_health(tmp):
         status, h = until(lambda: (lambda r: r if r[1]["round"] == 1 and r[0] == 200 else None)(
             a.health()), "round 1 with both nodes")
         assert h["run_id"] == "mjob" and [w["rank"] for w in h["workers"]] == [0]
-        assert b.health()[1]["node_rank"] == 1
+        # b hears of round 1 in its own time, after a does.
+        until(lambda: b.health()[1]["node_rank"] == 1, "b's health in round 1")
         (d / "done").touch()
         assert (a.wait(), b.wait()) == (0, 0), "".join(a.err + b.err)
     finally:

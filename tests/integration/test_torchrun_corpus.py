@@ -224,6 +224,7 @@ CORPUS = [
     ("node-rank-negative-one-node", "--node-rank -1 {s}", {}),
     ("monitor-interval-negative", "--monitor-interval -1 {s}", {}),
     ("monitor-interval-zero", "--monitor-interval 0 {s}", {}),
+    ("monitor-interval-python-float", "--monitor-interval +1_0.5 {s}", {}),
     ("signals-sigkill", "--signals-to-handle SIGTERM,SIGKILL {s}", {}),
     ("signals-sigstop", "--signals-to-handle SIGSTOP {s}", {}),
     ("signals-sigchld", "--signals-to-handle SIGCHLD {s}", {}),
