@@ -50,7 +50,11 @@ def elastic(e, run_id, ckpt, nnodes="1:2"):
 def test_two_agents_run_one_ddp_job_of_world_4(agents, etcd):
     a = [agents(f"n{i}", *on_etcd(etcd, 2, 2, "ddp"), "--tee", 3, DDP, "--steps", 3)
          for i in range(2)]
-    assert [x.wait() for x in a] == [0, 0], a[0].text() + a[1].text()
+    try:
+        codes = [x.wait() for x in a]
+    except subprocess.TimeoutExpired:
+        raise AssertionError("an agent did not end:\n" + a[0].text() + a[1].text()) from None
+    assert codes == [0, 0], a[0].text() + a[1].text()
     out = a[0].text() + a[1].text()
     assert out.count("RESULT world=4") == 1
     ranks = sorted(int(m) for m in re.findall(r"\]:rank (\d)/4 local_rank", out))
