@@ -421,6 +421,27 @@ TEST_F(RelayTest, TrunKeysAndBadBytesCloseOnlyThatClient) {
   EXPECT_TRUE(relay_->linked());
 }
 
+// The relay's own port is a way in: a client that announces more than the
+// limits, one that stops halfway and one that sends a byte at a time harm
+// no other client and not the link.
+TEST_F(RelayTest, OversizedTruncatedAndSlowClientsHarmNoOne) {
+  RawSocket huge(relay_->port());
+  ASSERT_TRUE(huge.Send(V2(Op1(v2::kSet) + Str("k") + U64(uint64_t{1} << 40))));
+  EXPECT_TRUE(huge.Closed());
+  {
+    RawSocket cut(relay_->port());
+    const std::string set = V2(Op1(v2::kSet) + Str("cut") + Str("value"));
+    ASSERT_TRUE(cut.Send(set.substr(0, set.size() - 3)));
+  }
+  RawSocket slow(relay_->port());
+  for (char byte : V2(Op1(v2::kPing) + U32(7))) ASSERT_TRUE(slow.Send(std::string(1, byte)));
+  EXPECT_EQ(slow.Recv(4), U32(7));
+  StoreClient good = ViaRelay();
+  ASSERT_TRUE(good.Set("fine", "1").ok());
+  EXPECT_EQ(*good.Get("fine"), "1");
+  EXPECT_TRUE(relay_->linked());
+}
+
 TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
   RelayOptions o;
   o.store_host = "127.0.0.1";
