@@ -24,6 +24,7 @@
 #include "failure/failure.h"
 #include "launch/rdzv_conf.h"
 #include "proc/group_supervisor.h"
+#include "proc/pystack.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
 #include "rendezvous/rendezvous.h"
@@ -447,8 +448,18 @@ class LocalAgent::Impl {
     ProgressSample sample;
     sample.at = SteadySeconds();
     for (const auto& w : workers_) {
-      sample.cpu_seconds.push_back(w.running ? TreeCpuSeconds(w.pid) : 0);
+      const double cpu = w.running ? TreeCpuSeconds(w.pid) : 0;
+      std::string wait;
+      // A worker that computed silently since the last sample may be
+      // spinning on its GPU instead (hang.h): where its main thread is.
+      if (progress_->BusyAndSilent(sample.cpu_seconds.size(), sample.at, cpu, *w.output_bytes)) {
+        if (auto st = proc::ReadPythonStacks(w.pid); st.ok() && !st->threads.empty()) {
+          wait = DeviceWait(st->threads.front().frames);
+        }
+      }
+      sample.cpu_seconds.push_back(cpu);
       sample.output_bytes.push_back(*w.output_bytes);
+      sample.device_wait.push_back(std::move(wait));
     }
     const double now = sample.at;
     quiet_s_ = progress_->Quiet(std::move(sample));
@@ -545,7 +556,22 @@ class LocalAgent::Impl {
     hang_summary_ = HangSummary(hang_groups_);
     // Nothing to fail here when no odd rank is ours: the judge, or the node
     // that has it, fails the round.
-    if (OddHere()) FailHung();
+    if (OddHere()) AfterFlightRecorders([this] { FailHung(); });
+  }
+
+  // Asks this node's running workers for their NCCL flight recorders' dumps
+  // (flight_recorder.h; only those whose user turned the recorder's pipe
+  // on), then runs `then` on the loop, unless the attempt ended meanwhile:
+  // before --hang-action fail stops them, so that the dumps are written.
+  void AfterFlightRecorders(std::function<void()> then) {
+    std::vector<DumpTarget> targets;
+    for (const auto& w : workers_) {
+      if (w.running) targets.push_back({w.global_rank, w.pid});
+    }
+    const int attempt = attempts_;
+    telemetry_.DumpFlightRecorders(std::move(targets), [this, attempt, then = std::move(then)] {
+      if (attempt == attempts_ && state_ == State::kRunning) then();
+    });
   }
 
   bool OddHere() const {
@@ -587,6 +613,11 @@ class LocalAgent::Impl {
       }
     }
     telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
+    AfterFlightRecorders([this] { ActOnHang(); });
+  }
+
+  // --hang-action fail, once the report is out and the dumps are in.
+  void ActOnHang() {
     if (!config_.hang_fail) return;
     const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
                                    [](const HangGroup& g) { return g.odd; });
