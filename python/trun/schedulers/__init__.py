@@ -10,6 +10,7 @@ the Runner's (each call runs the binary on its own).
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
@@ -20,9 +21,10 @@ from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_
                             runopts)
 
 if TYPE_CHECKING:
-    from trun.runner import Runner
+    from trun.runner.api import Runner
 
-__all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "get_default_scheduler_name",
+__all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "TrunSchedulerFactory",
+           "get_default_scheduler_name",
            "get_scheduler_factories"]
 
 
@@ -60,9 +62,14 @@ class TrunScheduler(Scheduler):
         self._trun = trun
         self._opts: runopts | None = None
 
-    def _runner(self) -> Runner:
-        from trun.runner import Runner  # trun.runner imports this package
-        return Runner(self.session_name, trun=self._trun)
+    def _runner(self, cwd: str | None = None) -> Runner:
+        """A Runner of this scheduler alone, running trun in ``cwd`` (the local
+        scheduler's replicas start there; default: this process's directory)."""
+        from trun.runner.api import Runner  # trun.runner imports this package
+        runner = Runner(self.session_name, scheduler_factories={self.backend: None},
+                        trun=self._trun)
+        runner._cwd = cwd
+        return runner
 
     def _handle(self, app_id: str) -> str:
         return make_app_handle(self.backend, "trun", app_id)
@@ -81,7 +88,11 @@ class TrunScheduler(Scheduler):
         return self._runner().dryrun(app, self.backend, cfg)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        handle = self._runner().schedule(dryrun_info)
+        # A Runner names the request by its own name for this scheduler
+        # (``local_dir``, say); the binary knows it by trun's.
+        ours = copy.copy(dryrun_info)
+        ours._scheduler = self.backend
+        handle = self._runner().schedule(ours)
         return handle.rsplit("/", 1)[-1]
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -112,16 +123,21 @@ class TrunScheduler(Scheduler):
                                         until, should_tail, streams)
 
 
-def _factory(name: str) -> SchedulerFactory:
-    def factory(session_name: str, **kwargs: object) -> Scheduler:
-        return TrunScheduler(name, session_name)
-    return factory
+class TrunSchedulerFactory:
+    """The factory of one of the binary's schedulers; a Runner given one submits
+    through the binary directly (handles ``BACKEND://trun/ID``)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+
+    def __call__(self, session_name: str, **kwargs: object) -> Scheduler:
+        return TrunScheduler(self.backend, session_name)
 
 
 def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
-    """The schedulers by name (local first: the default), each a factory of a
-    :class:`TrunScheduler`."""
-    return {} if skip_defaults else {name: _factory(name) for name in SCHEDULERS}
+    """The schedulers by name (local first: the default), each a
+    :class:`TrunSchedulerFactory`."""
+    return {} if skip_defaults else {name: TrunSchedulerFactory(name) for name in SCHEDULERS}
 
 
 def trun_scheduler_name(name: str) -> str:
