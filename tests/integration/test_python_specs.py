@@ -864,6 +864,10 @@ except ValueError as e:
 out["halve_ok"] = plugins.halve_mem_down_to(minGiB=12)(specs.Resource(1, 0, 96 * 1024))
 out["ep_sched"] = entrypoints.load_group("torchx.schedulers")["epsched"]("sess")
 out["ep_default"] = entrypoints.load("torchx.schedulers", "nope", default=7)
+from torchx.schedulers import get_scheduler_factories
+from torchx.runner import get_runner
+out["factories"] = list(get_scheduler_factories())
+out["backends"] = get_runner().scheduler_backends()
 t = FsspecResultTracker(sys.argv[1])
 t["trial/1"] = {"loss": 0.5}
 out["tracker"] = [FsspecResultTracker(sys.argv[1])["trial/1"], t["none"]]
@@ -943,6 +947,8 @@ def test_plugins_register_and_discover_as_torchx(tmp_path):
     assert out["halve"].startswith("`minGiB` must be >= the odd")
     assert out["halve_ok"] == {"1.0": "96", "0.5": "48", "0.25": "24", "0.125": "12"}
     assert out["ep_sched"] == "scheduler for sess" and out["ep_default"] == 7
+    # Registered scheduler plug-ins join the binary's (and a Runner makes them).
+    assert out["factories"] == out["backends"] == ["local", "slurm", "kubernetes", "epsched"]
     assert out["tracker"] == [{"loss": 0.5}, {}]
     assert (tmp_path / "results" / "trial" / "1").is_file()
     # TORCHX_PLUGINS_SOURCE picks the channels: 2 = entry points only; bad values say so.

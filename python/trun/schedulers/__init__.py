@@ -4,7 +4,8 @@ trun's schedulers are C++ (``trun runopts`` lists their options).
 ``get_scheduler_factories()`` makes, for each, a :class:`Scheduler` that
 drives the binary through :class:`trun.runner.Runner`, so code written
 against TorchX's scheduler objects (``run_opts()``, ``submit_dryrun``,
-``describe``, ``.torchxconfig`` loading) works unchanged. Thread-safety: as
+``describe``, ``.torchxconfig`` loading) works unchanged; the scheduler
+plug-ins registered through :mod:`trun.plugins` join them. Thread-safety: as
 the Runner's (each call runs the binary on its own).
 """
 
@@ -16,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from trun import _binary
+from trun.plugins import PluginType, registry
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle,
                             runopts)
@@ -135,9 +137,14 @@ class TrunSchedulerFactory:
 
 
 def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
-    """The schedulers by name (local first: the default), each a
-    :class:`TrunSchedulerFactory`."""
-    return {} if skip_defaults else {name: TrunSchedulerFactory(name) for name in SCHEDULERS}
+    """The schedulers by name: the binary's (local first: the default), each a
+    :class:`TrunSchedulerFactory` (none with ``skip_defaults``), then the
+    scheduler plug-ins registered through :mod:`trun.plugins` (one named as
+    a binary's takes its place, as TorchX's plug-ins replace its defaults)."""
+    factories: dict[str, SchedulerFactory] = {} if skip_defaults else {
+        name: TrunSchedulerFactory(name) for name in SCHEDULERS}
+    factories.update(registry().get(PluginType.SCHEDULER))
+    return factories
 
 
 def trun_scheduler_name(name: str) -> str:
