@@ -1103,6 +1103,9 @@ def test_runner_runs_python_schedulers_as_torchx(monkeypatch, tmp_path):
         {c.args[0].api for c in record.call_args_list}
     event = events.TorchxEvent.deserialize(record.call_args_list[0].args[0].serialize())
     assert event == record.call_args_list[0].args[0]
+    # Recorded as TorchX does: to the destination's own logger, `null` by default.
+    events.record(event)
+    assert not events._get_or_create_logger("null").propagate
 
     # A scheduler without workspaces refuses one; discovery is
     # trun.runner.api.get_scheduler_factories (TorchX's patch point).

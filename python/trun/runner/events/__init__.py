@@ -1,34 +1,60 @@
 """TorchX's ``torchx.runner.events``: every Runner call is recorded as a
 :class:`TorchxEvent` (``log_event`` around the call, ``record`` at its end).
 
-trun records them as JSON at DEBUG on the logger ``trun.runner.events``
-(TorchX's default destination, ``null``, drops them; TorchX's other
-destinations are Meta's own and are not carried over): a program sees them
-by configuring that logger, and a test by patching ``record``.
+As in TorchX, ``record`` sends an event to a destination's own logger
+(``torchx-events-DESTINATION``, which does not propagate): the default,
+``null``, drops it, ``console`` writes it to stderr (TorchX's Meta-internal
+destinations are not carried over). A program that wants the Runner's
+events patches or wraps ``record``, as TorchX's tests do.
 
-Thread-safety: ``record`` is as safe as Python's logging; a ``log_event`` is
-used by one thread.
+Thread-safety: the loggers are made under a lock; ``record`` is as safe as
+Python's logging; a ``log_event`` is used by one thread.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import traceback
 from types import TracebackType
 
 from trun.runner.events.api import SourceType, TorchxEvent
+from trun.runner.events.handlers import get_logging_handler
 from trun.util.session import get_session_id_or_create_new
 
 __all__ = ["SourceType", "TorchxEvent", "log_event", "record"]
 
-_events_logger = logging.getLogger(__name__)
+_events_loggers: dict[str, logging.Logger] = {}
+_events_loggers_lock = threading.Lock()
+
+log = logging.getLogger(__name__)
+
+
+def _get_or_create_logger(destination: str = "null") -> logging.Logger:
+    """The logger of ``destination``, made once with its handler."""
+    with _events_loggers_lock:
+        logger = _events_loggers.get(destination)
+        if logger is None:
+            handler = get_logging_handler(destination)
+            handler.setLevel(logging.DEBUG)
+            logger = logging.getLogger(f"torchx-events-{destination}")
+            # An event is handled once, by its destination, not by the root logger.
+            logger.propagate = False
+            logger.addHandler(handler)
+            _events_loggers[destination] = logger
+        return logger
 
 
 def record(event: TorchxEvent, destination: str = "null") -> None:
-    """Logs ``event`` as JSON (``destination`` is TorchX's; trun has one)."""
-    _events_logger.debug("%s", event.serialize())
+    """Logs ``event`` as JSON to ``destination``."""
+    try:
+        serialized = event.serialize()
+    except Exception:
+        log.exception("failed to serialize event, will not record event")
+    else:
+        _get_or_create_logger(destination).info(serialized)
 
 
 class log_event:
