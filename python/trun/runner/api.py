@@ -26,9 +26,7 @@ Runner runs it: the Runner makes the scheduler object and calls its
 from __future__ import annotations
 
 import builtins
-import copy
 import json
-import logging
 import os
 import tempfile
 import time
@@ -43,8 +41,7 @@ from trun.runner.events import log_event
 from trun.schedulers import (SchedulerFactory, TrunScheduler, TrunSchedulerFactory,
                              get_scheduler_factories, trun_scheduler_name)
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, copy_app
-from trun.specs.api import CfgVal
-from trun.specs.api import SCHEDULERS
+from trun.specs.api import SCHEDULERS, CfgVal
 from trun.specs.builders import materialize_appdef
 from trun.specs.finder import get_component
 from trun.util.session import get_session_id_or_create_new
@@ -52,8 +49,6 @@ from trun.workspace import WorkspaceMixin
 
 __all__ = ["DescribeAppResponse", "ListAppResponse", "Runner", "TrunCommandError",
            "TrunInvalidInputError", "get_configured_trackers", "get_runner"]
-
-logger = logging.getLogger(__name__)
 
 
 class TrunCommandError(RuntimeError):
