@@ -24,7 +24,6 @@
 #include "failure/failure.h"
 #include "launch/rdzv_conf.h"
 #include "proc/group_supervisor.h"
-#include "proc/pystack.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
 #include "rendezvous/rendezvous.h"
@@ -439,6 +438,8 @@ class LocalAgent::Impl {
     warned_unknown_ = false;
     if (config_.hang_timeout_s <= 0) return;
     progress_.emplace(config_.hang_timeout_s);
+    if (!device_waits_) device_waits_ = std::make_unique<DeviceWaitWatcher>();
+    device_waits_->Watch({});
     OnProgressSample();
   }
 
@@ -447,20 +448,22 @@ class LocalAgent::Impl {
     if (state_ != State::kRunning || !progress_) return;
     ProgressSample sample;
     sample.at = SteadySeconds();
+    std::vector<pid_t> watch;
     for (const auto& w : workers_) {
       const double cpu = w.running ? TreeCpuSeconds(w.pid) : 0;
       std::string wait;
       // A worker that computed silently since the last sample may be
-      // spinning on its GPU instead (hang.h): where its main thread is.
+      // spinning on its GPU instead (hang.h): was its main thread at one
+      // device wait all along, and is it still to be watched.
       if (progress_->BusyAndSilent(sample.cpu_seconds.size(), sample.at, cpu, *w.output_bytes)) {
-        if (auto st = proc::ReadPythonStacks(w.pid); st.ok() && !st->threads.empty()) {
-          wait = DeviceWait(st->threads.front().frames);
-        }
+        wait = device_waits_->Take(w.pid);
+        watch.push_back(w.pid);
       }
       sample.cpu_seconds.push_back(cpu);
       sample.output_bytes.push_back(*w.output_bytes);
       sample.device_wait.push_back(std::move(wait));
     }
+    device_waits_->Watch(watch);
     const double now = sample.at;
     quiet_s_ = progress_->Quiet(std::move(sample));
     const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
@@ -993,6 +996,8 @@ class LocalAgent::Impl {
   // --hang-timeout, per attempt.
   asio::steady_timer hang_timer_{io_};
   std::optional<ProgressWindow> progress_;
+  // Reads the busy, silent workers' main threads between samples (hang.h).
+  std::unique_ptr<DeviceWaitWatcher> device_waits_;
   std::vector<HangGroup> hang_groups_;           // the job's verdict, once made or heard
   std::string hang_summary_;                     // its one line; "" before it
   std::optional<SecondTimeout> second_timeout_;  // when the judge fails on its own

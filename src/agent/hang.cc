@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <random>
 
 #include "agent/stacks.h"
 
@@ -127,6 +128,78 @@ std::string DeviceWait(const std::vector<proc::PyFrame>& frames) {
     return "";
   }
   return Signature({0, frames, ""});
+}
+
+DeviceWaitWatcher::DeviceWaitWatcher() : thread_([this] { Run(); }) {}
+
+DeviceWaitWatcher::~DeviceWaitWatcher() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void DeviceWaitWatcher::Watch(const std::vector<pid_t>& pids) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(watched_, [&](const auto& kv) {
+      return std::find(pids.begin(), pids.end(), kv.first) == pids.end();
+    });
+    for (pid_t pid : pids) watched_.try_emplace(pid);
+  }
+  wake_.notify_one();
+}
+
+std::string DeviceWaitWatcher::Take(pid_t pid) {
+  std::lock_guard lock(mu_);
+  auto it = watched_.find(pid);
+  if (it == watched_.end()) return "";
+  Watched& w = it->second;
+  std::string key = !w.moved && w.reads >= 2 ? w.key : "";
+  w.reads = 0;
+  w.moved = false;
+  w.key.clear();
+  return key;
+}
+
+void DeviceWaitWatcher::Run() {
+  std::minstd_rand jitter(std::random_device{}());
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    if (watched_.empty()) {
+      wake_.wait(lock, [this] { return stop_ || !watched_.empty(); });
+      continue;
+    }
+    // Reads take microseconds; Watch and Take wait for them at most that.
+    for (auto& [pid, w] : watched_) {
+      if (!w.reader && !w.unreadable) {
+        auto opened = proc::PyStackReader::Open(pid);
+        if (opened.ok()) {
+          w.reader.emplace(std::move(*opened));
+        } else {
+          w.unreadable = true;
+        }
+      }
+      std::string here;
+      if (w.reader) {
+        auto r = w.reader->Read();
+        if (r.ok() && !r->threads.empty()) here = DeviceWait(r->threads.front().frames);
+      }
+      if (w.reads == 0) {
+        w.key = here;
+      } else if (here != w.key) {
+        w.moved = true;
+      }
+      ++w.reads;
+    }
+    // A period that varies, so that the reads cannot fall in step with a
+    // loop of the same period and always find it in its wait.
+    const auto period = std::chrono::microseconds(
+        std::uniform_int_distribution<int>(500, 2000 * kWatchPeriodMs - 500)(jitter));
+    wake_.wait_for(lock, period, [this] { return stop_; });
+  }
 }
 
 std::string Where(const RankStack& s) {

@@ -33,11 +33,15 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -62,6 +66,50 @@ struct ProgressSample {
   // that used CPU since the previous sample and wrote nothing), else "".
   // Empty: none was read.
   std::vector<std::string> device_wait;
+};
+
+// Watches the main threads of the workers the agent names (those that used
+// CPU and wrote nothing since the last sample), reading each every
+// kWatchPeriodMs on average (varied) on a thread of its own. The rule's "at one and the same
+// device wait in every sample" must mean that the thread never left it in
+// between: a loop that spends nearly all of each step in one
+// torch.cuda.synchronize() at one line leaves it only for the step's own
+// work, microseconds to milliseconds at a time, which samples half a second
+// apart would miss. Reads cost microseconds each (proc::PyStackReader).
+//
+// Thread-safety: Watch and Take are called from one thread (the agent's
+// loop); the watcher reads on its own thread, under its mutex.
+inline constexpr int kWatchPeriodMs = 2;
+
+class DeviceWaitWatcher {
+ public:
+  DeviceWaitWatcher();
+  ~DeviceWaitWatcher();
+  DeviceWaitWatcher(const DeviceWaitWatcher&) = delete;
+  DeviceWaitWatcher& operator=(const DeviceWaitWatcher&) = delete;
+
+  // Watch these processes from now on; forget the others.
+  void Watch(const std::vector<pid_t>& pids);
+  // DeviceWait() of `pid`'s main thread if every read since the previous
+  // Take (two at least) found it at that one wait; "" otherwise, or when
+  // it is not watched. Starts the next span.
+  std::string Take(pid_t pid);
+
+ private:
+  struct Watched {
+    std::optional<proc::PyStackReader> reader;
+    bool unreadable = false;
+    std::string key;
+    int reads = 0;
+    bool moved = false;
+  };
+  void Run();
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::map<pid_t, Watched> watched_;
+  std::thread thread_;
 };
 
 // What identifies the place of a main thread that waits on its device or

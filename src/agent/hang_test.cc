@@ -1,6 +1,13 @@
 #include "agent/hang.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "agent/telemetry.h"
 
@@ -189,6 +196,98 @@ TEST(HangProgress, OnlyTorchsWaitsCountAsDeviceWaits) {
   EXPECT_EQ(DeviceWait({{"step", "/job/train.py", 7}, {"main", "/job/train.py", 20}}), "");
   EXPECT_EQ(DeviceWait({}), "");
   EXPECT_NE(DeviceWait({{"wait", "/x/torch/distributed/c10d_logger.py", 81}}), "");
+}
+
+// A Python whose main thread runs `body` with a fake torch/cuda/ module
+// on its path (so that its frames are "torch.cuda" frames), whose
+// synchronize(seconds) waits at one line inside a C call, as torch's does;
+// it prints "ready" first.
+class FakeTorchWaiter {
+ public:
+  explicit FakeTorchWaiter(const std::string& body) {
+    char tmpl[] = "/tmp/trun-wait-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::filesystem::create_directories(dir_ / "torch" / "cuda");
+    std::ofstream(dir_ / "torch" / "__init__.py");
+    std::ofstream(dir_ / "torch" / "cuda" / "__init__.py") << "import time\n"
+                                                              "def synchronize(seconds):\n"
+                                                              "    time.sleep(seconds)\n";
+    const std::string script =
+        "import sys\nsys.path.insert(0, sys.argv[1])\nimport torch.cuda\n"
+        "print('ready', flush=True)\n" +
+        body;
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(p[1], 1);
+      execl("/usr/bin/python3", "python3", "-c", script.c_str(), dir_.c_str(), nullptr);
+      _exit(127);
+    }
+    close(p[1]);
+    std::string out;
+    char buf[64];
+    ssize_t n;
+    while (out.find("ready") == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+    out_fd_ = p[0];
+    usleep(300 * 1000);
+  }
+  ~FakeTorchWaiter() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    close(out_fd_);
+    std::filesystem::remove_all(dir_);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::filesystem::path dir_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+};
+
+// Watches `pid` for `samples` spans of half a second; how many found it at
+// one device wait all along, and the last such wait.
+std::pair<int, std::string> WatchSpans(DeviceWaitWatcher& watcher, pid_t pid, int samples) {
+  watcher.Watch({pid});
+  watcher.Take(pid);
+  int stuck = 0;
+  std::string last;
+  for (int i = 0; i < samples; ++i) {
+    usleep(500 * 1000);
+    std::string key = watcher.Take(pid);
+    if (!key.empty()) {
+      ++stuck;
+      last = key;
+    }
+  }
+  return {stuck, last};
+}
+
+TEST(HangProgress, ASpinningDeviceWaitIsFoundAndAStepLoopIsNot) {
+  DeviceWaitWatcher watcher;
+  // One long spin inside "torch.cuda": every span finds it there.
+  FakeTorchWaiter stuck("torch.cuda.synchronize(600)\n");
+  auto [spans, wait] = WatchSpans(watcher, stuck.pid(), 3);
+  EXPECT_EQ(spans, 3);
+  EXPECT_NE(wait.find("torch/cuda/__init__.py"), std::string::npos) << wait;
+  // Steps of 2 ms in the same wait, each followed by a tenth of that of the
+  // script's own work: the reads every 2 ms see it leave. Not in every
+  // span on a loaded machine (the reads and the steps are both late), but
+  // a hang needs every span of the timeout: six in a row here.
+  FakeTorchWaiter steps(
+      "x = 0\n"
+      "while True:\n"
+      "    torch.cuda.synchronize(0.002)\n"
+      "    x = sum(range(20000))\n");
+  EXPECT_LT(WatchSpans(watcher, steps.pid(), 6).first, 6);
+  // The script's own loop is never a device wait; a process not watched
+  // has none.
+  FakeTorchWaiter own("while True:\n    pass\n");
+  EXPECT_EQ(WatchSpans(watcher, own.pid(), 2).first, 0);
+  EXPECT_EQ(watcher.Take(stuck.pid()), "");
 }
 
 TEST(HangProgress, OnlyABusySilentWorkersStackIsRead) {

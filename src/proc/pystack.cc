@@ -654,6 +654,36 @@ Result<PyProcessStack> ReadPythonStacks(pid_t pid) {
   return best;
 }
 
+struct PyStackReader::State {
+  explicit State(pid_t p) : pid(p), mem(p) {}
+  pid_t pid;
+  Memory mem;
+  Runtime runtime;
+  Layout layout;
+};
+
+Result<PyStackReader> PyStackReader::Open(pid_t pid) {
+  auto state = std::make_unique<State>(pid);
+  auto rt = FindRuntime(pid, state->mem);
+  if (!rt.ok()) return rt.status();
+  auto layout = LayoutFor(*rt, state->mem, pid);
+  if (!layout.ok()) return layout.status();
+  state->runtime = *rt;
+  state->layout = *layout;
+  return PyStackReader(std::move(state));
+}
+
+Result<PyProcessStack> PyStackReader::Read() {
+  return ReadOnce(state_->pid, state_->mem, state_->runtime, state_->layout);
+}
+
+pid_t PyStackReader::pid() const { return state_->pid; }
+
+PyStackReader::PyStackReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PyStackReader::PyStackReader(PyStackReader&&) noexcept = default;
+PyStackReader& PyStackReader::operator=(PyStackReader&&) noexcept = default;
+PyStackReader::~PyStackReader() = default;
+
 Result<ProcStat> ReadProcStat(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text;

@@ -79,6 +79,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,27 @@ struct PyProcessStack {
 // Unsupported: not a Python this reader knows (the message says which);
 // PermissionDenied: not ours to read.
 Result<PyProcessStack> ReadPythonStacks(pid_t pid);
+
+// Reads one process's stacks again and again, finding its interpreter once
+// (Open: /proc/PID/maps and the ELF file's symbols), so that each Read is a
+// few process_vm_readv calls, microseconds: for watching a thread often
+// (agent/hang.h). Read fails as ReadPythonStacks does once the process is
+// gone; it makes one try, and a walk that the thread outran is partial.
+class PyStackReader {
+ public:
+  static Result<PyStackReader> Open(pid_t pid);
+  Result<PyProcessStack> Read();
+  pid_t pid() const;
+
+  PyStackReader(PyStackReader&&) noexcept;
+  PyStackReader& operator=(PyStackReader&&) noexcept;
+  ~PyStackReader();
+
+ private:
+  struct State;
+  explicit PyStackReader(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
 
 // What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...),
 // its parent, the CPU time it used, user and system, children excluded, and when it
