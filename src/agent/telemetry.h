@@ -44,7 +44,7 @@ namespace trun::agent {
 
 // How long a hang report waits for the flight recorders' dumps: torch's
 // heartbeat monitor reads its pipe about once a second.
-inline constexpr double kFlightRecorderWaitS = 5;
+inline constexpr double kFlightRecorderWaitS = 10;
 
 struct TelemetryOptions {
   bool console_events = false;  // --event-log-handler console
