@@ -117,21 +117,41 @@ Layout Layout312() {
   return l;
 }
 
-// Indices into 3.14's _Py_DebugOffsets, read as an array of uint64: the
-// struct is only uint64 fields, in groups of {size, offsets...}, in this
-// order for 3.14 (runtime_state 3-5, interpreter_state 6-21, thread_state
-// 22-30, interpreter_frame 31-38, code_object 39-49, pyobject 50-51,
-// type_object 52-55, tuple 56-58, list 59-61, set 62-65, dict 66-68,
-// float 69-70, long 71-73, bytes 74-76, unicode 77-80).
+// Indices into _Py_DebugOffsets (3.13 and later), read as an array of
+// uint64: the struct is only uint64 fields, [0] the cookie, [1] the version,
+// [2] free_threaded, then groups of {size, offsets...} whose members and
+// order change between minor versions (not within one).
+// The tables below give the fields in this order.
 struct DebugIndex {
-  int free_threaded = 2, interpreters_head = 5, interp_next = 8, interp_threads_head = 9,
-      thread_next = 24, thread_current_frame = 26, thread_id = 27, thread_native_id = 28,
-      frame_previous = 32, frame_executable = 33, frame_instr_ptr = 34, code_filename = 40,
-      code_qualname = 42, code_linetable = 43, code_firstlineno = 44, code_adaptive = 48,
-      pyobject_size = 50, ob_type = 51, type_name = 53, bytes_size = 75, bytes_sval = 76,
-      unicode_state = 78, unicode_length = 79, ascii_size = 80;
-  static constexpr int kCount = 81;
+  int count;  // the uint64s to read: up to the last index used
+  int interpreters_head;
+  int interp_next, interp_threads_head;
+  int thread_next, thread_current_frame, thread_id, thread_native_id;
+  int frame_previous, frame_executable, frame_instr_ptr;
+  int code_filename, code_qualname, code_linetable, code_firstlineno, code_adaptive;
+  int pyobject_size, ob_type, type_name;
+  int bytes_size, bytes_sval;
+  int unicode_state, unicode_length, ascii_size;
+  uint64_t executable_tag_mask;  // low bits of f_executable to clear
 };
+constexpr int kDebugFreeThreaded = 2;
+
+// 3.13 (Include/internal/pycore_runtime.h): runtime_state 3-5,
+// interpreter_state 6-18, thread_state 19-27, interpreter_frame 28-33,
+// code_object 34-43, pyobject 44-45, type_object 46-49, tuple 50-52, list
+// 53-55, dict 56-58, float 59-60, long 61-63, bytes 64-66, unicode 67-70,
+// gc 71-72. f_executable is a plain object pointer.
+constexpr DebugIndex kDebugIndex313{71, 5,  8,  9,  21, 23, 24, 25, 29, 30, 31, 35, 37,
+                                    38, 39, 43, 44, 45, 47, 65, 66, 68, 69, 70, 0};
+
+// 3.14 (Include/internal/pycore_debug_offsets.h): runtime_state 3-5,
+// interpreter_state 6-21, thread_state 22-30, interpreter_frame 31-38,
+// code_object 39-49, pyobject 50-51, type_object 52-55, tuple 56-58, list
+// 59-61, set 62-65, dict 66-68, float 69-70, long 71-73, bytes 74-76,
+// unicode 77-80. f_executable is a stack reference, tagged in its low bits.
+constexpr DebugIndex kDebugIndex314{81, 5,  8,  9,  24, 26, 27, 28, 32, 33, 34, 40, 42,
+                                    43, 44, 48, 50, 51, 53, 75, 76, 78, 79, 80, 3};
+constexpr int kMaxDebugCount = std::max(kDebugIndex313.count, kDebugIndex314.count);
 
 class Memory {
  public:
@@ -307,62 +327,69 @@ std::string VersionString(uint64_t hex) {
          std::to_string((hex >> 8) & 0xff);
 }
 
+// The layout a 3.13 or later interpreter publishes at the start of its
+// _PyRuntime, read at the indices `i` of its minor version.
+Result<Layout> LayoutFromDebugOffsets(const Runtime& rt, Memory& mem, pid_t pid,
+                                      const DebugIndex& i) {
+  const std::string python =
+      "process " + std::to_string(pid) + ": Python " + VersionString(rt.version_hex);
+  uint64_t d[kMaxDebugCount];
+  if (!mem.Read(rt.runtime, d, i.count * sizeof(uint64_t))) {
+    return Status::NotFound("process " + std::to_string(pid) + " is gone");
+  }
+  if (std::memcmp(d, "xdebugpy", 8) != 0 || d[1] != rt.version_hex) {
+    return Status::Unsupported(python +
+                               "'s _PyRuntime does not begin with its debug offsets (cookie "
+                               "\"xdebugpy\" and its version)");
+  }
+  if (d[kDebugFreeThreaded] != 0) {
+    return Status::Unsupported(python +
+                               " is a free-threaded build, whose stacks this reader cannot read");
+  }
+  // The groups' order is checked by fields whose values every 64-bit build
+  // shares.
+  if (d[i.pyobject_size] != 16 || d[i.ob_type] != 8 || d[i.type_name] != 24) {
+    return Status::Unsupported(python +
+                               "'s debug offsets are not laid out as this reader "
+                               "expects of its minor version");
+  }
+  Layout l;
+  l.runtime_interpreters_head = d[i.interpreters_head];
+  l.interp_next = d[i.interp_next];
+  l.interp_threads_head = d[i.interp_threads_head];
+  l.thread_next = d[i.thread_next];
+  l.thread_current_frame = d[i.thread_current_frame];
+  l.thread_id = d[i.thread_id];
+  l.thread_native_id = d[i.thread_native_id];
+  l.frame_previous = d[i.frame_previous];
+  l.frame_code = d[i.frame_executable];
+  l.code_ref_tag_mask = i.executable_tag_mask;
+  l.frame_instr = d[i.frame_instr_ptr];
+  l.code_filename = d[i.code_filename];
+  l.code_qualname = d[i.code_qualname];
+  l.code_linetable = d[i.code_linetable];
+  l.code_firstlineno = d[i.code_firstlineno];
+  l.code_adaptive = d[i.code_adaptive];
+  l.ob_type = d[i.ob_type];
+  l.type_name = d[i.type_name];
+  l.bytes_size = d[i.bytes_size];
+  l.bytes_sval = d[i.bytes_sval];
+  l.unicode_state = d[i.unicode_state];
+  l.unicode_length = d[i.unicode_length];
+  l.ascii_size = d[i.ascii_size];
+  l.compact_size = d[i.ascii_size] + 16;  // + utf8_length, utf8
+  return l;
+}
+
 Result<Layout> LayoutFor(const Runtime& rt, Memory& mem, pid_t pid) {
   const unsigned major = (rt.version_hex >> 24) & 0xff, minor = (rt.version_hex >> 16) & 0xff;
   if (major == 3 && minor == 11) return Layout311();
   if (major == 3 && minor == 12) return Layout312();
-  if (major == 3 && minor == 14) {
-    uint64_t d[DebugIndex::kCount];
-    if (!mem.Read(rt.runtime, d, sizeof d)) {
-      return Status::NotFound("process " + std::to_string(pid) + " is gone");
-    }
-    if (std::memcmp(d, "xdebugpy", 8) != 0 || d[1] != rt.version_hex) {
-      return Status::Unsupported("process " + std::to_string(pid) +
-                                 ": Python 3.14's _PyRuntime does not begin with its debug "
-                                 "offsets (cookie \"xdebugpy\")");
-    }
-    DebugIndex i;
-    if (d[i.free_threaded] != 0) {
-      return Status::Unsupported("process " + std::to_string(pid) +
-                                 ": a free-threaded Python, whose stacks this reader cannot read");
-    }
-    // The groups' order is checked by fields whose values every 64-bit
-    // build shares.
-    if (d[i.pyobject_size] != 16 || d[i.ob_type] != 8 || d[i.type_name] != 24) {
-      return Status::Unsupported("process " + std::to_string(pid) + ": Python " +
-                                 VersionString(rt.version_hex) +
-                                 "'s debug offsets are not laid out as 3.14's are");
-    }
-    Layout l;
-    l.runtime_interpreters_head = d[i.interpreters_head];
-    l.interp_next = d[i.interp_next];
-    l.interp_threads_head = d[i.interp_threads_head];
-    l.thread_next = d[i.thread_next];
-    l.thread_current_frame = d[i.thread_current_frame];
-    l.thread_id = d[i.thread_id];
-    l.thread_native_id = d[i.thread_native_id];
-    l.frame_previous = d[i.frame_previous];
-    l.frame_code = d[i.frame_executable];
-    l.code_ref_tag_mask = 3;
-    l.frame_instr = d[i.frame_instr_ptr];
-    l.code_filename = d[i.code_filename];
-    l.code_qualname = d[i.code_qualname];
-    l.code_linetable = d[i.code_linetable];
-    l.code_firstlineno = d[i.code_firstlineno];
-    l.code_adaptive = d[i.code_adaptive];
-    l.ob_type = d[i.ob_type];
-    l.type_name = d[i.type_name];
-    l.bytes_size = d[i.bytes_size];
-    l.bytes_sval = d[i.bytes_sval];
-    l.unicode_state = d[i.unicode_state];
-    l.unicode_length = d[i.unicode_length];
-    l.ascii_size = d[i.ascii_size];
-    l.compact_size = d[i.ascii_size] + 16;  // + utf8_length, utf8
-    return l;
-  }
-  return Status::Unsupported(
-      "process " + std::to_string(pid) + " runs Python " + VersionString(rt.version_hex) +
-      ", whose stacks this reader cannot read (it knows 3.11, 3.12 and 3.14)");
+  if (major == 3 && minor == 13) return LayoutFromDebugOffsets(rt, mem, pid, kDebugIndex313);
+  if (major == 3 && minor == 14) return LayoutFromDebugOffsets(rt, mem, pid, kDebugIndex314);
+  return Status::Unsupported("process " + std::to_string(pid) + " runs Python " +
+                             VersionString(rt.version_hex) +
+                             ", whose stacks this reader cannot read (it knows 3.11 to 3.14)");
 }
 
 void AppendUtf8(std::string& out, uint32_t c) {
@@ -435,9 +462,10 @@ class Walker {
     return code;
   }
 
-  // The frame of code object `code` whose instruction pointer is `instr`;
+  // The frame of code object `code` whose instruction pointer is `instr`,
+  // and whether that code is an interpreter shim rather than Python's;
   // false if it could not be read.
-  bool Frame(uint64_t code, uint64_t instr, PyFrame* out) {
+  bool Frame(uint64_t code, uint64_t instr, PyFrame* out, bool* shim) {
     auto cached = code_.find(code);
     if (cached == code_.end()) {
       uint64_t file = 0, qualname = 0, linetable = 0;
@@ -452,9 +480,18 @@ class Walker {
       auto q = Str(qualname);
       auto t = Bytes(linetable);
       if (!f || !q || !t) return false;
-      cached = code_.emplace(code, Code{*q, *f, *t, first_line}).first;
+      // Compiled Python code has a location for some instruction; a code
+      // object without any is one of the interpreter's shims (3.13 and 3.14
+      // finish a specialised class call in one named "__init__"), no frame
+      // of the user's. Its table is then only entries of form 15, one byte
+      // each (LineForOffset below).
+      const bool shim = std::all_of(t->begin(), t->end(), [](char b) {
+        return (static_cast<unsigned char>(b) & 0xf8) == 0xf8;
+      });
+      cached = code_.emplace(code, Code{*q, *f, *t, first_line, shim}).first;
     }
     const Code& c = cached->second;
+    *shim = c.shim;
     out->function = c.qualname;
     out->file = c.file;
     const uint64_t start = code + l_.code_adaptive;
@@ -503,11 +540,12 @@ class Walker {
       }
       if (*is_code) {
         PyFrame f;
-        if (!Frame(code, instr, &f)) {
+        bool shim = false;
+        if (!Frame(code, instr, &f, &shim)) {
           out->partial = true;
           return;
         }
-        out->frames.push_back(std::move(f));
+        if (!shim) out->frames.push_back(std::move(f));
       }
       frame = previous;
     }
@@ -517,6 +555,7 @@ class Walker {
   struct Code {
     std::string qualname, file, linetable;
     int first_line;
+    bool shim;
   };
   Memory& mem_;
   const Layout& l_;

@@ -14,11 +14,18 @@
 //      state) and `Py_Version` (PY_VERSION_HEX, 8 bytes). The load bias is 0
 //      for ET_EXEC; for ET_DYN it is the start of the file's mapping at file
 //      offset 0 (matched by device and inode) less the first PT_LOAD's page.
-//   2. The offsets. Python 3.14 publishes them: `_PyRuntime` begins with
-//      `_Py_DebugOffsets` (Include/internal/pycore_debug_offsets.h), an array
-//      of little-endian uint64: [0] the cookie "xdebugpy", [1] version,
-//      [2] free_threaded, then groups of {size, field offsets...}; the indices
-//      used are kDebugOffsets314 in pystack.cc. Python 3.11 publishes none:
+//   2. The offsets. Python 3.13 and 3.14 publish them: `_PyRuntime` begins
+//      with `_Py_DebugOffsets` (3.13: Include/internal/pycore_runtime.h,
+//      3.14: pycore_debug_offsets.h), an array of little-endian uint64: [0]
+//      the cookie "xdebugpy", [1] version (PY_VERSION_HEX), [2]
+//      free_threaded, then groups of {size, field offsets...} whose members
+//      differ between the two (3.14 added fields to the interpreter, thread,
+//      frame and code groups and a set group); the indices used are
+//      kDebugIndex313 and kDebugIndex314 in pystack.cc, chosen by
+//      Py_Version's major.minor. 3.13 has no cframe (PyThreadState's
+//      current_frame is the frame), and the frame's f_executable, a plain
+//      pointer in 3.13, is a stack reference in 3.14 whose low 2 bits are
+//      tags. Python 3.11 publishes none:
 //      its offsets are fixed by its headers (x86-64, default build):
 //        _PyRuntimeState: interpreters.head @40
 //        PyInterpreterState: next @0, threads.head @16
@@ -61,10 +68,14 @@
 //      interpreter frame -> previous ... Each frame's code object (3.14: the
 //      f_executable stack reference with its tag bits cleared) must be of a
 //      type named "code"; other frames (3.14's interpreter entry frames) are
-//      skipped, as are 3.12's entry frames (by their owner).
+//      skipped (3.13's and 3.14's entry frames, whose f_executable is
+//      None), as are 3.12's entry frames (by their owner) and the frames of
+//      the interpreter's shim code objects, whose location table gives no
+//      line at all (3.13 and 3.14 finish a specialised class call in one
+//      named "__init__").
 //   4. The line: the byte offset of the frame's instruction in
-//      co_code_adaptive (3.11, 3.12: prev_instr, the last one started; 3.14:
-//      instr_ptr, the one executing) through co_linetable, the location
+//      co_code_adaptive (3.11, 3.12: prev_instr, the last one started; 3.13,
+//      3.14: instr_ptr, the one executing) through co_linetable, the location
 //      table of Objects/locations.md: LineForOffset below.
 //
 // A process changes while it is read. Every read is bounded (strings, frames

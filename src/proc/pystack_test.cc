@@ -13,9 +13,12 @@
 namespace trun::proc {
 namespace {
 
-// A Python with a known stack: the main thread sleeps in inner() (line 6)
-// called by outer() (line 8), a second thread sleeps in helper_loop()
-// (line 3). Once both are there it prints "ready", the main thread's
+// A Python with a known stack: the main thread sleeps in inner() (line 6),
+// called by Outer's __init__ (line 9) from outer() (line 11), a second
+// thread sleeps in helper_loop() (line 3). The earlier calls of Outer() let
+// 3.12 and later specialise the call, whose __init__ then runs below one of
+// the interpreter's shim frames (3.13, 3.14), which is no frame of the
+// script's. Once both threads are there it prints "ready", the main thread's
 // threading.get_ident(), then the helper's ident and native id.
 constexpr const char* kScript =
     "import sys, threading, time\n"                                                      // 1
@@ -24,10 +27,13 @@ constexpr const char* kScript =
     "def inner():\n"                                                                     // 4
     "    print('ready', threading.get_ident(), h.ident, h.native_id, flush=True)\n"      // 5
     "    time.sleep(600)\n"                                                              // 6
-    "def outer():\n"                                                                     // 7
-    "    inner()\n"                                                                      // 8
-    "h = threading.Thread(target=helper_loop, name='helper', daemon=True); h.start()\n"  // 9
-    "outer()\n";                                                                         // 10
+    "class Outer:\n"                                                                     // 7
+    "    def __init__(self, last):\n"                                                    // 8
+    "        if last: inner()\n"                                                         // 9
+    "def outer():\n"                                                                     // 10
+    "    for i in range(100): Outer(i == 99)\n"                                          // 11
+    "h = threading.Thread(target=helper_loop, name='helper', daemon=True); h.start()\n"  // 12
+    "outer()\n";                                                                         // 13
 
 class KnownStack {
  public:
@@ -96,14 +102,16 @@ void ExpectKnownStack(const KnownStack& p, const std::string& version_prefix) {
   EXPECT_EQ(main.native_id, pid);
   EXPECT_EQ(main.thread_id, main_ident);
   EXPECT_FALSE(main.partial);
-  ASSERT_EQ(main.frames.size(), 3u);
+  ASSERT_EQ(main.frames.size(), 4u);
   EXPECT_EQ(main.frames[0].function, "inner");
   EXPECT_EQ(main.frames[0].line, 6);
   EXPECT_EQ(main.frames[0].file, "<string>");
-  EXPECT_EQ(main.frames[1].function, "outer");
-  EXPECT_EQ(main.frames[1].line, 8);
-  EXPECT_EQ(main.frames[2].function, "<module>");
-  EXPECT_EQ(main.frames[2].line, 10);
+  EXPECT_EQ(main.frames[1].function, "Outer.__init__");
+  EXPECT_EQ(main.frames[1].line, 9);
+  EXPECT_EQ(main.frames[2].function, "outer");
+  EXPECT_EQ(main.frames[2].line, 11);
+  EXPECT_EQ(main.frames[3].function, "<module>");
+  EXPECT_EQ(main.frames[3].line, 13);
   // The thread's name is the kernel's (3.14 gives it Python's, 3.11 not).
   const PyThreadStack* helper = &stacks->threads[1];
   EXPECT_EQ(helper->native_id, helper_native);
@@ -115,22 +123,28 @@ void ExpectKnownStack(const KnownStack& p, const std::string& version_prefix) {
   EXPECT_EQ(helper->frames.back().function, "Thread._bootstrap");
 }
 
-// Debian's /usr/bin/python3.11: the fixed 3.11 offsets of pystack.h.
-TEST(PyStack, ReadsPython311) {
-  if (access("/usr/bin/python3.11", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3.11";
-  KnownStack p({"/usr/bin/python3.11", "-c", kScript});
+// Reads kScript run by `python` (skipped where there is none), expecting
+// version `version_prefix`.
+void ExpectKnownStackOf(const std::string& python, const std::string& version_prefix) {
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
+  KnownStack p({python, "-c", kScript});
   ASSERT_TRUE(p.ready());
-  ExpectKnownStack(p, "3.11.");
+  ExpectKnownStack(p, version_prefix);
 }
+
+// Debian's /usr/bin/python3.11 (the interpreter in the executable): the
+// fixed 3.11 offsets of pystack.h.
+TEST(PyStack, ReadsPython311) { ExpectKnownStackOf("/usr/bin/python3.11", "3.11."); }
 
 // pyenv's 3.12 (the interpreter in libpython3.12.so, which the executable
 // links): the fixed 3.12 offsets of pystack.h, and its entry frames skipped.
 TEST(PyStack, ReadsPython312) {
-  const std::string python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
-  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
-  KnownStack p({python, "-c", kScript});
-  ASSERT_TRUE(p.ready());
-  ExpectKnownStack(p, "3.12.");
+  ExpectKnownStackOf("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12.");
+}
+
+// pyenv's 3.13: its debug offsets at 3.13's indices, and no cframe.
+TEST(PyStack, ReadsPython313) {
+  ExpectKnownStackOf("/root/.pyenv/versions/3.13.0/bin/python3.13", "3.13.");
 }
 
 // The torch 2.x root's Python 3.14 (its debug offsets), read from outside
