@@ -63,6 +63,11 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   }
 
   Status Listen() {
+    // The clients' sockets are watched before the first is accepted.
+    TRUN_RETURN_IF_ERROR(
+        shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
+          if (auto c = Find(id)) c->OnEvents(events);
+        }));
     Acceptor::Callbacks cb;
     cb.open = [this] { return clients_.size(); };
     cb.make_room = [] { return false; };
@@ -73,9 +78,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     if (!acceptor.ok()) return acceptor.status();
     acceptor_ = std::move(*acceptor);
     ReadLink();
-    return shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
-      if (auto c = Find(id)) c->OnEvents(events);
-    });
+    return Status::OK();
   }
 
   void Close() {

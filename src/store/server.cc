@@ -50,6 +50,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   Status Listen() {
+    // The clients' sockets are watched before the first is accepted.
+    TRUN_RETURN_IF_ERROR(
+        shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
+          if (auto c = Find(id)) c->OnEvents(events);
+        }));
     // As torch's libuv server: "" or "::" is every address over IPv6 and
     // IPv4 at once, or IPv4 alone where the kernel has IPv6 off.
     Acceptor::Callbacks cb;
@@ -62,9 +67,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         io_, {options_.host, options_.port, "store", options_.max_connections}, std::move(cb));
     if (!acceptor.ok()) return acceptor.status();
     acceptor_ = std::move(*acceptor);
-    return shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
-      if (auto c = Find(id)) c->OnEvents(events);
-    });
+    return Status::OK();
   }
 
   void Close() {
