@@ -60,29 +60,29 @@ void Connection::OnEvents(uint32_t events) {
 // A connection has no read buffer of its own: it reads through the host's
 // one large buffer until the socket is empty, or for at most 16 of those
 // reads (1 MiB) before the other connections get their turn (the Poller
-// reports it again). The replies to what it read go out after, together.
+// reports it again). The replies to each read go out after it, together.
 void Connection::OnReadable() {
   auto& buf = host_->shared().read_buf;
-  in_read_ = true;
   bool more = true;
   for (int turn = 0; turn < 16 && more; ++turn) {
     ssize_t k = ::read(fd_, buf.data(), buf.size());
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (k <= 0) {
-      in_read_ = false;
       bool quiet = k == 0 || errno == ECONNRESET;
-      host_->Drop(shared_from_this(), quiet ? "" : std::strerror(errno));
-      return;
+      return host_->Drop(shared_from_this(), quiet ? "" : std::strerror(errno));
     }
+    in_read_ = true;
     more = Consume(buf.data(), static_cast<size_t>(k)) && static_cast<size_t>(k) == buf.size();
+    in_read_ = false;
+    if (closed) return;
+    Flush();
+    if (closed) return;
   }
-  in_read_ = false;
-  if (closed) return;
-  Flush();
-  // Refused: nothing more it sends is read.
-  if (!closed && closing && !writing_) return host_->Drop(shared_from_this(), "");
-  if (!closed && closing) Watch();
+  // Refused: nothing more it sends is read; it is closed once its last
+  // answer is written.
+  if (closing && !writing_) return host_->Drop(shared_from_this(), "");
+  if (closing) Watch();
 }
 
 // Parses and handles what arrived; false when the connection is gone or
