@@ -441,24 +441,42 @@ class LocalAgent::Impl {
     OnProgressSample();
   }
 
-  // Every kSamplePeriodS while the workers run.
+  // Every worker of the attempt exited 0: the exit barrier, waiting for
+  // the other nodes' workers.
+  bool Finished() const { return state_ == State::kWaiting && succeeded_; }
+
+  // Whether the hang watch goes on: while the workers run, and on group
+  // rank 0 of a job of several nodes also in its exit barrier, until it has
+  // a verdict: the judge keeps judging while the others run (hang.h).
+  bool Watching() const {
+    if (state_ == State::kRunning) return true;
+    return Finished() && round_->group_rank == 0 && round_->participants.size() > 1 &&
+           hang_groups_.empty();
+  }
+
+  // Every kSamplePeriodS while Watching().
   void OnProgressSample() {
-    if (state_ != State::kRunning || !progress_) return;
-    ProgressSample sample;
-    sample.at = SteadySeconds();
-    for (const auto& w : workers_) {
-      sample.cpu_seconds.push_back(w.running ? TreeCpuSeconds(w.pid) : 0);
-      sample.output_bytes.push_back(*w.output_bytes);
+    if (!progress_ || !Watching()) return;
+    const double now = SteadySeconds();
+    if (Finished()) {
+      // Nothing of ours left to sample: finished is quiet for good.
+      if (!asking_ && now >= next_ask_at_) JudgeHang();
+    } else {
+      ProgressSample sample;
+      sample.at = now;
+      for (const auto& w : workers_) {
+        sample.cpu_seconds.push_back(w.running ? TreeCpuSeconds(w.pid) : 0);
+        sample.output_bytes.push_back(*w.output_bytes);
+      }
+      quiet_s_ = progress_->Quiet(std::move(sample));
+      const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
+      if (!hang_groups_.empty()) {
+        if (second_timeout_ && second_timeout_->Due(quiet, now)) FailHung();
+      } else if (quiet && !asking_ && now >= next_ask_at_) {
+        JudgeHang();
+      }
     }
-    const double now = sample.at;
-    quiet_s_ = progress_->Quiet(std::move(sample));
-    const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
-    if (!hang_groups_.empty()) {
-      if (second_timeout_ && second_timeout_->Due(quiet, now)) FailHung();
-    } else if (quiet && !asking_ && now >= next_ask_at_) {
-      JudgeHang();
-    }
-    if (state_ != State::kRunning) return;
+    if (!Watching()) return;
     hang_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(kSamplePeriodS)));
     hang_timer_.async_wait([this](std::error_code ec) {
@@ -466,10 +484,10 @@ class LocalAgent::Impl {
     });
   }
 
-  // This node has been quiet for the timeout. Group rank 0 judges the job
-  // (hang.h): it asks every peer how long its workers have been quiet. With
-  // --hang-action fail, another node asks group rank 0 for its verdict, to
-  // fail its own odd ranks: the job's root cause is theirs.
+  // This node has been quiet for the timeout, or has finished. Group rank 0
+  // judges the job (hang.h): it asks every peer how long its workers have
+  // been quiet. With --hang-action fail, another node asks group rank 0 for
+  // its verdict, to fail its own odd ranks: the job's root cause is theirs.
   void JudgeHang() {
     const int attempt = attempts_;
     if (round_->participants.size() == 1) {
@@ -488,7 +506,7 @@ class LocalAgent::Impl {
     telemetry_.AskPeers("hang", judge ? std::nullopt : std::optional<int>(0),
                         [this, attempt, judge](std::vector<PeerNode> peers,
                                                std::vector<Result<nlohmann::json>> answers) {
-                          if (attempt != attempts_ || state_ != State::kRunning) return;
+                          if (attempt != attempts_ || !Watching()) return;
                           asking_ = false;
                           if (judge) return OnPeersQuiet(peers, answers);
                           if (!answers.empty() && answers[0].ok()) return OnVerdict(*answers[0]);
@@ -498,7 +516,8 @@ class LocalAgent::Impl {
 
   void OnPeersQuiet(const std::vector<PeerNode>& peers,
                     const std::vector<Result<nlohmann::json>>& answers) {
-    std::vector<NodeQuiet> nodes{{round_->group_rank, quiet_s_, ""}};
+    std::vector<NodeQuiet> nodes{
+        {round_->group_rank, Finished() ? std::nullopt : quiet_s_, "", Finished()}};
     for (size_t i = 0; i < peers.size() && i < answers.size(); ++i) {
       NodeQuiet n = QuietOf(peers[i].node_rank, round_->number, answers[i]);
       // A failed exchange names the address already; an odd answer does not.
@@ -510,7 +529,7 @@ class LocalAgent::Impl {
       const int attempt = attempts_;
       asking_ = true;
       return telemetry_.GatherJobStacks([this, attempt](const nlohmann::ordered_json& job) {
-        if (attempt != attempts_ || state_ != State::kRunning) return;
+        if (attempt != attempts_ || !Watching()) return;
         asking_ = false;
         ReportHang(job);
       });
@@ -523,9 +542,12 @@ class LocalAgent::Impl {
       why += fmt::format("{}node {}: {}", why.empty() ? "" : "; ", n.node_rank, n.error);
     }
     log::Warning(
-        "--hang-timeout: this node's workers made no progress for {:g} s, but no hang is "
-        "declared while a node of the job cannot be asked ({}); asking again every {:g} s",
-        config_.hang_timeout_s, why, config_.hang_timeout_s);
+        "--hang-timeout: {}, but no hang is declared while a node of the job cannot be asked "
+        "({}); asking again every {:g} s",
+        Finished() ? std::string("this node's workers have finished")
+                   : fmt::format("this node's workers made no progress for {:g} s",
+                                 config_.hang_timeout_s),
+        why, config_.hang_timeout_s);
   }
 
   // Group rank 0's answer, for a node that fails its own odd ranks.
@@ -544,8 +566,17 @@ class LocalAgent::Impl {
     hang_groups_ = std::move(*groups);
     hang_summary_ = HangSummary(hang_groups_);
     // Nothing to fail here when no odd rank is ours: the judge, or the node
-    // that has it, fails the round.
-    if (OddHere()) FailHung();
+    // that has it, fails the round. But a judge whose workers have finished
+    // has nothing to fail: where it names nobody, every node that still
+    // runs fails its own ranks.
+    auto finished = answer.find("finished");
+    const bool judge_finished = finished != answer.end() && *finished == true;
+    if (OddHere() || (judge_finished && !Named())) FailHung();
+  }
+
+  bool Named() const {
+    return std::any_of(hang_groups_.begin(), hang_groups_.end(),
+                       [](const HangGroup& g) { return g.odd; });
   }
 
   bool OddHere() const {
@@ -587,10 +618,10 @@ class LocalAgent::Impl {
       }
     }
     telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
-    if (!config_.hang_fail) return;
-    const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
-                                   [](const HangGroup& g) { return g.odd; });
-    if (!named || OddHere()) return FailHung();
+    // Finished, this node has no rank to fail: the nodes that run fail
+    // theirs on this verdict (OnVerdict).
+    if (!config_.hang_fail || Finished()) return;
+    if (!Named() || OddHere()) return FailHung();
     // The odd ranks are elsewhere: their nodes fail them, on this verdict.
     second_timeout_.emplace(config_.hang_timeout_s);
     second_timeout_->Due(true, SteadySeconds());
