@@ -117,12 +117,16 @@ def _env(error_file: str, no_config: bool) -> dict[str, str]:
     return env
 
 
-def run(args: Sequence[str], *, trun: str | None = None, no_config: bool = False) -> Outcome:
-    """``trun ARGS``, its output read whole."""
-    argv = [trun or trun_binary(), *args]
+def run(args: Sequence[str], *, trun: str | None = None, no_config: bool = False,
+        cwd: str | None = None) -> Outcome:
+    """``trun ARGS`` (run in ``cwd``, default this process's), its output read whole."""
+    binary = trun or trun_binary()
+    # A relative path names the binary from here, not from cwd.
+    argv = [os.path.abspath(binary) if cwd and os.sep in binary else binary, *args]
     with tempfile.TemporaryDirectory(prefix="trun-call-") as d:
         error_file = os.path.join(d, "error.json")
-        r = subprocess.run(argv, capture_output=True, text=True, env=_env(error_file, no_config))
+        r = subprocess.run(argv, capture_output=True, text=True, env=_env(error_file, no_config),
+                           cwd=cwd)
         kind = _error_kind(error_file) if r.returncode != 0 else None
     return Outcome(argv, r.returncode, r.stdout, r.stderr, kind)
 

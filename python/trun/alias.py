@@ -19,16 +19,18 @@ The names resolve to trun's own module objects, not copies, so
     torchx                     trun/_torchx_root.py, loaded as torchx (IMAGE, __version__)
     torchx.specs[.*]           trun.specs[.*]       (api, named_resources_aws, ...)
     torchx.components[.*]      trun.components[.*]  (dist, utils)
-    torchx.runner[.config]     trun.runner[.config]
+    torchx.runner[.*]          trun.runner[.*]      (api, config, events)
     torchx.settings            trun.settings
-    torchx.schedulers[.*]      trun.schedulers[.*]
+    torchx.schedulers[.*]      trun.schedulers[.*]  (api, local_scheduler)
     torchx.plugins[.*]         trun.plugins[.*]     (register, registry, ...)
     torchx.util.entrypoints    trun.util.entrypoints
+    torchx.util.session        trun.util.session
+    torchx.workspace[.api]     trun.workspace[.api] (WorkspaceMixin)
     torchx.runtime.tracking    trun.runtime.tracking (FsspecResultTracker)
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 
-Any other ``torchx`` name (workspaces, TorchX's Python scheduler plug-ins) stays an
-ImportError.
+Any other ``torchx`` name (TorchX's other scheduler plug-ins, its docker
+workspace) stays an ImportError.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from typing import Sequence
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
 _TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings", "plugins", "util",
-                 "runtime"}
+                 "runtime", "workspace"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

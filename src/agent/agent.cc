@@ -24,6 +24,7 @@
 #include "failure/failure.h"
 #include "launch/rdzv_conf.h"
 #include "proc/group_supervisor.h"
+#include "proc/pystack.h"
 #include "proc/signals.h"
 #include "proc/spawn.h"
 #include "rendezvous/rendezvous.h"
@@ -465,8 +466,18 @@ class LocalAgent::Impl {
       ProgressSample sample;
       sample.at = now;
       for (const auto& w : workers_) {
-        sample.cpu_seconds.push_back(w.running ? TreeCpuSeconds(w.pid) : 0);
+        const double cpu = w.running ? TreeCpuSeconds(w.pid) : 0;
+        std::string wait;
+        // A worker that computed silently since the last sample may be
+        // spinning on its GPU instead (hang.h): where its main thread is.
+        if (progress_->BusyAndSilent(sample.cpu_seconds.size(), sample.at, cpu, *w.output_bytes)) {
+          if (auto st = proc::ReadPythonStacks(w.pid); st.ok() && !st->threads.empty()) {
+            wait = DeviceWait(st->threads.front().frames);
+          }
+        }
+        sample.cpu_seconds.push_back(cpu);
         sample.output_bytes.push_back(*w.output_bytes);
+        sample.device_wait.push_back(std::move(wait));
       }
       quiet_s_ = progress_->Quiet(std::move(sample));
       const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
@@ -571,12 +582,27 @@ class LocalAgent::Impl {
     // runs fails its own ranks.
     auto finished = answer.find("finished");
     const bool judge_finished = finished != answer.end() && *finished == true;
-    if (OddHere() || (judge_finished && !Named())) FailHung();
+    if (OddHere() || (judge_finished && !Named())) AfterFlightRecorders([this] { FailHung(); });
   }
 
   bool Named() const {
     return std::any_of(hang_groups_.begin(), hang_groups_.end(),
                        [](const HangGroup& g) { return g.odd; });
+  }
+
+  // Asks this node's running workers for their NCCL flight recorders' dumps
+  // (flight_recorder.h; only those whose user turned the recorder's pipe
+  // on), then runs `then` on the loop, unless the attempt ended meanwhile:
+  // before --hang-action fail stops them, so that the dumps are written.
+  void AfterFlightRecorders(std::function<void()> then) {
+    std::vector<DumpTarget> targets;
+    for (const auto& w : workers_) {
+      if (w.running) targets.push_back({w.global_rank, w.pid});
+    }
+    const int attempt = attempts_;
+    telemetry_.DumpFlightRecorders(std::move(targets), [this, attempt, then = std::move(then)] {
+      if (attempt == attempts_ && state_ == State::kRunning) then();
+    });
   }
 
   bool OddHere() const {
@@ -618,9 +644,15 @@ class LocalAgent::Impl {
       }
     }
     telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
-    // Finished, this node has no rank to fail: the nodes that run fail
-    // theirs on this verdict (OnVerdict).
-    if (!config_.hang_fail || Finished()) return;
+    // A finished judge has no rank to fail, and `then` does not run once
+    // the workers are gone: the nodes that run fail theirs on this verdict
+    // (OnVerdict).
+    AfterFlightRecorders([this] { ActOnHang(); });
+  }
+
+  // --hang-action fail, once the report is out and the dumps are in.
+  void ActOnHang() {
+    if (!config_.hang_fail) return;
     if (!Named() || OddHere()) return FailHung();
     // The odd ranks are elsewhere: their nodes fail them, on this verdict.
     second_timeout_.emplace(config_.hang_timeout_s);

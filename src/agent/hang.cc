@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 
@@ -12,32 +13,60 @@ namespace trun::agent {
 
 namespace {
 
-// Whether no worker made progress between samples `old` and `now`.
-bool QuietBetween(const ProgressSample& old, const ProgressSample& now) {
-  if (old.cpu_seconds.size() != now.cpu_seconds.size() ||
-      old.output_bytes.size() != now.output_bytes.size()) {
+// Whether worker `i` computed between samples `old` and `now`: more than
+// the idle share of a core, unless every sample from `old` to `now` found
+// its main thread at one and the same device wait.
+bool Computed(const std::deque<ProgressSample>& samples, size_t from, size_t i) {
+  const ProgressSample& old = samples[from];
+  const ProgressSample& now = samples.back();
+  if (now.cpu_seconds[i] - old.cpu_seconds[i] <= kIdleCpuFraction * (now.at - old.at)) {
     return false;
   }
-  const double window = now.at - old.at;
-  for (size_t i = 0; i < now.cpu_seconds.size(); ++i) {
-    if (now.cpu_seconds[i] - old.cpu_seconds[i] > kIdleCpuFraction * window) return false;
+  for (size_t k = from; k < samples.size(); ++k) {
+    const auto& wait = samples[k].device_wait;
+    if (wait.size() != now.cpu_seconds.size() || wait[i].empty() || wait[i] != now.device_wait[i]) {
+      return true;
+    }
   }
-  return old.output_bytes == now.output_bytes;
+  return false;
+}
+
+// Whether no worker made progress between samples `from` and the newest.
+bool QuietBetween(const std::deque<ProgressSample>& samples, size_t from) {
+  const ProgressSample& old = samples[from];
+  const ProgressSample& now = samples.back();
+  if (old.cpu_seconds.size() != now.cpu_seconds.size() ||
+      old.output_bytes.size() != now.output_bytes.size() || old.output_bytes != now.output_bytes) {
+    return false;
+  }
+  for (size_t i = 0; i < now.cpu_seconds.size(); ++i) {
+    if (Computed(samples, from, i)) return false;
+  }
+  return true;
 }
 
 }  // namespace
 
 double ProgressWindow::Quiet(ProgressSample sample) {
   samples_.push_back(std::move(sample));
-  const ProgressSample& now = samples_.back();
+  const double now = samples_.back().at;
   // Keep the newest sample that is at least the timeout old, and what is
   // newer: the longest window the rule needs to judge.
-  while (samples_.size() > 2 && now.at - samples_[1].at >= timeout_s_) samples_.pop_front();
+  while (samples_.size() > 2 && now - samples_[1].at >= timeout_s_) samples_.pop_front();
   double quiet = 0;
-  for (const auto& old : samples_) {
-    if (&old != &now && QuietBetween(old, now)) quiet = std::max(quiet, now.at - old.at);
+  for (size_t from = 0; from + 1 < samples_.size(); ++from) {
+    if (QuietBetween(samples_, from)) quiet = std::max(quiet, now - samples_[from].at);
   }
   return quiet;
+}
+
+bool ProgressWindow::BusyAndSilent(size_t i, double at, double cpu_seconds,
+                                   uint64_t output_bytes) const {
+  if (samples_.empty()) return false;
+  const ProgressSample& last = samples_.back();
+  if (i >= last.cpu_seconds.size() || i >= last.output_bytes.size()) return false;
+  return output_bytes == last.output_bytes[i] &&
+         cpu_seconds - last.cpu_seconds[i] > kIdleCpuFraction * (at - last.at);
 }
 
 bool SecondTimeout::Due(bool stalled, double now) {
@@ -90,6 +119,16 @@ std::string Signature(const RankStack& s) {
 }
 
 }  // namespace
+
+std::string DeviceWait(const std::vector<proc::PyFrame>& frames) {
+  if (frames.empty()) return "";
+  const std::string& file = frames.front().file;
+  if (file.find("torch/cuda/") == std::string::npos &&
+      file.find("torch/distributed/") == std::string::npos) {
+    return "";
+  }
+  return Signature({0, frames, ""});
+}
 
 std::string Where(const RankStack& s) {
   if (s.finished) return "finished: exited 0";

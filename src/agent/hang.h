@@ -7,7 +7,14 @@
 // node has been quiet for Q seconds when, between a sample Q seconds old and
 // the newest, no worker used more than kIdleCpuFraction of one core (a
 // worker blocked in a gloo or NCCL wait, or asleep, uses next to none; a
-// computing one uses a whole core) and none wrote a byte. The job has hung
+// computing one uses a whole core) and none wrote a byte. One exception: a
+// worker that waits for its GPU spins a core (CUDA's default
+// synchronization polls while fewer contexts than cores are open), so a
+// worker whose main thread stayed at one stack whose innermost frame is in
+// torch.cuda or torch.distributed (torch.cuda.synchronize, a barrier, a
+// collective's wait) in every sample of the window waits, whatever CPU it
+// used. A loop of the user's own that computes changes nothing here: its
+// innermost frame is the user's. The job has hung
 // when every node of the round has been quiet for the timeout: the agent of
 // group rank 0 judges that (JudgeJob) from what its peers answer; a node
 // that cannot be asked keeps the verdict from being made, so that one
@@ -55,7 +62,16 @@ struct ProgressSample {
   double at = 0;                       // seconds on a steady clock
   std::vector<double> cpu_seconds;     // each worker's, its descendants' included
   std::vector<uint64_t> output_bytes;  // what trun's pumps read from each
+  // DeviceWait() of each worker's main thread where it was read (a worker
+  // that used CPU since the previous sample and wrote nothing), else "".
+  // Empty: none was read.
+  std::vector<std::string> device_wait;
 };
+
+// What identifies the place of a main thread that waits on its device or
+// a collective (see the header's comment): its whole stack, when the
+// innermost frame is in torch/cuda/ or torch/distributed/; "" otherwise.
+std::string DeviceWait(const std::vector<proc::PyFrame>& frames);
 
 class ProgressWindow {
  public:
@@ -65,6 +81,10 @@ class ProgressWindow {
   // when they made progress since the previous sample, at most a little
   // over the timeout (older samples are not kept).
   double Quiet(ProgressSample sample);
+  // Whether worker `i` used more than the idle share of a core between the
+  // newest sample and `cpu_seconds` at `at` without writing: whose stack
+  // the next sample should read (DeviceWait).
+  bool BusyAndSilent(size_t i, double at, double cpu_seconds, uint64_t output_bytes) const;
 
  private:
   double timeout_s_;

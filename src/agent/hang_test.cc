@@ -9,7 +9,7 @@ namespace {
 
 // One sample of two workers.
 ProgressSample At(double t, double cpu0, double cpu1, uint64_t bytes0 = 0, uint64_t bytes1 = 0) {
-  return {t, {cpu0, cpu1}, {bytes0, bytes1}};
+  return {t, {cpu0, cpu1}, {bytes0, bytes1}, {}};
 }
 
 // A node's window, and whether its workers have been quiet for the whole
@@ -176,6 +176,53 @@ TEST(HangProgress, QuietCountsFromTheLastProgress) {
   EXPECT_EQ(w.Quiet(At(2, 1, 0)), 1);
   EXPECT_EQ(w.Quiet(At(4, 1, 0)), 3);
   EXPECT_EQ(w.Quiet(At(5, 1, 0, 0, 7)), 0);  // rank 1 wrote
+}
+
+TEST(HangProgress, AWorkerSpinningAtOneDeviceWaitIsQuiet) {
+  // Rank 0 spins a whole core in torch.cuda.synchronize (CUDA polls while
+  // it waits for a long kernel); rank 1 sleeps.
+  const std::vector<proc::PyFrame> sync = {{"synchronize", "/x/torch/cuda/__init__.py", 1040},
+                                           {"main", "/job/train.py", 12}};
+  const std::string wait = DeviceWait(sync);
+  ASSERT_FALSE(wait.empty());
+  auto spin = [&](double t, const std::string& w0) {
+    ProgressSample s = At(t, t, 0);
+    s.device_wait = {w0, ""};
+    return s;
+  };
+  Window w{5};
+  for (int t = 0; t < 5; ++t) EXPECT_FALSE(w.Stalled(spin(t, wait))) << t;
+  EXPECT_TRUE(w.Stalled(spin(5, wait)));
+  // It moved on: the next wait is another place, and that is progress.
+  const std::string barrier =
+      DeviceWait({{"barrier", "/x/torch/distributed/distributed_c10d.py", 4000},
+                  {"main", "/job/train.py", 13}});
+  EXPECT_NE(barrier, wait);
+  EXPECT_EQ(w.w.Quiet(spin(6, barrier)), 0);
+  // One sample whose stack was not read (or was not a wait) breaks the
+  // window, as CPU always did.
+  Window gap{5};
+  for (int t = 0; t < 3; ++t) gap.Stalled(spin(t, wait));
+  gap.Stalled(spin(3, ""));
+  for (int t = 4; t <= 8; ++t) EXPECT_FALSE(gap.Stalled(spin(t, wait))) << t;
+  EXPECT_TRUE(gap.Stalled(spin(9, wait)));
+}
+
+TEST(HangProgress, OnlyTorchsWaitsCountAsDeviceWaits) {
+  // A loop of the user's own computes, whatever it calls below.
+  EXPECT_EQ(DeviceWait({{"step", "/job/train.py", 7}, {"main", "/job/train.py", 20}}), "");
+  EXPECT_EQ(DeviceWait({}), "");
+  EXPECT_NE(DeviceWait({{"wait", "/x/torch/distributed/c10d_logger.py", 81}}), "");
+}
+
+TEST(HangProgress, OnlyABusySilentWorkersStackIsRead) {
+  ProgressWindow w(5);
+  EXPECT_FALSE(w.BusyAndSilent(0, 0, 1, 0));  // no sample yet
+  w.Quiet(At(0, 1, 1, 10, 10));
+  EXPECT_TRUE(w.BusyAndSilent(0, 0.5, 1.4, 10));
+  EXPECT_FALSE(w.BusyAndSilent(0, 0.5, 1.4, 11));    // it wrote
+  EXPECT_FALSE(w.BusyAndSilent(1, 0.5, 1.001, 10));  // idle
+  EXPECT_FALSE(w.BusyAndSilent(2, 0.5, 9, 10));      // no such worker
 }
 
 TEST(HangJob, HungOnlyWhenEveryNodeIsQuietForTheTimeout) {

@@ -122,6 +122,7 @@ std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
 Telemetry::~Telemetry() {
   if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
   if (hang_thread_.joinable()) hang_thread_.join();
+  if (flight_recorder_thread_.joinable()) flight_recorder_thread_.join();
 }
 
 Status Telemetry::Start(asio::io_context& io, TelemetryOptions options,
@@ -486,6 +487,37 @@ void Telemetry::AskOffLoop(std::thread& thread, std::vector<PeerNode> peers,
           done(std::move(peers), std::move(answers));
         });
       });
+}
+
+void Telemetry::DumpFlightRecorders(std::vector<DumpTarget> workers, std::function<void()> done) {
+  if (flight_recorder_thread_.joinable()) flight_recorder_thread_.join();
+  flight_recorder_thread_ = std::thread([this, workers = std::move(workers), done = std::move(done),
+                                         alive = std::weak_ptr<bool>(alive_)]() mutable {
+    auto dumps = CollectDumps(workers, kFlightRecorderWaitS);
+    asio::post(*io_, [this, alive, dumps = std::move(dumps), done = std::move(done)] {
+      if (alive.expired()) return;
+      if (!dumps.empty()) {
+        ojson list = ojson::array();
+        for (const auto& d : dumps) {
+          if (d.error.empty()) {
+            log::Error(
+                "NCCL flight recorder of rank {}: {} ({} bytes; torch's torchfrtrace reads it)",
+                d.rank, d.path, d.bytes);
+          } else {
+            log::Error("NCCL flight recorder of rank {}: {}", d.rank, d.error);
+          }
+          list.push_back({{"rank", d.rank},
+                          {"pid", d.pid},
+                          {"pipe", d.pipe},
+                          {"path", d.path},
+                          {"bytes", d.error.empty() ? ojson(d.bytes) : ojson(nullptr)},
+                          {"error", d.error.empty() ? ojson(nullptr) : ojson(d.error)}});
+        }
+        Emit("trun.group.flight_recorder", {{"dumps", list}});
+      }
+      done();
+    });
+  });
 }
 
 void Telemetry::AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,

@@ -31,6 +31,7 @@
 
 #include "agent/events.h"
 #include "agent/file_timer.h"
+#include "agent/flight_recorder.h"
 #include "agent/hang.h"
 #include "agent/http.h"
 #include "agent/job_stacks.h"
@@ -40,6 +41,10 @@
 #include "rendezvous/rendezvous.h"
 
 namespace trun::agent {
+
+// How long a hang report waits for the flight recorders' dumps: torch's
+// heartbeat monitor reads its pipe about once a second.
+inline constexpr double kFlightRecorderWaitS = 5;
 
 struct TelemetryOptions {
   bool console_events = false;  // --event-log-handler console
@@ -141,6 +146,12 @@ class Telemetry {
   // The whole job's stacks (GET /stacks?scope=job's answer), then `done`
   // on the loop; shares an answer under way.
   void GatherJobStacks(std::function<void(const nlohmann::ordered_json&)> done);
+  // NCCL's flight recorder (flight_recorder.h): asks each of `workers`
+  // whose recorder listens on its dump pipe for a dump, off the loop, and
+  // waits for them at most kFlightRecorderWaitS; then, on the loop, logs
+  // and emits what came (trun.group.flight_recorder, when any worker had a
+  // pipe) and runs `done`, unless the telemetry is gone.
+  void DumpFlightRecorders(std::vector<DumpTarget> workers, std::function<void()> done);
   // Bytes of worker output that passed through the agent.
   void LogBytes(bool is_stderr, size_t n) { log_bytes_[is_stderr ? 1 : 0] += n; }
 
@@ -174,6 +185,7 @@ class Telemetry {
   std::vector<std::function<void(const nlohmann::ordered_json&)>> job_stacks_waiting_;
   std::thread job_stacks_thread_;
   std::thread hang_thread_;
+  std::thread flight_recorder_thread_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   const FileTimerServer* timers_ = nullptr;
   std::optional<rendezvous::Round> round_;

@@ -27,6 +27,8 @@ constexpr int kMaxFrames = 512;
 constexpr size_t kMaxString = 1024;
 constexpr size_t kMaxLineTable = 1 << 20;
 constexpr int kAttempts = 3;
+// _PyInterpreterFrame.owner of an entry frame (3.12's FRAME_OWNED_BY_CSTACK).
+constexpr char kFrameOwnedByCStack = 3;
 
 // Where the fields the walk reads are, for one interpreter build.
 struct Layout {
@@ -43,6 +45,10 @@ struct Layout {
   uint64_t frame_previous = 0;
   uint64_t frame_code = 0;
   uint64_t frame_instr = 0;
+  // 3.12: frames the C stack owns (the interpreter's entry frames, whose
+  // code object is its "<interpreter trampoline>") are no Python code's.
+  bool has_owner = false;
+  uint64_t frame_owner = 0;
   uint64_t code_ref_tag_mask = 0;  // low bits of a stack reference to clear
   uint64_t code_firstlineno = 0;
   uint64_t code_filename = 0;
@@ -81,6 +87,33 @@ Layout Layout311() {
   l.code_adaptive = 184;
   l.ascii_size = 48;
   l.compact_size = 72;
+  return l;
+}
+
+// Python 3.12's layout (pystack.h lists where each number comes from).
+Layout Layout312() {
+  Layout l;
+  l.runtime_interpreters_head = 40;
+  l.interp_next = 0;
+  l.interp_threads_head = 72;
+  l.thread_next = 8;
+  l.has_cframe = true;
+  l.thread_cframe = 56;
+  l.cframe_current_frame = 0;
+  l.thread_id = 136;
+  l.thread_native_id = 144;
+  l.frame_code = 0;
+  l.frame_previous = 8;
+  l.frame_instr = 56;
+  l.has_owner = true;
+  l.frame_owner = 70;
+  l.code_firstlineno = 68;
+  l.code_filename = 112;
+  l.code_qualname = 128;
+  l.code_linetable = 136;
+  l.code_adaptive = 192;
+  l.ascii_size = 40;
+  l.compact_size = 56;
   return l;
 }
 
@@ -277,6 +310,7 @@ std::string VersionString(uint64_t hex) {
 Result<Layout> LayoutFor(const Runtime& rt, Memory& mem, pid_t pid) {
   const unsigned major = (rt.version_hex >> 24) & 0xff, minor = (rt.version_hex >> 16) & 0xff;
   if (major == 3 && minor == 11) return Layout311();
+  if (major == 3 && minor == 12) return Layout312();
   if (major == 3 && minor == 14) {
     uint64_t d[DebugIndex::kCount];
     if (!mem.Read(rt.runtime, d, sizeof d)) {
@@ -326,9 +360,9 @@ Result<Layout> LayoutFor(const Runtime& rt, Memory& mem, pid_t pid) {
     l.compact_size = d[i.ascii_size] + 16;  // + utf8_length, utf8
     return l;
   }
-  return Status::Unsupported("process " + std::to_string(pid) + " runs Python " +
-                             VersionString(rt.version_hex) +
-                             ", whose stacks this reader cannot read (it knows 3.11 and 3.14)");
+  return Status::Unsupported(
+      "process " + std::to_string(pid) + " runs Python " + VersionString(rt.version_hex) +
+      ", whose stacks this reader cannot read (it knows 3.11, 3.12 and 3.14)");
 }
 
 void AppendUtf8(std::string& out, uint32_t c) {
@@ -456,7 +490,13 @@ class Walker {
         return;
       }
       code &= ~l_.code_ref_tag_mask;
-      auto is_code = code == 0 ? std::optional<bool>(false) : IsCode(code);
+      char owner = 0;
+      if (l_.has_owner && !mem_.Read(frame + l_.frame_owner, &owner, sizeof owner)) {
+        out->partial = true;
+        return;
+      }
+      auto is_code =
+          code == 0 || owner == kFrameOwnedByCStack ? std::optional<bool>(false) : IsCode(code);
       if (!is_code) {
         out->partial = true;
         return;

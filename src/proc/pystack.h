@@ -31,15 +31,39 @@
 //        PyASCIIObject: length @16, state @32 (bits 2-4 kind, 5 compact,
 //                       6 ascii), size 48; PyCompactUnicodeObject size 72
 //        PyBytesObject: ob_size @16, ob_sval @32; PyTypeObject: tp_name @24
-//      pystack_test.cc checks them against a running /usr/bin/python3.11.
+//      Python 3.12 publishes none either; its headers (v3.12 tag:
+//      internal/pycore_runtime.h, pycore_interp.h, pycore_frame.h,
+//      cpython/pystate.h, code.h, unicodeobject.h) fix, for the same build:
+//        _PyRuntimeState: interpreters.head @40 (as 3.11: the fields 3.12
+//                         added to it come after `interpreters`)
+//        PyInterpreterState: next @0, threads.head @72
+//        PyThreadState: next @8, cframe @56, thread_id @136,
+//                       native_thread_id @144; _PyCFrame: current_frame @0
+//                       (3.11's use_tracing before it is gone)
+//        _PyInterpreterFrame: f_code @0, previous @8 (they moved to the
+//                       front), prev_instr @56, owner @70 (a char; 3,
+//                       FRAME_OWNED_BY_CSTACK, marks an entry frame, whose
+//                       f_code is the interpreter's "<interpreter
+//                       trampoline>": skipped)
+//        PyCodeObject: co_firstlineno @68, co_filename @112, co_name @120,
+//                      co_qualname @128, co_linetable @136,
+//                      co_code_adaptive @192
+//        PyASCIIObject: length @16, state @32 (same bits), size 40 (wstr is
+//                       gone); PyCompactUnicodeObject size 72 -> 56
+//        PyBytesObject, PyTypeObject: as 3.11
+//      The location table and prev_instr's meaning are 3.11's. The layouts
+//      are chosen by Py_Version's major.minor: the internal structs keep
+//      their layout within a minor version, not across them.
+//      pystack_test.cc checks 3.11 against a running /usr/bin/python3.11 and
+//      3.12 against pyenv's 3.12 (/root/.pyenv/versions/3.12.1).
 //   3. The walk: runtime -> interpreters (linked by next) -> thread states
 //      (threads.head, linked by next, newest first) -> the current
 //      interpreter frame -> previous ... Each frame's code object (3.14: the
 //      f_executable stack reference with its tag bits cleared) must be of a
 //      type named "code"; other frames (3.14's interpreter entry frames) are
-//      skipped.
+//      skipped, as are 3.12's entry frames (by their owner).
 //   4. The line: the byte offset of the frame's instruction in
-//      co_code_adaptive (3.11: prev_instr, the last one started; 3.14:
+//      co_code_adaptive (3.11, 3.12: prev_instr, the last one started; 3.14:
 //      instr_ptr, the one executing) through co_linetable, the location
 //      table of Objects/locations.md: LineForOffset below.
 //

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,22 +15,24 @@ namespace {
 
 // A Python with a known stack: the main thread sleeps in inner() (line 6)
 // called by outer() (line 8), a second thread sleeps in helper_loop()
-// (line 3). It prints "ready" once both are there.
+// (line 3). Once both are there it prints "ready", the main thread's
+// threading.get_ident(), then the helper's ident and native id.
 constexpr const char* kScript =
-    "import sys, threading, time\n"                                               // 1
-    "def helper_loop():\n"                                                        // 2
-    "    time.sleep(600)\n"                                                       // 3
-    "def inner():\n"                                                              // 4
-    "    print('ready', flush=True)\n"                                            // 5
-    "    time.sleep(600)\n"                                                       // 6
-    "def outer():\n"                                                              // 7
-    "    inner()\n"                                                               // 8
-    "threading.Thread(target=helper_loop, name='helper', daemon=True).start()\n"  // 9
-    "outer()\n";                                                                  // 10
+    "import sys, threading, time\n"                                                      // 1
+    "def helper_loop():\n"                                                               // 2
+    "    time.sleep(600)\n"                                                              // 3
+    "def inner():\n"                                                                     // 4
+    "    print('ready', threading.get_ident(), h.ident, h.native_id, flush=True)\n"      // 5
+    "    time.sleep(600)\n"                                                              // 6
+    "def outer():\n"                                                                     // 7
+    "    inner()\n"                                                                      // 8
+    "h = threading.Thread(target=helper_loop, name='helper', daemon=True); h.start()\n"  // 9
+    "outer()\n";                                                                         // 10
 
 class KnownStack {
  public:
-  // Starts `argv` (a Python that runs kScript) and waits for its "ready".
+  // Starts `argv` (a Python that runs kScript, or a shell that prints
+  // "ready") and waits for its "ready" line.
   explicit KnownStack(std::vector<std::string> argv) {
     int p[2];
     EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -46,12 +49,17 @@ class KnownStack {
     std::string out;
     char buf[64];
     ssize_t n;
-    while (out.find("ready") == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
+    auto line_end = [&out] {
+      auto at = out.find("ready");
+      return at == std::string::npos ? at : out.find('\n', at);
+    };
+    while (line_end() == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
       out.append(buf, static_cast<size_t>(n));
     }
     // Kept open: the process may print more, and must not die of SIGPIPE.
     out_fd_ = p[0];
-    ready_ = out.find("ready") != std::string::npos;
+    ready_ = line_end() != std::string::npos;
+    if (ready_) ready_line_ = out.substr(out.find("ready"), line_end() - out.find("ready"));
     // The main thread printed before it called sleep: give it time to get
     // there (and the helper to start sleeping).
     usleep(300 * 1000);
@@ -63,14 +71,22 @@ class KnownStack {
   }
   pid_t pid() const { return pid_; }
   bool ready() const { return ready_; }
+  const std::string& ready_line() const { return ready_line_; }
 
  private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
   bool ready_ = false;
+  std::string ready_line_;
 };
 
-void ExpectKnownStack(pid_t pid, const std::string& version_prefix) {
+void ExpectKnownStack(const KnownStack& p, const std::string& version_prefix) {
+  const pid_t pid = p.pid();
+  std::string word;
+  uint64_t main_ident = 0, helper_ident = 0;
+  pid_t helper_native = 0;
+  std::istringstream ready(p.ready_line());
+  ASSERT_TRUE(ready >> word >> main_ident >> helper_ident >> helper_native) << p.ready_line();
   auto stacks = ReadPythonStacks(pid);
   ASSERT_TRUE(stacks.ok()) << stacks.status().ToString();
   EXPECT_EQ(stacks->pid, pid);
@@ -78,6 +94,7 @@ void ExpectKnownStack(pid_t pid, const std::string& version_prefix) {
   ASSERT_EQ(stacks->threads.size(), 2u);
   const auto& main = stacks->threads[0];
   EXPECT_EQ(main.native_id, pid);
+  EXPECT_EQ(main.thread_id, main_ident);
   EXPECT_FALSE(main.partial);
   ASSERT_EQ(main.frames.size(), 3u);
   EXPECT_EQ(main.frames[0].function, "inner");
@@ -89,7 +106,8 @@ void ExpectKnownStack(pid_t pid, const std::string& version_prefix) {
   EXPECT_EQ(main.frames[2].line, 10);
   // The thread's name is the kernel's (3.14 gives it Python's, 3.11 not).
   const PyThreadStack* helper = &stacks->threads[1];
-  EXPECT_NE(helper->native_id, pid);
+  EXPECT_EQ(helper->native_id, helper_native);
+  EXPECT_EQ(helper->thread_id, helper_ident);
   EXPECT_FALSE(helper->name.empty());
   ASSERT_FALSE(helper->frames.empty());
   EXPECT_EQ(helper->frames[0].function, "helper_loop");
@@ -102,7 +120,17 @@ TEST(PyStack, ReadsPython311) {
   if (access("/usr/bin/python3.11", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3.11";
   KnownStack p({"/usr/bin/python3.11", "-c", kScript});
   ASSERT_TRUE(p.ready());
-  ExpectKnownStack(p.pid(), "3.11.");
+  ExpectKnownStack(p, "3.11.");
+}
+
+// pyenv's 3.12 (the interpreter in libpython3.12.so, which the executable
+// links): the fixed 3.12 offsets of pystack.h, and its entry frames skipped.
+TEST(PyStack, ReadsPython312) {
+  const std::string python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
+  KnownStack p({python, "-c", kScript});
+  ASSERT_TRUE(p.ready());
+  ExpectKnownStack(p, "3.12.");
 }
 
 // The torch 2.x root's Python 3.14 (its debug offsets), read from outside
@@ -114,7 +142,7 @@ TEST(PyStack, ReadsPython314InChroot) {
   }
   KnownStack p({"/usr/sbin/chroot", root, "/usr/bin/python3.14", "-c", kScript});
   ASSERT_TRUE(p.ready());
-  ExpectKnownStack(p.pid(), "3.14.");
+  ExpectKnownStack(p, "3.14.");
 }
 
 TEST(PyStack, NotPython) {

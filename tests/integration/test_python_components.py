@@ -319,3 +319,88 @@ def test_what_a_component_prints_is_shown_once_and_keeps_the_json_intact(jobs):
     assert json.loads(r.out)["app"]["roles"][0]["args"] == ["yo"]
     assert r.err.count("importing noisy") == 1 and "building with yo" in r.err, r.err
     assert "UserWarning: msg is deprecated" in r.err, r.err
+
+
+@pytest.mark.once("TorchX's Python LocalScheduler drives the binary from pytest's interpreter; "
+                  "no torch runs")
+def test_torchx_local_scheduler_runs_apps_in_the_image_directory(jobs, monkeypatch):
+    # torchx.schedulers.local_scheduler as TorchX's runner tests use it: a
+    # Python scheduler under a name of the Runner's own (`local_dir`), whose
+    # apps are trun's local apps started in the image directory.
+    from trun.schedulers.local_scheduler import (CWDImageProvider, LocalDirectoryImageProvider,
+                                                 create_scheduler)
+    use_env(monkeypatch, jobs.env)
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    image = jobs.tmp / "image"
+    (image / "bin").mkdir(parents=True)
+    script = image / "where.sh"
+    script.write_text("#!/bin/sh\npwd > \"$1\"\necho \"$PATH\" >> \"$1\"\necho hello from $0\n")
+    script.chmod(0o755)
+    small = specs.Resource(cpu=1, gpu=0, memMB=64)
+
+    def role(name, entrypoint, args, image=str(image)):
+        return specs.Role(name=name, image=image, entrypoint=entrypoint, args=args,
+                          resource=small)
+
+    out = jobs.tmp / "where.txt"
+    with Runner("sess", scheduler_factories={"local_dir": create_scheduler},
+                scheduler_params={"image_provider_class": LocalDirectoryImageProvider,
+                                  "extra_paths": [str(image / "bin")]}, trun=TRUN) as r:
+        handle = r.run(specs.AppDef("where", roles=[role("w", "where.sh", [str(out)])]),
+                       "local_dir")
+        assert re.fullmatch(r"local_dir://sess/where-\w+", handle), handle
+        st = r.wait(handle, wait_interval=0.1)
+        assert st.state == specs.AppState.SUCCEEDED, st
+        cwd, path = out.read_text().splitlines()
+        # Started in the image; extra_paths first on PATH, the image last.
+        assert cwd == str(image) and path.split(":")[0] == str(image / "bin") \
+            and path.split(":")[-1] == str(image), path
+        # The image's program found by name (through PATH), its log through trun's.
+        assert list(r.log_lines(handle, "w")) == [f"hello from {script}\n"]
+        # The same app is trun's: the command line follows it by its trun handle.
+        app_id = specs.parse_app_handle(handle).app_id
+        assert f"local://trun/{app_id}" in jobs.trun("list").out
+
+        sleeper = specs.AppDef("sleeper", roles=[role("s", "sleep", ["600"])],
+                               metadata={"k": "v"})
+        running = r.run(sleeper, "local_dir")
+        # As TorchX's: RUNNING once run returns, describe is what was submitted.
+        assert r.status(running).state == specs.AppState.RUNNING
+        described = r.describe(running)
+        assert described.roles[0].env["TORCHX_JOB_ID"] == "local_dir://sess/${app_id}"
+        for ro in described.roles:
+            ro.env.clear()
+        assert described == sleeper
+        left_running = r.run(sleeper, "local_dir")
+        r.cancel(running)
+        assert r.status(running).state == specs.AppState.CANCELLED
+
+        # What TorchX's local scheduler refuses, and what trun's cannot do.
+        with pytest.raises(ValueError, match="does not exist or is not a directory"):
+            r.dryrun(specs.AppDef("x", roles=[role("x", "true", [], "no_image")]), "local_dir")
+        other = jobs.tmp / "other"
+        other.mkdir()
+        with pytest.raises(ValueError, match="one directory"):
+            r.dryrun(specs.AppDef("x", roles=[role("a", "true", []),
+                                              role("b", "true", [], str(other))]), "local_dir")
+        assert r.status("local_dir://sess/unknown") is None
+        with pytest.raises(specs.UnknownAppException):
+            r.log_lines("local_dir://sess/unknown", "s")
+    # Closing the Runner cancels what its local scheduler left running.
+    left_id = specs.parse_app_handle(left_running).app_id
+    st = Runner(trun=TRUN).status(f"local://trun/{left_id}")
+    assert st.state == specs.AppState.CANCELLED, st
+    with pytest.raises(ValueError, match="cache size must be greater than zero"):
+        create_scheduler("s", cache_size=0)
+
+    # The default provider runs in this process's directory, as local_cwd.
+    monkeypatch.chdir(other)
+    (other / "here.sh").write_text("#!/bin/sh\npwd > here.txt\n")
+    (other / "here.sh").chmod(0o755)
+    with Runner("", {"local": create_scheduler}, trun=TRUN) as r:
+        handle = r.run(specs.AppDef("here", roles=[role("h", "here.sh", [], "ignored")]),
+                       "local")
+        assert handle.startswith("local:///")
+        assert r.wait(handle, wait_interval=0.1).state == specs.AppState.SUCCEEDED
+    assert (other / "here.txt").read_text().strip() == str(other)
+    assert CWDImageProvider({}).fetch("anything") == str(other)

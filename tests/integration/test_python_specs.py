@@ -135,7 +135,7 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
               torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
               bool(torchx.__file__), sys.argv[1:])
         try:
-            import torchx.workspace
+            import torchx.apps  # TorchX's, not served
         except ImportError as e:
             print("no", e.name)
         # pytest's importlib mode asks every finder for a test file's module
@@ -144,7 +144,7 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
         print(finder.find_spec("torchx.specs.test.api_test", None))
         """))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.workspace",
+    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.apps",
                 "None"]
     out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
@@ -864,6 +864,10 @@ except ValueError as e:
 out["halve_ok"] = plugins.halve_mem_down_to(minGiB=12)(specs.Resource(1, 0, 96 * 1024))
 out["ep_sched"] = entrypoints.load_group("torchx.schedulers")["epsched"]("sess")
 out["ep_default"] = entrypoints.load("torchx.schedulers", "nope", default=7)
+from torchx.schedulers import get_scheduler_factories
+from torchx.runner import get_runner
+out["factories"] = list(get_scheduler_factories())
+out["backends"] = get_runner().scheduler_backends()
 t = FsspecResultTracker(sys.argv[1])
 t["trial/1"] = {"loss": 0.5}
 out["tracker"] = [FsspecResultTracker(sys.argv[1])["trial/1"], t["none"]]
@@ -943,6 +947,8 @@ def test_plugins_register_and_discover_as_torchx(tmp_path):
     assert out["halve"].startswith("`minGiB` must be >= the odd")
     assert out["halve_ok"] == {"1.0": "96", "0.5": "48", "0.25": "24", "0.125": "12"}
     assert out["ep_sched"] == "scheduler for sess" and out["ep_default"] == 7
+    # Registered scheduler plug-ins join the binary's (and a Runner makes them).
+    assert out["factories"] == out["backends"] == ["local", "slurm", "kubernetes", "epsched"]
     assert out["tracker"] == [{"loss": 0.5}, {}]
     assert (tmp_path / "results" / "trial" / "1").is_file()
     # TORCHX_PLUGINS_SOURCE picks the channels: 2 = entry points only; bad values say so.
@@ -982,3 +988,130 @@ def test_named_resource_lookup_while_discovering_is_refused(tmp_path, monkeypatc
         lib.reset()
         for name in [m for m in sys.modules if m.startswith("torchx_plugins")]:
             del sys.modules[name]
+
+
+def test_runner_runs_python_schedulers_as_torchx(monkeypatch, tmp_path):
+    # A scheduler factory that is not the binary's is a TorchX Scheduler
+    # plug-in: the Runner calls it as TorchX's does (TorchX's variables in a
+    # copy of the app, workspaces built, events with the session id).
+    import concurrent.futures
+    from unittest import mock
+    from trun.runner import api as runner_api, events
+    from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+    from trun.util import session
+    from trun.workspace import WorkspaceMixin
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    monkeypatch.setenv("TORCHX_TRACKERS", "t1")
+    monkeypatch.setenv("TORCHX_TRACKER_T1_CONFIG", "s3://c")
+    monkeypatch.setenv("TORCHXCONFIG", "")
+    calls = []
+
+    class Plain(Scheduler):
+        def __init__(self, session_name, **kwargs):
+            super().__init__("mine", session_name)
+            self.kwargs, self.apps, self.closed = kwargs, {}, 0
+
+        def _run_opts(self):
+            opts = specs.runopts()
+            opts.add("n", type_=int, default=1, help="a number")
+            return opts
+
+        def _submit_dryrun(self, app, cfg):
+            return specs.AppDryRunInfo(app, repr)
+
+        def schedule(self, dryrun_info):
+            self.apps["a1"] = dryrun_info.request
+            return "a1"
+
+        def describe(self, app_id):
+            if app_id not in self.apps:
+                return None
+            return DescribeAppResponse(app_id=app_id, state=specs.AppState.RUNNING,
+                                       ui_url="http://ui", roles=self.apps[app_id].roles)
+
+        def list(self, cfg=None):
+            return [ListAppResponse(app_id=a, state=specs.AppState.RUNNING) for a in self.apps]
+
+        def _cancel_existing(self, app_id):
+            calls.append(("cancel", app_id))
+
+        def log_iter(self, app_id, role_name, k=0, regex=None, since=None, until=None,
+                     should_tail=False, streams=None):
+            calls.append(("log", app_id, role_name, k, regex, should_tail))
+            return iter(["l1\n"])
+
+        def close(self):
+            self.closed += 1
+
+    class Mine(WorkspaceMixin[None], Plain):
+        def build_workspace_and_update_role(self, role, workspace, cfg):
+            role.image = f"{role.image}+{workspace}"
+
+    made = []
+
+    def factory(session_name, **kwargs):
+        made.append(Mine(session_name, **kwargs))
+        return made[-1]
+
+    role = specs.Role(name="r", image="img", entrypoint="echo", resource=specs.resource(),
+                      overrides={"args": concurrent.futures.Future()})
+    app = specs.AppDef("app", roles=[role])
+    with mock.patch.object(events, "record") as record:
+        with Runner("s", scheduler_factories={"mine": factory, "local": None},
+                    scheduler_params={"p": 1}, trun=TRUN) as r:
+            assert r.scheduler_backends() == ["mine", "local"] and not made
+            info = r.dryrun(app, "mine", cfg={"n": 2}, workspace="/ws", parent_run_id="p7")
+            sub = info.request.roles[0]
+            # As TorchX: TORCHX_* variables are scheduler parameters too.
+            assert made[0].kwargs == {"p": 1, "trackers": "t1", "tracker_t1_config": "s3://c"}
+            assert info._scheduler == "mine"
+            assert info.cfg == {"n": 2} and sub.image == "img+/ws"
+            assert sub.env == {"TORCHX_JOB_ID": "mine://s/${app_id}",
+                               "TORCHX_INTERNAL_SESSION_ID": session.CURRENT_SESSION_ID,
+                               "TORCHX_PARENT_RUN_ID": "p7", "TORCHX_TRACKERS": "t1",
+                               "TORCHX_TRACKER_T1_CONFIG": "s3://c"}
+            # The caller's app is left alone; the overrides dict is shared.
+            assert role.env == {} and role.image == "img" and sub.overrides is role.overrides
+            handle = r.schedule(info)
+            assert handle == "mine://s/a1"
+            st = r.status(handle)
+            assert st.state == specs.AppState.RUNNING and st.ui_url == "http://ui"
+            assert r.describe(handle) is info.app
+            assert r.list("mine") == [ListAppResponse("a1", specs.AppState.RUNNING, handle)]
+            assert list(r.log_lines(handle, "r", 0, "x", should_tail=True)) == ["l1\n"]
+            r.cancel(handle)
+            r.delete(handle)  # TorchX's default delete is cancel
+            assert calls == [("log", "a1", "r", 0, "x", True), ("cancel", "a1"),
+                             ("cancel", "a1")]
+            assert r.status("mine://s/gone") is None and r.describe("mine://s/gone") is None
+            with pytest.raises(specs.UnknownAppException):
+                r.log_lines("mine://s/gone", "r")
+            assert r.cfg_from_str("mine", "n=3") == {"n": 3}
+            assert r.scheduler_run_opts("local").get("stop_timeout").default == 10.0
+            assert isinstance(r.run(app, "mine", dryrun=True), specs.AppDryRunInfo)
+            with pytest.raises(ValueError, match="Non-positive replicas"):
+                r.dryrun(specs.AppDef("z", roles=[specs.Role("z", "i", entrypoint="e",
+                                                             num_replicas=0)]), "mine")
+            with pytest.raises(specs.UnknownSchedulerException):
+                r.dryrun(app, "other")
+        assert [m.closed for m in made] == [1]
+    # Every call recorded one event, each with this process's session id.
+    assert record.call_count > 10
+    assert {c.args[0].session for c in record.call_args_list} == {session.CURRENT_SESSION_ID}
+    assert {"dryrun", "schedule", "status", "cancel", "list"} <= \
+        {c.args[0].api for c in record.call_args_list}
+    event = events.TorchxEvent.deserialize(record.call_args_list[0].args[0].serialize())
+    assert event == record.call_args_list[0].args[0]
+    # Recorded as TorchX does: to the destination's own logger, `null` by default.
+    events.record(event)
+    assert not events._get_or_create_logger("null").propagate
+
+    # A scheduler without workspaces refuses one; discovery is
+    # trun.runner.api.get_scheduler_factories (TorchX's patch point).
+    with mock.patch.object(runner_api, "get_scheduler_factories",
+                           return_value={"plain": Plain}):
+        with runner_api.get_runner() as r:
+            assert r.scheduler_backends() == ["plain"]
+            with pytest.raises(ValueError, match="does not support workspaces"):
+                r.dryrun(app, "plain", workspace="/ws")

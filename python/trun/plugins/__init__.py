@@ -13,8 +13,9 @@ A package registers a plug-in in one of two ways, both as TorchX does:
 ``TORCHX_PLUGINS_SOURCE`` picks the channels (0 none, 1 namespace packages,
 2 entry points, 3 both, the default). Discovery is lazy, per group, and
 cached in :func:`registry`. trun uses the named resources (they join
-``trun.specs.named_resources``); its schedulers are the binary's own, so a
-scheduler plug-in is listed here but never run. See docs/python.md.
+``trun.specs.named_resources``) and the schedulers (they join
+``trun.schedulers.get_scheduler_factories()``, which ``trun.runner`` runs;
+the ``trun`` command line runs only the binary's). See docs/python.md.
 """
 
 from trun.plugins._registration import (EIGHTH, HALF, QUARTER, SIXTEENTH, WHOLE,

@@ -4,25 +4,29 @@ trun's schedulers are C++ (``trun runopts`` lists their options).
 ``get_scheduler_factories()`` makes, for each, a :class:`Scheduler` that
 drives the binary through :class:`trun.runner.Runner`, so code written
 against TorchX's scheduler objects (``run_opts()``, ``submit_dryrun``,
-``describe``, ``.torchxconfig`` loading) works unchanged. Thread-safety: as
+``describe``, ``.torchxconfig`` loading) works unchanged; the scheduler
+plug-ins registered through :mod:`trun.plugins` join them. Thread-safety: as
 the Runner's (each call runs the binary on its own).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from trun import _binary
+from trun.plugins import PluginType, registry
 from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle,
                             runopts)
 
 if TYPE_CHECKING:
-    from trun.runner import Runner
+    from trun.runner.api import Runner
 
-__all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "get_default_scheduler_name",
+__all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "TrunSchedulerFactory",
+           "get_default_scheduler_name",
            "get_scheduler_factories"]
 
 
@@ -60,9 +64,14 @@ class TrunScheduler(Scheduler):
         self._trun = trun
         self._opts: runopts | None = None
 
-    def _runner(self) -> Runner:
-        from trun.runner import Runner  # trun.runner imports this package
-        return Runner(self.session_name, trun=self._trun)
+    def _runner(self, cwd: str | None = None) -> Runner:
+        """A Runner of this scheduler alone, running trun in ``cwd`` (the local
+        scheduler's replicas start there; default: this process's directory)."""
+        from trun.runner.api import Runner  # trun.runner imports this package
+        runner = Runner(self.session_name, scheduler_factories={self.backend: None},
+                        trun=self._trun)
+        runner._cwd = cwd
+        return runner
 
     def _handle(self, app_id: str) -> str:
         return make_app_handle(self.backend, "trun", app_id)
@@ -81,7 +90,11 @@ class TrunScheduler(Scheduler):
         return self._runner().dryrun(app, self.backend, cfg)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        handle = self._runner().schedule(dryrun_info)
+        # A Runner names the request by its own name for this scheduler
+        # (``local_dir``, say); the binary knows it by trun's.
+        ours = copy.copy(dryrun_info)
+        ours._scheduler = self.backend
+        handle = self._runner().schedule(ours)
         return handle.rsplit("/", 1)[-1]
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -112,16 +125,26 @@ class TrunScheduler(Scheduler):
                                         until, should_tail, streams)
 
 
-def _factory(name: str) -> SchedulerFactory:
-    def factory(session_name: str, **kwargs: object) -> Scheduler:
-        return TrunScheduler(name, session_name)
-    return factory
+class TrunSchedulerFactory:
+    """The factory of one of the binary's schedulers; a Runner given one submits
+    through the binary directly (handles ``BACKEND://trun/ID``)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+
+    def __call__(self, session_name: str, **kwargs: object) -> Scheduler:
+        return TrunScheduler(self.backend, session_name)
 
 
 def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
-    """The schedulers by name (local first: the default), each a factory of a
-    :class:`TrunScheduler`."""
-    return {} if skip_defaults else {name: _factory(name) for name in SCHEDULERS}
+    """The schedulers by name: the binary's (local first: the default), each a
+    :class:`TrunSchedulerFactory` (none with ``skip_defaults``), then the
+    scheduler plug-ins registered through :mod:`trun.plugins` (one named as
+    a binary's takes its place, as TorchX's plug-ins replace its defaults)."""
+    factories: dict[str, SchedulerFactory] = {} if skip_defaults else {
+        name: TrunSchedulerFactory(name) for name in SCHEDULERS}
+    factories.update(registry().get(PluginType.SCHEDULER))
+    return factories
 
 
 def trun_scheduler_name(name: str) -> str:

@@ -4,15 +4,15 @@
 trun's schedulers are the binary's (``local``, ``slurm``, ``kubernetes``);
 ``trun.schedulers.get_scheduler_factories()`` gives a :class:`Scheduler` for
 each that drives the binary. A Python subclass of :class:`Scheduler` (TorchX's
-plug-in interface) can be made and used directly, and its ``run_opts`` read
-(``.torchxconfig`` loading does), but the Runner submits only to the binary's
-schedulers; see docs/python.md.
+plug-in interface) is run by :class:`trun.runner.Runner` as TorchX runs it
+when a scheduler factory gives one; see docs/python.md.
 """
 
 from __future__ import annotations
 
 import abc
 import ast
+import copy
 import dataclasses
 import inspect
 import re
@@ -25,7 +25,8 @@ from enum import Enum
 from typing import Any, Iterable, Iterator, TypeVar
 
 from trun.specs.api import (NONE, AppDef, AppDryRunInfo, AppState, CfgVal, Role, RoleStatus,
-                            runopts)
+                            Workspace, runopts)
+from trun.workspace import WorkspaceMixin
 
 _S = TypeVar("_S", bound="StructuredOpts")
 
@@ -184,12 +185,30 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
         yield from split_lines(chunk)
 
 
+def copy_app(app: AppDef) -> AppDef:
+    """A deep copy of ``app`` whose roles share the original's ``overrides``
+    dicts (TorchX's Runner does so: a producer in them may not deep-copy, and
+    one resolved through either role serves both)."""
+    overrides = [role.overrides for role in app.roles]
+    for role in app.roles:
+        role.overrides = {}
+    try:
+        copied = copy.deepcopy(app)
+    finally:
+        for role, o in zip(app.roles, overrides):
+            role.overrides = o
+    for role, o in zip(copied.roles, overrides):
+        role.overrides = o
+    return copied
+
+
 class Scheduler(abc.ABC):
     """TorchX's scheduler interface: ``backend`` is the scheduler's name,
     ``session_name`` the session its apps belong to. Subclasses implement
-    ``schedule``, ``_submit_dryrun``, ``describe``, ``list``, ``log_iter``,
-    ``_cancel_existing`` and ``_run_opts`` (``_delete_existing`` to support
-    ``delete``). Thread-safety is the subclass's."""
+    ``schedule``, ``_submit_dryrun``, ``describe``, ``list`` and
+    ``_cancel_existing``, and may implement ``_run_opts``, ``log_iter`` and
+    ``_delete_existing`` (by default: none, not supported, cancel). Thread-safety
+    is the subclass's."""
 
     def __init__(self, backend: str, session_name: str) -> None:
         self.backend = backend
@@ -199,12 +218,18 @@ class Scheduler(abc.ABC):
         """Releases what the scheduler holds (nothing, here)."""
 
     def submit(self, app: AppDef, cfg: Mapping[str, CfgVal],
-               workspace: object | None = None) -> str:
-        """``schedule(submit_dryrun(app, cfg))``: the app's id."""
-        if workspace is not None:
-            raise ValueError(f"scheduler {self.backend}: workspaces are not supported "
-                             f"(trun builds no images); pass workspace=None")
-        return self.schedule(self.submit_dryrun(app, cfg))
+               workspace: str | Workspace | None = None) -> str:
+        """``schedule(submit_dryrun(app, cfg))``: the app's id. A ``workspace``
+        (for role 0) needs a scheduler with :class:`trun.workspace.WorkspaceMixin`."""
+        resolved = self.run_opts().resolve(cfg)
+        if workspace:
+            if not isinstance(self, WorkspaceMixin):
+                raise ValueError(f"scheduler `{self.backend}` does not support workspaces "
+                                 f"(trun's own build no images); pass workspace=None")
+            app.roles[0].workspace = (Workspace.from_str(workspace)
+                                      if isinstance(workspace, str) else workspace)
+            self.build_workspaces(app.roles, resolved)
+        return self.schedule(self.submit_dryrun(app, resolved))
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
@@ -226,12 +251,14 @@ class Scheduler(abc.ABC):
         ...
 
     def run_opts(self) -> runopts:
-        """The scheduler's run options."""
-        return self._run_opts()
+        """The scheduler's run options, its workspace's too."""
+        opts = self._run_opts()
+        if isinstance(self, WorkspaceMixin):
+            opts.update(self.workspace_opts())
+        return opts
 
-    @abc.abstractmethod
     def _run_opts(self) -> runopts:
-        ...
+        return runopts()
 
     @abc.abstractmethod
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -259,13 +286,15 @@ class Scheduler(abc.ABC):
             self._delete_existing(app_id)
 
     def _delete_existing(self, app_id: str) -> None:
-        raise NotImplementedError(f"scheduler {self.backend} cannot delete apps")
+        """Where apps leave nothing to remove: as cancel (TorchX's default)."""
+        self._cancel_existing(app_id)
 
-    @abc.abstractmethod
     def log_iter(self, app_id: str, role_name: str, k: int = 0, regex: str | None = None,
                  since: datetime | None = None, until: datetime | None = None,
                  should_tail: bool = False, streams: Stream | None = None) -> Iterable[str]:
-        """The lines of one replica's log."""
+        """The lines of one replica's log (with their newlines)."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not support application "
+                                  f"log iteration")
 
     def _pre_build_validate(self, app: AppDef, scheduler: str,
                             cfg: Mapping[str, CfgVal]) -> None:
