@@ -443,36 +443,56 @@ class LocalAgent::Impl {
     OnProgressSample();
   }
 
-  // Every kSamplePeriodS while the workers run.
+  // Every worker of the attempt exited 0: the exit barrier, waiting for
+  // the other nodes' workers.
+  bool Finished() const { return state_ == State::kWaiting && succeeded_; }
+
+  // Whether the hang watch goes on: while the workers run, and on group
+  // rank 0 of a job of several nodes also in its exit barrier, until it has
+  // a verdict: the judge keeps judging while the others run (hang.h).
+  bool Watching() const {
+    if (state_ == State::kRunning) return true;
+    return Finished() && round_->group_rank == 0 && round_->participants.size() > 1 &&
+           hang_groups_.empty();
+  }
+
+  // Every kSamplePeriodS while Watching().
   void OnProgressSample() {
-    if (state_ != State::kRunning || !progress_) return;
-    ProgressSample sample;
-    sample.at = SteadySeconds();
-    std::vector<pid_t> watch;
-    for (const auto& w : workers_) {
-      const double cpu = w.running ? TreeCpuSeconds(w.pid) : 0;
-      std::string wait;
-      // A worker that computed silently since the last sample may be
-      // spinning on its GPU instead (hang.h): was its main thread at one
-      // device wait all along, and is it still to be watched.
-      if (progress_->BusyAndSilent(sample.cpu_seconds.size(), sample.at, cpu, *w.output_bytes)) {
-        wait = device_waits_->Take(w.pid);
-        watch.push_back(w.pid);
+    if (!progress_) return;
+    if (!Watching()) return device_waits_->Watch({});
+    const double now = SteadySeconds();
+    if (Finished()) {
+      // Nothing of ours left to sample: finished is quiet for good.
+      device_waits_->Watch({});
+      if (!asking_ && now >= next_ask_at_) JudgeHang();
+    } else {
+      ProgressSample sample;
+      sample.at = now;
+      std::vector<pid_t> watch;
+      for (const auto& w : workers_) {
+        const double cpu = w.running ? TreeCpuSeconds(w.pid) : 0;
+        std::string wait;
+        // A worker that computed silently since the last sample may be
+        // spinning on its GPU instead (hang.h): was its main thread at one
+        // device wait all along, and is it still to be watched.
+        if (progress_->BusyAndSilent(sample.cpu_seconds.size(), sample.at, cpu, *w.output_bytes)) {
+          wait = device_waits_->Take(w.pid);
+          watch.push_back(w.pid);
+        }
+        sample.cpu_seconds.push_back(cpu);
+        sample.output_bytes.push_back(*w.output_bytes);
+        sample.device_wait.push_back(std::move(wait));
       }
-      sample.cpu_seconds.push_back(cpu);
-      sample.output_bytes.push_back(*w.output_bytes);
-      sample.device_wait.push_back(std::move(wait));
+      device_waits_->Watch(watch);
+      quiet_s_ = progress_->Quiet(std::move(sample));
+      const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
+      if (!hang_groups_.empty()) {
+        if (second_timeout_ && second_timeout_->Due(quiet, now)) FailHung();
+      } else if (quiet && !asking_ && now >= next_ask_at_) {
+        JudgeHang();
+      }
     }
-    device_waits_->Watch(watch);
-    const double now = sample.at;
-    quiet_s_ = progress_->Quiet(std::move(sample));
-    const bool quiet = *quiet_s_ >= config_.hang_timeout_s;
-    if (!hang_groups_.empty()) {
-      if (second_timeout_ && second_timeout_->Due(quiet, now)) FailHung();
-    } else if (quiet && !asking_ && now >= next_ask_at_) {
-      JudgeHang();
-    }
-    if (state_ != State::kRunning) return;
+    if (!Watching()) return device_waits_->Watch({});
     hang_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(kSamplePeriodS)));
     hang_timer_.async_wait([this](std::error_code ec) {
@@ -480,10 +500,10 @@ class LocalAgent::Impl {
     });
   }
 
-  // This node has been quiet for the timeout. Group rank 0 judges the job
-  // (hang.h): it asks every peer how long its workers have been quiet. With
-  // --hang-action fail, another node asks group rank 0 for its verdict, to
-  // fail its own odd ranks: the job's root cause is theirs.
+  // This node has been quiet for the timeout, or has finished. Group rank 0
+  // judges the job (hang.h): it asks every peer how long its workers have
+  // been quiet. With --hang-action fail, another node asks group rank 0 for
+  // its verdict, to fail its own odd ranks: the job's root cause is theirs.
   void JudgeHang() {
     const int attempt = attempts_;
     if (round_->participants.size() == 1) {
@@ -502,7 +522,7 @@ class LocalAgent::Impl {
     telemetry_.AskPeers("hang", judge ? std::nullopt : std::optional<int>(0),
                         [this, attempt, judge](std::vector<PeerNode> peers,
                                                std::vector<Result<nlohmann::json>> answers) {
-                          if (attempt != attempts_ || state_ != State::kRunning) return;
+                          if (attempt != attempts_ || !Watching()) return;
                           asking_ = false;
                           if (judge) return OnPeersQuiet(peers, answers);
                           if (!answers.empty() && answers[0].ok()) return OnVerdict(*answers[0]);
@@ -512,7 +532,8 @@ class LocalAgent::Impl {
 
   void OnPeersQuiet(const std::vector<PeerNode>& peers,
                     const std::vector<Result<nlohmann::json>>& answers) {
-    std::vector<NodeQuiet> nodes{{round_->group_rank, quiet_s_, ""}};
+    std::vector<NodeQuiet> nodes{
+        {round_->group_rank, Finished() ? std::nullopt : quiet_s_, "", Finished()}};
     for (size_t i = 0; i < peers.size() && i < answers.size(); ++i) {
       NodeQuiet n = QuietOf(peers[i].node_rank, round_->number, answers[i]);
       // A failed exchange names the address already; an odd answer does not.
@@ -524,7 +545,7 @@ class LocalAgent::Impl {
       const int attempt = attempts_;
       asking_ = true;
       return telemetry_.GatherJobStacks([this, attempt](const nlohmann::ordered_json& job) {
-        if (attempt != attempts_ || state_ != State::kRunning) return;
+        if (attempt != attempts_ || !Watching()) return;
         asking_ = false;
         ReportHang(job);
       });
@@ -537,9 +558,12 @@ class LocalAgent::Impl {
       why += fmt::format("{}node {}: {}", why.empty() ? "" : "; ", n.node_rank, n.error);
     }
     log::Warning(
-        "--hang-timeout: this node's workers made no progress for {:g} s, but no hang is "
-        "declared while a node of the job cannot be asked ({}); asking again every {:g} s",
-        config_.hang_timeout_s, why, config_.hang_timeout_s);
+        "--hang-timeout: {}, but no hang is declared while a node of the job cannot be asked "
+        "({}); asking again every {:g} s",
+        Finished() ? std::string("this node's workers have finished")
+                   : fmt::format("this node's workers made no progress for {:g} s",
+                                 config_.hang_timeout_s),
+        why, config_.hang_timeout_s);
   }
 
   // Group rank 0's answer, for a node that fails its own odd ranks.
@@ -558,8 +582,17 @@ class LocalAgent::Impl {
     hang_groups_ = std::move(*groups);
     hang_summary_ = HangSummary(hang_groups_);
     // Nothing to fail here when no odd rank is ours: the judge, or the node
-    // that has it, fails the round.
-    if (OddHere()) AfterFlightRecorders([this] { FailHung(); });
+    // that has it, fails the round. But a judge whose workers have finished
+    // has nothing to fail: where it names nobody, every node that still
+    // runs fails its own ranks.
+    auto finished = answer.find("finished");
+    const bool judge_finished = finished != answer.end() && *finished == true;
+    if (OddHere() || (judge_finished && !Named())) AfterFlightRecorders([this] { FailHung(); });
+  }
+
+  bool Named() const {
+    return std::any_of(hang_groups_.begin(), hang_groups_.end(),
+                       [](const HangGroup& g) { return g.odd; });
   }
 
   // Asks this node's running workers for their NCCL flight recorders' dumps
@@ -616,15 +649,16 @@ class LocalAgent::Impl {
       }
     }
     telemetry_.GroupHung(config_.hang_timeout_s, hang_groups_, hang_summary_);
+    // A finished judge has no rank to fail, and `then` does not run once
+    // the workers are gone: the nodes that run fail theirs on this verdict
+    // (OnVerdict).
     AfterFlightRecorders([this] { ActOnHang(); });
   }
 
   // --hang-action fail, once the report is out and the dumps are in.
   void ActOnHang() {
     if (!config_.hang_fail) return;
-    const bool named = std::any_of(hang_groups_.begin(), hang_groups_.end(),
-                                   [](const HangGroup& g) { return g.odd; });
-    if (!named || OddHere()) return FailHung();
+    if (!Named() || OddHere()) return FailHung();
     // The odd ranks are elsewhere: their nodes fail them, on this verdict.
     second_timeout_.emplace(config_.hang_timeout_s);
     second_timeout_->Due(true, SteadySeconds());

@@ -112,6 +112,7 @@ std::string FrameAt(const proc::PyFrame& f) {
 
 // What makes two stacks the same place.
 std::string Signature(const RankStack& s) {
+  if (s.finished) return "=finished";
   if (s.frames.empty()) return "!" + s.error;
   std::string sig;
   for (const auto& f : s.frames) sig += fmt::format("{}\n{}\n{}\n", f.function, f.file, f.line);
@@ -203,6 +204,7 @@ void DeviceWaitWatcher::Run() {
 }
 
 std::string Where(const RankStack& s) {
+  if (s.finished) return "finished: exited 0";
   if (s.frames.empty()) return "no stack: " + (s.error.empty() ? "no Python frames" : s.error);
   std::string out = "in " + FrameAt(s.frames.front());
   if (InLibrary(s.frames.front())) {
@@ -216,26 +218,42 @@ std::string Where(const RankStack& s) {
 std::vector<HangGroup> GroupStacks(const std::vector<RankStack>& stacks) {
   std::map<std::string, size_t> index;
   std::vector<HangGroup> groups;
+  // Of each group: whether it waits in a collective, and whether it has
+  // finished. Finished ranks wait on nobody and nobody waits on them: the
+  // rule below weighs the others only.
   std::vector<bool> waiting;
+  std::vector<bool> finished;
   for (const auto& s : stacks) {
     auto [it, fresh] = index.try_emplace(Signature(s), groups.size());
     if (fresh) {
       groups.push_back({{}, Where(s), false});
       waiting.push_back(InCollective(s));
+      finished.push_back(s.finished);
     }
     groups[it->second].ranks.push_back(s.rank);
   }
-  const bool some_wait = std::find(waiting.begin(), waiting.end(), true) != waiting.end();
-  const bool all_wait = std::find(waiting.begin(), waiting.end(), false) == waiting.end();
+  bool some_wait = false;
+  bool all_wait = true;
+  size_t running = 0;
+  size_t largest = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (finished[i]) continue;
+    ++running;
+    some_wait = some_wait || waiting[i];
+    all_wait = all_wait && waiting[i];
+    largest = std::max(largest, groups[i].ranks.size());
+  }
   if (some_wait && !all_wait) {
-    for (size_t i = 0; i < groups.size(); ++i) groups[i].odd = !waiting[i];
-  } else if (groups.size() > 1) {
-    size_t largest = 0;
-    for (const auto& g : groups) largest = std::max(largest, g.ranks.size());
-    const auto ties = std::count_if(groups.begin(), groups.end(),
-                                    [&](const HangGroup& g) { return g.ranks.size() == largest; });
+    for (size_t i = 0; i < groups.size(); ++i) groups[i].odd = !finished[i] && !waiting[i];
+  } else if (running > 1) {
+    size_t ties = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      ties += !finished[i] && groups[i].ranks.size() == largest;
+    }
     if (ties == 1) {
-      for (auto& g : groups) g.odd = g.ranks.size() != largest;
+      for (size_t i = 0; i < groups.size(); ++i) {
+        groups[i].odd = !finished[i] && groups[i].ranks.size() != largest;
+      }
     }
   }
   for (auto& g : groups) std::sort(g.ranks.begin(), g.ranks.end());
@@ -280,6 +298,8 @@ std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc) {
   for (const auto& w : *workers) {
     RankStack s;
     s.rank = w.value("rank", -1);
+    auto status = w.find("status");
+    s.finished = status != w.end() && *status == "succeeded";
     if (auto e = w.find("error"); e != w.end() && e->is_string()) s.error = e->get<std::string>();
     auto threads = w.find("threads");
     if (threads != w.end() && threads->is_array() && !threads->empty()) {
@@ -287,7 +307,7 @@ std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc) {
       for (const auto& f : (*threads)[0].value("frames", nlohmann::ordered_json::array())) {
         s.frames.push_back({f.value("function", "?"), f.value("file", "?"), f.value("line", -1)});
       }
-    } else if (s.error.empty()) {
+    } else if (s.error.empty() && !s.finished) {
       s.error = "not running";
     }
     out.push_back(std::move(s));
@@ -297,28 +317,32 @@ std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc) {
 
 JobVerdict JudgeJob(const std::vector<NodeQuiet>& nodes, double timeout_s) {
   JobVerdict v;
+  // The least quiet of the nodes still running; none running: infinity.
   double least = std::numeric_limits<double>::infinity();
   for (const auto& n : nodes) {
+    if (n.finished) continue;
     if (n.quiet_s) {
       least = std::min(least, *n.quiet_s);
     } else {
       v.unknown.push_back(n);
     }
   }
-  v.hung = v.unknown.empty() && least >= timeout_s;
-  const double lacks = v.unknown.empty() ? timeout_s - least : timeout_s;
+  const bool some_run = least < std::numeric_limits<double>::infinity() || !v.unknown.empty();
+  v.hung = some_run && v.unknown.empty() && least >= timeout_s;
+  const double lacks = some_run && v.unknown.empty() ? timeout_s - least : timeout_s;
   v.recheck_in_s = v.hung ? 0 : std::max(kSamplePeriodS, lacks);
   return v;
 }
 
 nlohmann::ordered_json HangAnswer(std::optional<int> node_rank, std::optional<int64_t> round,
-                                  std::optional<double> quiet_s, double idle_s,
+                                  std::optional<double> quiet_s, bool finished, double idle_s,
                                   const std::vector<HangGroup>& groups) {
   using ojson = nlohmann::ordered_json;
   ojson j;
   j["node_rank"] = node_rank ? ojson(*node_rank) : ojson(nullptr);
   j["round"] = round ? ojson(*round) : ojson(nullptr);
   j["quiet_seconds"] = quiet_s ? ojson(*quiet_s) : ojson(nullptr);
+  j["finished"] = finished;
   if (groups.empty()) {
     j["hang"] = nullptr;
     return j;
@@ -342,6 +366,8 @@ NodeQuiet QuietOf(int node_rank, int64_t round, const Result<nlohmann::json>& an
     n.error = "its /stacks?scope=hang answer is not one: is it an older trun?";
   } else if (!j["round"].is_number_integer() || j["round"].get<int64_t>() != round) {
     n.quiet_s = 0;  // between rounds: its workers are being restarted
+  } else if (auto f = j.find("finished"); f != j.end() && *f == true) {
+    n.finished = true;
   } else if (!j["quiet_seconds"].is_number()) {
     n.error = "it does not watch its workers: start every agent with --hang-timeout";
   } else {

@@ -18,14 +18,18 @@
 // when every node of the round has been quiet for the timeout: the agent of
 // group rank 0 judges that (JudgeJob) from what its peers answer; a node
 // that cannot be asked keeps the verdict from being made, so that one
-// node's silence is never taken for the job's.
+// node's silence is never taken for the job's. A node whose workers have
+// all finished (exit 0; its agent waits in the exit barrier) makes no
+// progress and needs none: it counts as quiet however long ago they
+// finished, and group rank 0 keeps judging from its exit barrier while
+// the others run, so that a job whose judge finished first is still judged.
 //
 // The report groups the whole job's workers by their main thread's Python
 // stack (the whole stack: same frames, same lines). The odd ranks, those
 // the others are waiting for, are the ranks outside a collective when some
 // rank waits in one (a frame in torch/distributed/); else, when one group
 // is larger than every other, the ranks outside it; else none (a tie names
-// nobody).
+// nobody). Finished ranks are neither: they are grouped, never named.
 //
 // Thread-safety: none; ProgressWindow is used from the agent's loop thread,
 // the free functions are pure but TreeCpuSeconds, which reads /proc.
@@ -157,11 +161,12 @@ class SecondTimeout {
 double TreeCpuSeconds(pid_t pid);
 
 // One worker's place: its main thread's frames, innermost first, or why
-// they could not be read.
+// they could not be read, or that it has finished (exited 0).
 struct RankStack {
   int rank = 0;
   std::vector<proc::PyFrame> frames;
   std::string error;
+  bool finished = false;
 };
 
 struct HangGroup {
@@ -176,7 +181,8 @@ std::vector<HangGroup> GroupStacks(const std::vector<RankStack>& stacks);
 // "in FUNCTION at FILE:LINE" of the innermost frame (the file's base name);
 // when that frame is in a library (site-packages, dist-packages, Python's
 // own lib), ", called from FUNCTION at FILE:LINE" of the innermost frame
-// that is not. "no stack: WHY" when there is none.
+// that is not. "no stack: WHY" when there is none, "finished: exited 0"
+// for a finished rank.
 std::string Where(const RankStack& s);
 
 // "rank 3", "ranks 0-2, 4-7".
@@ -189,15 +195,17 @@ std::string HangLine(const HangGroup& g);
 // The one-line summary: every group's HangLine, joined by "; ".
 std::string HangSummary(const std::vector<HangGroup>& groups);
 
-// The main thread's stack of each worker of a stacks document (stacks.h).
+// The main thread's stack of each worker of a stacks document (stacks.h);
+// a worker whose status is "succeeded" has finished.
 std::vector<RankStack> RankStacksOf(const nlohmann::ordered_json& doc);
 
 // What one node told of itself for the job's verdict: how long its workers
-// have been quiet, or why that is not known.
+// have been quiet, or that they have all finished, or why neither is known.
 struct NodeQuiet {
   int node_rank = 0;
-  std::optional<double> quiet_s;  // none: unknown, `error` says why
+  std::optional<double> quiet_s;  // none: finished, or unknown (`error` says why)
   std::string error;
+  bool finished = false;  // every worker exited 0: quiet for good
 };
 
 // Group rank 0's verdict over every node of the round (itself included).
@@ -207,23 +215,27 @@ struct JobVerdict {
   std::vector<NodeQuiet> unknown;  // the nodes that kept a verdict from being made
 };
 
-// Hung when every node has been quiet for `timeout_s`. Otherwise the job
-// cannot have hung before the least quiet node has been quiet for the
-// timeout: recheck_in_s is what that node lacks (a node that did not
-// answer: a whole timeout), at least one sample period.
+// Hung when every node has been quiet for `timeout_s` or has finished,
+// and some node has not finished (a job whose nodes all finished is done,
+// not hung). Otherwise the job cannot have hung before the least quiet
+// running node has been quiet for the timeout: recheck_in_s is what that
+// node lacks (a node that did not answer, or none running: a whole
+// timeout), at least one sample period.
 JobVerdict JudgeJob(const std::vector<NodeQuiet>& nodes, double timeout_s);
 
 // A node's answer to GET /stacks?scope=hang (docs/events.md):
-//   {"node_rank": N, "round": R, "quiet_seconds": Q | null,
+//   {"node_rank": N, "round": R, "quiet_seconds": Q | null, "finished": F,
 //    "hang": null | {"idle_seconds": S, "summary": "...",
 //                    "groups": [{"ranks": [3], "where": "...", "odd": true}, ...]}}
+// `finished`: every worker of the round exited 0 (the exit barrier).
 nlohmann::ordered_json HangAnswer(std::optional<int> node_rank, std::optional<int64_t> round,
-                                  std::optional<double> quiet_s, double idle_s,
+                                  std::optional<double> quiet_s, bool finished, double idle_s,
                                   const std::vector<HangGroup>& groups);
 
 // What node `node_rank`'s answer (or failure to answer) says of its quiet,
 // for round `round`: a node in another round is not quiet (it is
-// restarting), one that does not watch (no --hang-timeout) is unknown.
+// restarting), a finished one is quiet for good, one that does not watch
+// (no --hang-timeout) is unknown.
 NodeQuiet QuietOf(int node_rank, int64_t round, const Result<nlohmann::json>& answer);
 
 // The verdict in group rank 0's answer for round `round`; none while it

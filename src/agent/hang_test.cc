@@ -140,16 +140,40 @@ TEST(HangGroups, AnUnreadableStackIsAGroupOfItsOwn) {
   EXPECT_EQ(HangLine(groups[0]), "rank 1 is not where the others are: no stack: no such process");
 }
 
+RankStack Finished(int rank) { return {rank, {}, "", true}; }
+
+// A job whose group rank 0 finished while another node's ranks hang: the
+// finished ranks wait on nobody, so they are never the odd ones, and they
+// do not make a majority that names the running ranks.
+TEST(HangGroups, FinishedRanksAreGroupedButNeverNamed) {
+  auto groups = GroupStacks({Finished(0), Finished(1), Waiting(2), Sleeping(3)});
+  EXPECT_EQ(HangSummary(groups),
+            "rank 3 is not where the others are: in slow_step at train.py:12; ranks 0-1: "
+            "finished: exited 0; rank 2: in all_reduce at distributed_c10d.py:1536, called from "
+            "main at train.py:41");
+  EXPECT_FALSE(GroupStacks({Finished(0), Waiting(1), Waiting(2)})[0].odd);
+  RankStack elsewhere{4, {{"load", "/job/data.py", 7}}, ""};
+  auto tie = GroupStacks({Finished(0), Finished(1), Finished(2), Sleeping(3), elsewhere});
+  ASSERT_EQ(tie.size(), 3u);
+  EXPECT_FALSE(tie[0].odd || tie[1].odd || tie[2].odd);
+}
+
 TEST(HangGroups, StacksOfADocumentAreTheMainThreads) {
   auto doc = nlohmann::ordered_json::parse(R"({"workers": [
     {"rank": 4, "error": null, "threads": [
       {"frames": [{"function": "f", "file": "/a.py", "line": 3}]},
       {"frames": [{"function": "g", "file": "/b.py", "line": 9}]}]},
-    {"rank": 5, "error": "not a Python", "threads": []}]})");
+    {"rank": 5, "error": "not a Python", "threads": []},
+    {"rank": 6, "status": "succeeded", "error": null, "threads": []},
+    {"rank": 7, "status": "stopped", "error": null, "threads": []}]})");
   auto stacks = RankStacksOf(doc);
-  ASSERT_EQ(stacks.size(), 2u);
+  ASSERT_EQ(stacks.size(), 4u);
   EXPECT_EQ(Where(stacks[0]), "in f at a.py:3");
   EXPECT_EQ(Where(stacks[1]), "no stack: not a Python");
+  EXPECT_TRUE(stacks[2].finished);
+  EXPECT_EQ(Where(stacks[2]), "finished: exited 0");
+  EXPECT_FALSE(stacks[3].finished);
+  EXPECT_EQ(Where(stacks[3]), "no stack: not running");
 }
 
 TEST(HangProgress, QuietCountsFromTheLastProgress) {
@@ -323,6 +347,29 @@ TEST(HangJob, ANodeThatCannotBeAskedKeepsTheVerdictFromBeingMade) {
   EXPECT_DOUBLE_EQ(v.recheck_in_s, 5);
 }
 
+// The judge's workers used to be its only trigger: once they had all
+// finished (exit 0), nobody judged a job whose other nodes hung, and a
+// finished peer, which reports no quiet, kept the verdict from being made.
+// A finished node is quiet for good, the judge's own included.
+TEST(HangJob, AFinishedNodeIsQuietForGoodAndTheRunningOnesDecide) {
+  const NodeQuiet finished0{0, std::nullopt, "", true};
+  EXPECT_TRUE(JudgeJob({finished0, {1, 5.2, ""}}, 5).hung);
+  auto early = JudgeJob({finished0, {1, 3.0, ""}, {2, std::nullopt, "", true}}, 5);
+  EXPECT_FALSE(early.hung);
+  EXPECT_TRUE(early.unknown.empty());
+  EXPECT_DOUBLE_EQ(early.recheck_in_s, 2.0);
+  EXPECT_TRUE(JudgeJob({{0, 9.0, ""}, {1, std::nullopt, "", true}}, 5).hung);
+  // Every node finished: the job is done, not hung.
+  auto done = JudgeJob({finished0, {1, std::nullopt, "", true}}, 5);
+  EXPECT_FALSE(done.hung);
+  EXPECT_DOUBLE_EQ(done.recheck_in_s, 5);
+  // One that cannot be asked still keeps the verdict from being made.
+  auto unknown = JudgeJob({finished0, {1, std::nullopt, "no answer within 1500 ms"}}, 5);
+  EXPECT_FALSE(unknown.hung);
+  ASSERT_EQ(unknown.unknown.size(), 1u);
+  EXPECT_EQ(unknown.unknown[0].node_rank, 1);
+}
+
 TEST(HangJob, APeersAnswerSaysHowLongItsWorkersHaveBeenQuiet) {
   auto answer = [](const std::string& text) -> Result<nlohmann::json> {
     return nlohmann::json::parse(text);
@@ -335,6 +382,13 @@ TEST(HangJob, APeersAnswerSaysHowLongItsWorkersHaveBeenQuiet) {
   EXPECT_FALSE(unwatched.quiet_s);
   EXPECT_NE(unwatched.error.find("--hang-timeout"), std::string::npos);
   EXPECT_FALSE(QuietOf(1, 3, answer(R"({"workers": []})")).quiet_s);
+  // In its exit barrier: no quiet to tell, and none needed.
+  auto finished =
+      QuietOf(1, 3, nlohmann::json::parse(HangAnswer(1, 3, std::nullopt, true, 5, {}).dump()));
+  EXPECT_TRUE(finished.finished);
+  EXPECT_TRUE(finished.error.empty());
+  EXPECT_FALSE(
+      QuietOf(1, 3, answer(R"({"round": 3, "quiet_seconds": 2, "finished": false})")).finished);
   auto failed = QuietOf(2, 3, Status::Timeout("127.0.0.1:9: no answer within 1500 ms"));
   EXPECT_FALSE(failed.quiet_s);
   EXPECT_EQ(failed.error, "127.0.0.1:9: no answer within 1500 ms");
@@ -342,7 +396,7 @@ TEST(HangJob, APeersAnswerSaysHowLongItsWorkersHaveBeenQuiet) {
 
 TEST(HangJob, TheJudgesVerdictTravelsWhole) {
   auto groups = GroupStacks({Waiting(0), Sleeping(1)});
-  auto text = HangAnswer(0, 3, 6.0, 5, groups).dump();
+  auto text = HangAnswer(0, 3, 6.0, false, 5, groups).dump();
   auto heard = VerdictOf(3, nlohmann::json::parse(text));
   ASSERT_TRUE(heard);
   ASSERT_EQ(heard->size(), 2u);
@@ -350,7 +404,7 @@ TEST(HangJob, TheJudgesVerdictTravelsWhole) {
   EXPECT_TRUE((*heard)[0].odd);
   EXPECT_EQ((*heard)[0].ranks, std::vector<int>{1});
   // None made yet, or one of another round: no verdict.
-  EXPECT_FALSE(VerdictOf(3, nlohmann::json::parse(HangAnswer(0, 3, 2.0, 5, {}).dump())));
+  EXPECT_FALSE(VerdictOf(3, nlohmann::json::parse(HangAnswer(0, 3, 2.0, false, 5, {}).dump())));
   EXPECT_FALSE(VerdictOf(4, nlohmann::json::parse(text)));
 }
 

@@ -414,8 +414,12 @@ std::string FormatStacks(const std::vector<nlohmann::json>& nodes) {
 namespace {
 
 // A nonce: 16 hex digits of the time it was made (milliseconds of the gate's
-// clock), then the gate's MAC of those digits.
+// clock) and 16 random ones, then the gate's MAC of those 32 digits. The
+// random part keeps two nonces of the same millisecond apart: the hang
+// judge asks a peer twice in a row (scope=hang, then its stacks), often
+// within one, and a nonce is good once.
 constexpr size_t kStampDigits = 16;
+constexpr size_t kSaltDigits = 16;
 
 std::string NonceMessage(std::string_view stamp) { return fmt::format("stacks-nonce\n{}", stamp); }
 
@@ -426,19 +430,20 @@ StacksGate::StacksGate(std::string token)
 
 std::string StacksGate::Challenge(Clock::time_point now) const {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch());
-  const std::string stamp = fmt::format("{:016x}", static_cast<uint64_t>(ms.count()));
+  const std::string stamp = fmt::format("{:016x}", static_cast<uint64_t>(ms.count())) +
+                            store::NewAuthNonce().substr(0, kSaltDigits);
   return stamp + store::AuthProof(secret_, NonceMessage(stamp));
 }
 
 bool StacksGate::Admit(std::string_view nonce, std::string_view proof, std::string_view agent,
                        Clock::time_point now) {
   if (open()) return true;
-  if (nonce.size() != kStampDigits + 64 || spent_.contains(nonce)) return false;
-  const std::string_view stamp = nonce.substr(0, kStampDigits);
+  if (nonce.size() != kStampDigits + kSaltDigits + 64 || spent_.contains(nonce)) return false;
+  const std::string_view stamp = nonce.substr(0, kStampDigits + kSaltDigits);
   uint64_t ms = 0;
-  auto [end, ec] = std::from_chars(stamp.data(), stamp.data() + stamp.size(), ms, 16);
-  if (ec != std::errc() || end != stamp.data() + stamp.size()) return false;
-  if (!store::AuthProofMatches(secret_, NonceMessage(stamp), nonce.substr(kStampDigits)))
+  auto [end, ec] = std::from_chars(stamp.data(), stamp.data() + kStampDigits, ms, 16);
+  if (ec != std::errc() || end != stamp.data() + kStampDigits) return false;
+  if (!store::AuthProofMatches(secret_, NonceMessage(stamp), nonce.substr(stamp.size())))
     return false;
   const Clock::time_point made{std::chrono::milliseconds(ms)};
   if (made > now || now - made > kNonceLifetime) return false;

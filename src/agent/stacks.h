@@ -19,8 +19,8 @@
 // (store/auth.h's HttpAuthProof): a request without a good proof is 401
 // with a fresh nonce in `X-Trun-Nonce`; the client asks again with
 // `?nonce=NONCE&agent=AGENT&proof=PROOF`, AGENT the address and port its
-// connection reached. A nonce is the time it was made and this agent's MAC
-// of that time, good for 30 s: the agent keeps no state for a nonce until
+// connection reached. A nonce is the time it was made, a random part and
+// this agent's MAC of both, good for 30 s: the agent keeps no state for a nonce until
 // it is proved, so no number of nonce requests, from however many
 // addresses, can push an honest client's nonce out. A proved nonce is
 // remembered until it expires, so each is good once.

@@ -45,6 +45,24 @@ TEST(StacksGate, AProofIsGoodOnceForItsNonceAndAgent) {
   EXPECT_FALSE(gate.Admit(other, Proof("secret", other), kAgent, now));
 }
 
+// Nonces used to be the millisecond they were made and its MAC: the hang
+// judge's two asks of a peer in a row (scope=hang, then its stacks) often
+// got the same nonce, and the second was refused as a replay.
+TEST(StacksGate, TwoNoncesOfTheSameMillisecondAreEachGoodOnce) {
+  StacksGate gate("secret");
+  const auto now = Clock::now();
+  std::string first = gate.Challenge(now);
+  std::string second = gate.Challenge(now);
+  EXPECT_NE(first, second);
+  EXPECT_TRUE(gate.Admit(first, Proof("secret", first), kAgent, now));
+  EXPECT_TRUE(gate.Admit(second, Proof("secret", second), kAgent, now));
+  EXPECT_FALSE(gate.Admit(second, Proof("secret", second), kAgent, now));
+  // The random part is under the MAC too.
+  std::string third = gate.Challenge(now);
+  third[20] = third[20] == '0' ? '1' : '0';
+  EXPECT_FALSE(gate.Admit(third, Proof("secret", third), kAgent, now));
+}
+
 TEST(StacksGate, NoncesExpireAndNoFloodForgetsOne) {
   StacksGate gate("secret");
   const auto now = Clock::now();

@@ -423,7 +423,9 @@ void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply)
   }
   if (scope == "hang") {
     GroupHealth h = health_();
-    r.body = HangAnswer(h.node_rank, h.round, h.quiet_s, h.hang_timeout_s, h.hang_groups)
+    // SUCCEEDED: every worker exited 0; the agent waits for the others.
+    r.body = HangAnswer(h.node_rank, h.round, h.quiet_s, h.state == "SUCCEEDED", h.hang_timeout_s,
+                        h.hang_groups)
                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
              "\n";
     return reply(std::move(r));
