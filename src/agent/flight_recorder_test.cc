@@ -1,15 +1,15 @@
 #include "agent/flight_recorder.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "proc/ready_child_for_tests.h"
 
 namespace trun::agent {
 namespace {
@@ -50,41 +50,13 @@ class StandIn {
                                      dumps ? "1" : "0",
                                      std::to_string(rank)};
     std::vector<std::string> env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE=" + (dir / "dump_").string()};
-    int p[2];
-    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(p[1], 1);
-      std::vector<char*> args, envp;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      for (auto& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      execve(args[0], args.data(), envp.data());
-      _exit(127);
-    }
-    close(p[1]);
-    std::string out;
-    char buf[64];
-    ssize_t n;
-    while (out.find("ready") == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    }
-    out_fd_ = p[0];
-    ready_ = out.find("ready") != std::string::npos;
+    child_.emplace(std::move(argv), std::move(env));
   }
-  ~StandIn() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    close(out_fd_);
-  }
-  pid_t pid() const { return pid_; }
-  bool ready() const { return ready_; }
+  pid_t pid() const { return child_->pid(); }
+  bool ready() const { return child_->ready(); }
 
  private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  bool ready_ = false;
+  std::optional<proc::ReadyChild> child_;
 };
 
 class FlightRecorderDumps : public ::testing::Test {

@@ -1,15 +1,14 @@
 #include "agent/hang.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "agent/telemetry.h"
+#include "proc/ready_child_for_tests.h"
 
 namespace trun::agent {
 namespace {
@@ -240,36 +239,19 @@ class FakeTorchWaiter {
         "import sys\nsys.path.insert(0, sys.argv[1])\nimport torch.cuda\n"
         "print('ready', flush=True)\n" +
         body;
-    int p[2];
-    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(p[1], 1);
-      execl("/usr/bin/python3", "python3", "-c", script.c_str(), dir_.c_str(), nullptr);
-      _exit(127);
-    }
-    close(p[1]);
-    std::string out;
-    char buf[64];
-    ssize_t n;
-    while (out.find("ready") == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    }
-    out_fd_ = p[0];
+    child_.emplace(std::vector<std::string>{"/usr/bin/python3", "-c", script, dir_.string()});
+    // It printed before it went on: give it time to get there.
     usleep(300 * 1000);
   }
   ~FakeTorchWaiter() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    close(out_fd_);
+    child_.reset();
     std::filesystem::remove_all(dir_);
   }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_->pid(); }
 
  private:
   std::filesystem::path dir_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
+  std::optional<proc::ReadyChild> child_;
 };
 
 // Watches `pid` for `samples` spans of half a second; how many found it at

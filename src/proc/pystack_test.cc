@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "proc/ready_child_for_tests.h"
+
 namespace trun::proc {
 namespace {
 
@@ -39,51 +41,17 @@ class KnownStack {
  public:
   // Starts `argv` (a Python that runs kScript, or a shell that prints
   // "ready") and waits for its "ready" line.
-  explicit KnownStack(std::vector<std::string> argv) {
-    int p[2];
-    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(p[1], 1);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(p[1]);
-    std::string out;
-    char buf[64];
-    ssize_t n;
-    auto line_end = [&out] {
-      auto at = out.find("ready");
-      return at == std::string::npos ? at : out.find('\n', at);
-    };
-    while (line_end() == std::string::npos && (n = read(p[0], buf, sizeof buf)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    }
-    // Kept open: the process may print more, and must not die of SIGPIPE.
-    out_fd_ = p[0];
-    ready_ = line_end() != std::string::npos;
-    if (ready_) ready_line_ = out.substr(out.find("ready"), line_end() - out.find("ready"));
+  explicit KnownStack(std::vector<std::string> argv) : child_(std::move(argv)) {
     // The main thread printed before it called sleep: give it time to get
     // there (and the helper to start sleeping).
     usleep(300 * 1000);
   }
-  ~KnownStack() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    close(out_fd_);
-  }
-  pid_t pid() const { return pid_; }
-  bool ready() const { return ready_; }
-  const std::string& ready_line() const { return ready_line_; }
+  pid_t pid() const { return child_.pid(); }
+  bool ready() const { return child_.ready(); }
+  const std::string& ready_line() const { return child_.ready_line(); }
 
  private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  bool ready_ = false;
-  std::string ready_line_;
+  ReadyChild child_;
 };
 
 void ExpectKnownStack(const KnownStack& p, const std::string& version_prefix) {
