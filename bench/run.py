@@ -527,11 +527,9 @@ NOTES = """
     CPU when clients arrive spread out, and latency with 10,000 connections
     open (a poll() over every socket per wakeup); requests written whole, as
     torch 2.x's client sends them (trun reads each in one go, torch field by
-    field). Per idle connection torch's server holds a pollfd and a
-    descriptor; trun's, a connection object without buffers (they exist
-    only while a request or reply is under way) and its socket's
-    registration in the store's own epoll set, which is kernel memory (not
-    asio's state for a socket and a pending read, about 270 bytes more).
+    field). torch's server holds less per idle connection (a pollfd and a
+    descriptor; trun's, a connection object, without a buffer while it is
+    idle, and asio's state for the socket and its pending wait).
   - Other work on this machine (shared by several builds) shows as the server
     waiting for a CPU; latencies then are the machine's as much as the
     server's.

@@ -58,16 +58,9 @@ std::string V2Hello() {
 class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public ConnectionHost {
  public:
   Impl(asio::io_context& io, RelayOptions options, tcp::socket link)
-      : io_(io), options_(std::move(options)), link_(std::move(link)), shared_(io) {
-    shared_.limits = options_.limits;
-  }
+      : io_(io), options_(std::move(options)), link_(std::move(link)) {}
 
   Status Listen() {
-    // The clients' sockets are watched before the first is accepted.
-    TRUN_RETURN_IF_ERROR(
-        shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
-          if (auto c = Find(id)) c->OnEvents(events);
-        }));
     Acceptor::Callbacks cb;
     cb.open = [this] { return clients_.size(); };
     cb.make_room = [] { return false; };
@@ -88,7 +81,6 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     link_.close(ec);
     for (auto& [id, c] : clients_) c.conn->Close();
     clients_.clear();
-    shared_.poller.Close();
   }
 
   int port() const { return acceptor_->port(); }
@@ -97,13 +89,6 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   RelayStats stats() const { return stats_; }
 
   // ---- ConnectionHost: the relay's clients -----------------------------------
-
-  ConnectionShared& shared() override { return shared_; }
-
-  std::shared_ptr<Connection> Find(uint64_t id) override {
-    Client* c = ClientOf(id);
-    return c == nullptr ? nullptr : c->conn;
-  }
 
   void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
     auto it = clients_.find(c->id);
@@ -212,7 +197,9 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_client_, peer);
+    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
+                                          kDefaultMaxBufferedBytes, ++last_client_, read_buf_);
+    c->peer = peer;
     clients_[c->id].conn = c;
     ++stats_.clients;
     c->Start();
@@ -447,7 +434,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   // ---- everything else: the client's own stream ------------------------------
 
   void Forward(Client& client, const Request& r) {
-    Generation g = client.conn->generation();
+    Generation g = client.conn->parser.generation();
     std::string o;
     if (client.stream == 0) {
       StreamUse use;
@@ -565,7 +552,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   tcp::socket link_;
   bool linked_ = true;
   std::shared_ptr<Acceptor> acceptor_;
-  ConnectionShared shared_;  // the clients' limits, read buffer and Poller
+  std::array<char, 64 * 1024> read_buf_;  // the clients' shared read buffer
   std::array<char, 64 * 1024> link_buf_;
   FrameDecoder frames_;
   std::string up_out_, up_sending_;

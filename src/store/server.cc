@@ -39,22 +39,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : options_(std::move(options)),
-        shared_(io),
         io_(io),
         keys_(*this, options_.limits.max_value_bytes),
         partial_sweep_(io),
         partial_(options_.max_partial_bytes),
-        links_(*this, keys_, options_.limits) {
-    shared_.limits = options_.limits;
-    shared_.max_pending_reply_bytes = options_.max_pending_reply_bytes;
-  }
+        links_(*this, keys_, options_.limits) {}
 
   Status Listen() {
-    // The clients' sockets are watched before the first is accepted.
-    TRUN_RETURN_IF_ERROR(
-        shared_.poller.Start(weak_from_this(), [this](uint64_t id, uint32_t events) {
-          if (auto c = Find(id)) c->OnEvents(events);
-        }));
     // As torch's libuv server: "" or "::" is every address over IPv6 and
     // IPv4 at once, or IPv4 alone where the kernel has IPv6 off.
     Acceptor::Callbacks cb;
@@ -76,7 +67,6 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) CloseSocket(*c);
     connections_.clear();
-    shared_.poller.Close();
     links_.Clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
@@ -169,7 +159,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Serve(tcp::socket s, const asio::ip::address& peer) {
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_conn_id_, peer);
+    auto c =
+        std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
+                                     options_.max_pending_reply_bytes, ++last_conn_id_, read_buf_);
+    c->peer = peer;
     c->stranger = !members_.Contains(peer);
     connections_.emplace(c->id, c);
     silent_.insert(c->id);
@@ -257,10 +250,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         untrun = a.verdict == Verdict::kServeUntrun;
         return true;
       case Verdict::kAuthNonce: {
-        std::string nonce = NewAuthNonce();
+        c->auth_nonce = NewAuthNonce();
         std::string o;
-        PutBytes(o, nonce);
-        c->SetAuthNonce(std::move(nonce));
+        PutBytes(o, c->auth_nonce);
         c->Send(o);
         return false;
       }
@@ -306,8 +298,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // everything served are decided when the request is whole. Returns
   // false when `c` was closed.
   bool JudgePending(const std::shared_ptr<Connection>& c) {
-    const Request* p = c->NewlyParsedPending();
-    if (p == nullptr) return true;
+    const Request* p = c->parser.pending();
+    if (p == nullptr || p->args.size() == c->judged_args) return true;
+    c->judged_args = p->args.size();
     Admission a = Admit(*p, StandingOf(*c));
     if (a.verdict != Verdict::kRefuseTrunKeys && a.verdict != Verdict::kRefuseStranger) {
       return true;
@@ -364,7 +357,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // guess costs a connection.
   void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
     // A nonce is good for one proof: a replay, here or elsewhere, fails.
-    std::string nonce = c->TakeAuthNonce();
+    std::string nonce = std::exchange(c->auth_nonce, "");
     ProofAnswer a = AnswerProof(job_token_, nonce, r.args[1], r.args[2]);
     std::string o;
     PutBytes(o, a.answer);
@@ -484,13 +477,6 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   void Spoke(const Connection& c) override { silent_.erase(c.id); }
 
-  ConnectionShared& shared() override { return shared_; }
-
-  std::shared_ptr<Connection> Find(uint64_t id) override {
-    auto it = connections_.find(id);
-    return it == connections_.end() ? nullptr : it->second;
-  }
-
   // Closes `c`'s socket, counted once.
   static void CloseSocket(Connection& c) {
     if (!c.closed) g_closed.fetch_add(1, std::memory_order_relaxed);
@@ -498,7 +484,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   ServerOptions options_;
-  ConnectionShared shared_;  // the connections' limits, read buffer and Poller
+  // Shared by every connection for the reads after a full small buffer;
+  // one thread, and the bytes are copied into the parser before anything
+  // else runs.
+  std::array<char, 64 * 1024> read_buf_;
   asio::io_context& io_;
   std::shared_ptr<Acceptor> acceptor_;
   bool closed_ = false;

@@ -9,12 +9,10 @@
 // the WAITs, barriers and watchers that its changes wake, is the keyspace's
 // (keyspace.h): waiters are indexed by key, so a SET touches only its own
 // waiters. A relay's link (link.h) carries many connections as streams,
-// which link_host.h keeps. The accept loop is common/acceptor.h; the
-// clients' sockets are watched in one epoll set of the server's own
-// (poller.h), so that an idle connection costs little more than its
-// object. Limits (parser.h) bound what one connection may make the server
-// hold; a client that breaks the protocol or a limit is dropped with one
-// log line and nobody else notices.
+// which link_host.h keeps. The accept loop is common/acceptor.h. Limits
+// (parser.h) bound what one connection may make the server hold; a client
+// that breaks the protocol or a limit is dropped with one log line and
+// nobody else notices.
 //
 // A request is judged by the admission rule (admission.h) as soon as its
 // keys are parsed, before its value is read. Requests not yet whole are
