@@ -82,7 +82,9 @@ bool SecondTimeout::Due(bool stalled, double now) {
 double TreeCpuSeconds(pid_t pid) {
   double total = 0;
   auto add = [&](pid_t p) {
-    if (auto st = proc::ReadProcStat(p); st.ok()) total += st->cpu_seconds;
+    if (auto st = proc::ReadProcStat(p); st.ok()) {
+      total += st->cpu_seconds + st->reaped_children_cpu_seconds;
+    }
   };
   add(pid);
   for (pid_t child : Descendants(pid)) add(child);

@@ -157,7 +157,10 @@ class SecondTimeout {
 };
 
 // The CPU time, user and system, of process `pid` and of every process
-// below it (a data loader's workers); 0 for one that cannot be read.
+// below it (a data loader's workers), the children that exited and were
+// waited for included: so it never falls when a data loader's workers end
+// at the end of an epoch, which would read as a window without CPU. 0 for
+// one that cannot be read.
 double TreeCpuSeconds(pid_t pid);
 
 // One worker's place: its main thread's frames, innermost first, or why

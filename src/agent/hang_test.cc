@@ -296,6 +296,27 @@ TEST(HangProgress, ASpinningDeviceWaitIsFoundAndAStepLoopIsNot) {
   EXPECT_EQ(watcher.Take(stuck.pid()), "");
 }
 
+TEST(HangProgress, ADataLoadersWorkersThatEndedStillCount) {
+  // A worker whose child computed half a second and was waited for, as a
+  // data loader's workers at the end of an epoch: its CPU stays in the
+  // worker's count, so the window across their end does not read as idle.
+  proc::ReadyChild worker({"/usr/bin/python3", "-c",
+                           "import os, time\n"
+                           "pid = os.fork()\n"
+                           "if pid == 0:\n"
+                           "    end = time.process_time() + 0.5\n"
+                           "    while time.process_time() < end: pass\n"
+                           "    os._exit(0)\n"
+                           "os.waitpid(pid, 0)\n"
+                           "print('ready', flush=True)\n"
+                           "time.sleep(60)\n"});
+  ASSERT_TRUE(worker.ready());
+  auto own = proc::ReadProcStat(worker.pid());
+  ASSERT_TRUE(own.ok());
+  EXPECT_GE(own->reaped_children_cpu_seconds, 0.4);
+  EXPECT_GE(TreeCpuSeconds(worker.pid()), own->cpu_seconds + 0.4);
+}
+
 TEST(HangProgress, OnlyABusySilentWorkersStackIsRead) {
   ProgressWindow w(5);
   EXPECT_FALSE(w.BusyAndSilent(0, 0, 1, 0));  // no sample yet

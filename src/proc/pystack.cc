@@ -743,11 +743,14 @@ Result<ProcStat> ReadProcStat(pid_t pid) {
   // 16-21 (cutime ... itrealvalue), then starttime (22).
   for (int i = 0; i < 9; ++i) fields >> skip;
   unsigned long long utime = 0, stime = 0;
-  fields >> utime >> stime;
-  for (int i = 0; i < 6; ++i) fields >> skip;
+  long long cutime = 0, cstime = 0;
+  fields >> utime >> stime >> cutime >> cstime;
+  for (int i = 0; i < 4; ++i) fields >> skip;
   fields >> out.start_time;
   if (!fields) return unexpected();
-  out.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const auto ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  out.cpu_seconds = static_cast<double>(utime + stime) / ticks;
+  out.reaped_children_cpu_seconds = static_cast<double>(std::max(0LL, cutime + cstime)) / ticks;
   return out;
 }
 

@@ -146,12 +146,15 @@ class PyStackReader {
 };
 
 // What /proc/PID/stat says of a process: its state letter (R, S, D, Z, T...),
-// its parent, the CPU time it used, user and system, children excluded, and when it
-// started (clock ticks after boot: with the pid, it names one process).
+// its parent, the CPU time it used, user and system, children excluded, that
+// of its children that exited and were waited for (cutime + cstime: theirs
+// and, in turn, their own reaped children's), and when it started (clock
+// ticks after boot: with the pid, it names one process).
 struct ProcStat {
   char state = '?';
   pid_t ppid = 0;
   double cpu_seconds = 0;
+  double reaped_children_cpu_seconds = 0;
   uint64_t start_time = 0;
 };
 Result<ProcStat> ReadProcStat(pid_t pid);
