@@ -14,26 +14,31 @@ namespace trun::agent {
 
 namespace {
 
-// Whether worker `i` computed between samples `old` and `now`: more than
-// the idle share of a core, unless every sample from `old` to `now` found
-// its main thread at one and the same device wait.
-bool Computed(const std::deque<ProgressSample>& samples, size_t from, size_t i) {
-  const ProgressSample& old = samples[from];
+// For each worker, the first sample from which every sample up to the
+// newest found its main thread at the newest one's device wait; the
+// number of samples when the newest found none. One pass, newest first.
+std::vector<size_t> WaitingSince(const std::deque<ProgressSample>& samples) {
   const ProgressSample& now = samples.back();
-  if (now.cpu_seconds[i] - old.cpu_seconds[i] <= kIdleCpuFraction * (now.at - old.at)) {
-    return false;
-  }
-  for (size_t k = from; k < samples.size(); ++k) {
-    const auto& wait = samples[k].device_wait;
-    if (wait.size() != now.cpu_seconds.size() || wait[i].empty() || wait[i] != now.device_wait[i]) {
-      return true;
+  const size_t workers = now.cpu_seconds.size();
+  std::vector<size_t> since(workers, samples.size());
+  for (size_t i = 0; i < workers; ++i) {
+    if (now.device_wait.size() != workers || now.device_wait[i].empty()) continue;
+    size_t k = samples.size();
+    while (k > 0) {
+      const auto& wait = samples[k - 1].device_wait;
+      if (wait.size() != workers || wait[i] != now.device_wait[i]) break;
+      --k;
     }
+    since[i] = k;
   }
-  return false;
+  return since;
 }
 
-// Whether no worker made progress between samples `from` and the newest.
-bool QuietBetween(const std::deque<ProgressSample>& samples, size_t from) {
+// Whether no worker made progress between samples `from` and the newest: no
+// output, and no more than the idle share of a core, unless every sample
+// from `from` on found the worker at one and the same device wait.
+bool QuietBetween(const std::deque<ProgressSample>& samples, size_t from,
+                  const std::vector<size_t>& waiting_since) {
   const ProgressSample& old = samples[from];
   const ProgressSample& now = samples.back();
   if (old.cpu_seconds.size() != now.cpu_seconds.size() ||
@@ -41,7 +46,9 @@ bool QuietBetween(const std::deque<ProgressSample>& samples, size_t from) {
     return false;
   }
   for (size_t i = 0; i < now.cpu_seconds.size(); ++i) {
-    if (Computed(samples, from, i)) return false;
+    const bool busy =
+        now.cpu_seconds[i] - old.cpu_seconds[i] > kIdleCpuFraction * (now.at - old.at);
+    if (busy && from < waiting_since[i]) return false;
   }
   return true;
 }
@@ -54,11 +61,13 @@ double ProgressWindow::Quiet(ProgressSample sample) {
   // Keep the newest sample that is at least the timeout old, and what is
   // newer: the longest window the rule needs to judge.
   while (samples_.size() > 2 && now - samples_[1].at >= timeout_s_) samples_.pop_front();
-  double quiet = 0;
+  // The oldest sample the workers have been quiet since gives the longest
+  // quiet.
+  const std::vector<size_t> waiting_since = WaitingSince(samples_);
   for (size_t from = 0; from + 1 < samples_.size(); ++from) {
-    if (QuietBetween(samples_, from)) quiet = std::max(quiet, now - samples_[from].at);
+    if (QuietBetween(samples_, from, waiting_since)) return now - samples_[from].at;
   }
-  return quiet;
+  return 0;
 }
 
 bool ProgressWindow::BusyAndSilent(size_t i, double at, double cpu_seconds,

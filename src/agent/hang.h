@@ -66,9 +66,9 @@ struct ProgressSample {
   double at = 0;                       // seconds on a steady clock
   std::vector<double> cpu_seconds;     // each worker's, its descendants' included
   std::vector<uint64_t> output_bytes;  // what trun's pumps read from each
-  // DeviceWait() of each worker's main thread where it was read (a worker
-  // that used CPU since the previous sample and wrote nothing), else "".
-  // Empty: none was read.
+  // Each worker's DeviceWait() where DeviceWaitWatcher found its main thread
+  // at that one wait all along since the previous sample (it is watched
+  // while it uses CPU and writes nothing), else "". Empty: none known.
   std::vector<std::string> device_wait;
 };
 

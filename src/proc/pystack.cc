@@ -716,8 +716,6 @@ Result<PyProcessStack> PyStackReader::Read() {
   return ReadOnce(state_->pid, state_->mem, state_->runtime, state_->layout);
 }
 
-pid_t PyStackReader::pid() const { return state_->pid; }
-
 PyStackReader::PyStackReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
 PyStackReader::PyStackReader(PyStackReader&&) noexcept = default;
 PyStackReader& PyStackReader::operator=(PyStackReader&&) noexcept = default;

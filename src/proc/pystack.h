@@ -133,8 +133,6 @@ class PyStackReader {
  public:
   static Result<PyStackReader> Open(pid_t pid);
   Result<PyProcessStack> Read();
-  pid_t pid() const;
-
   PyStackReader(PyStackReader&&) noexcept;
   PyStackReader& operator=(PyStackReader&&) noexcept;
   ~PyStackReader();
