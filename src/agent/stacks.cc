@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 
 #include "common/net.h"
@@ -370,6 +371,22 @@ std::vector<StackTarget> RankedDescendants(pid_t root) {
   std::sort(out.begin(), out.end(),
             [](const StackTarget& a, const StackTarget& b) { return a.rank < b.rank; });
   return out;
+}
+
+void OrderNodesByRank(std::vector<nlohmann::json>& nodes) {
+  const auto lowest = [](const nlohmann::json& node) {
+    int64_t low = std::numeric_limits<int64_t>::max();
+    auto workers = node.find("workers");
+    if (workers == node.end() || !workers->is_array()) return low;
+    for (const auto& w : *workers) {
+      if (auto r = w.find("rank"); r != w.end() && r->is_number_integer()) {
+        low = std::min(low, r->get<int64_t>());
+      }
+    }
+    return low;
+  };
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [&](const auto& a, const auto& b) { return lowest(a) < lowest(b); });
 }
 
 std::string FormatStacks(const std::vector<nlohmann::json>& nodes) {

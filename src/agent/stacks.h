@@ -107,6 +107,12 @@ std::vector<StackTarget> ReplicaWorkers(pid_t root);
 // before their children; bounded in depth and number.
 std::vector<pid_t> Descendants(pid_t root);
 
+// Sorts node documents by the lowest rank among each node's workers, so
+// that a job's stacks read rank 0 first whatever order the nodes were asked
+// in (a replica's index is not its group rank); a node without ranked
+// workers goes last, the order among equals kept.
+void OrderNodesByRank(std::vector<nlohmann::json>& nodes);
+
 // The documents of every node as text for people: per worker a heading
 // (host, rank, local rank, pid, state, CPU), then each thread's frames,
 // outermost last, as Python's tracebacks name them.

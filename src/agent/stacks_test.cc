@@ -130,5 +130,17 @@ TEST(Stacks, FormatReadsAsATraceback) {
             "    File \"t.py\", line 6, in inner\n");
 }
 
+TEST(Stacks, NodesReadInRankOrder) {
+  std::vector<nlohmann::json> nodes = {
+      nlohmann::json::parse(R"({"replica": 0, "workers": [{"rank": 5}, {"rank": 4}]})"),
+      nlohmann::json::parse(R"({"replica": 1, "error": "timed out"})"),
+      nlohmann::json::parse(R"({"replica": 2, "workers": [{"rank": 1}, {"rank": 0}]})"),
+      nlohmann::json::parse(R"({"replica": 3, "workers": [{"rank": null}]})")};
+  OrderNodesByRank(nodes);
+  std::vector<int> order;
+  for (const auto& n : nodes) order.push_back(n["replica"].get<int>());
+  EXPECT_EQ(order, (std::vector<int>{2, 0, 1, 3}));
+}
+
 }  // namespace
 }  // namespace trun::agent

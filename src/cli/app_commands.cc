@@ -182,6 +182,10 @@ int StackCommand(const Args& args) {
     auto answer = app->scheduler->Stacks(app->handle.app_id);
     if (!answer.ok()) return ReportError(answer.status());
     nodes = std::move(answer->nodes);
+    // An app's replicas are asked in replica order, which is not the
+    // order of their ranks; a launcher job's answer above is already in
+    // node-rank order, its unanswered nodes in their places.
+    agent::OrderNodesByRank(nodes);
     unanswered = std::move(answer->unanswered);
   }
   // The nodes that answered are shown all the same: a node that cannot be

@@ -314,7 +314,10 @@ def test_trun_stack_of_a_running_warm_app_shows_every_rank(jobs):
     assert (top["file"], top["line"]) == (str(script), sleep_line)
     (node,) = json.loads(jobs.trun("stack", "--json", handle).out)
     assert [(w["rank"], w["local_rank"]) for w in node["workers"]] == [(0, 0), (1, 1)], node
+    t0 = time.monotonic()
     text = jobs.trun("stack", handle).out
+    print(f"trun stack of a local app of 2 ranks took {time.monotonic() - t0:.3f} s")
+    assert text.index("rank 0 (local_rank 0, host ") < text.index("rank 1 (local_rank 1, host ")
     assert "rank 0 (local_rank 0, host " in text and "rank 1 (local_rank 1, host " in text
     assert f'line {sleep_line}, in stuck_before_the_collective' in text
     jobs.trun("cancel", handle)
