@@ -373,6 +373,27 @@ std::vector<StackTarget> RankedDescendants(pid_t root) {
   return out;
 }
 
+std::string NodeStacksBody(ojson doc, size_t max_bytes) {
+  const auto dump = [](const ojson& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  std::string body = dump(doc);
+  if (body.size() <= max_bytes) return body;
+  const size_t whole = body.size();
+  if (auto workers = doc.find("workers"); workers != doc.end() && workers->is_array()) {
+    for (auto& w : *workers) {
+      auto threads = w.find("threads");
+      if (threads != w.end() && threads->is_array() && threads->size() > 1)
+        threads->erase(threads->begin() + 1, threads->end());
+    }
+  }
+  doc["trimmed"] = fmt::format(
+      "each worker's main thread only: all threads' stacks are {} KiB, over the {} KiB a node "
+      "answers with; `trun stack` on that node's own agent (--health) shows them all",
+      whole >> 10, max_bytes >> 10);
+  return dump(doc);
+}
+
 void OrderNodesByRank(std::vector<nlohmann::json>& nodes) {
   const auto lowest = [](const nlohmann::json& node) {
     int64_t low = std::numeric_limits<int64_t>::max();
@@ -393,6 +414,9 @@ std::string FormatStacks(const std::vector<nlohmann::json>& nodes) {
   std::string out;
   for (const auto& node : nodes) {
     const std::string host = Get<std::string>(node, "hostname", "?");
+    if (auto why = Get<std::string>(node, "trimmed", ""); !why.empty()) {
+      out += fmt::format("host {}: {}\n", host, why);
+    }
     auto workers = node.find("workers");
     if (workers == node.end() || !workers->is_array()) continue;
     for (const auto& w : *workers) {

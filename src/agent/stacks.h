@@ -107,6 +107,13 @@ std::vector<StackTarget> ReplicaWorkers(pid_t root);
 // before their children; bounded in depth and number.
 std::vector<pid_t> Descendants(pid_t root);
 
+// The body of a node's GET /stacks answer: `doc` as JSON, or, where that
+// is over `max_bytes` (what a peer reads of it, job_stacks.h), the same with
+// each worker's main thread only and "trimmed" saying so, so that a node of
+// many threads still shows where each rank is (the hang report needs no
+// more) rather than being read as no answer at all.
+std::string NodeStacksBody(nlohmann::ordered_json doc, size_t max_bytes);
+
 // Sorts node documents by the lowest rank among each node's workers, so
 // that a job's stacks read rank 0 first whatever order the nodes were asked
 // in (a replica's index is not its group rank); a node without ranked

@@ -130,6 +130,21 @@ TEST(Stacks, FormatReadsAsATraceback) {
             "    File \"t.py\", line 6, in inner\n");
 }
 
+TEST(Stacks, ANodeOverItsLimitAnswersWithMainThreadsOnly) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(R"({"hostname": "h", "workers": [
+    {"rank": 0, "threads": [{"native_id": 1, "frames": []}, {"native_id": 2, "frames": []}]},
+    {"rank": 1, "threads": [{"native_id": 3, "frames": []}]}]})");
+  const std::string whole = NodeStacksBody(doc, 1 << 20);
+  EXPECT_EQ(nlohmann::ordered_json::parse(whole), doc);
+  auto trimmed = nlohmann::json::parse(NodeStacksBody(doc, whole.size() - 1));
+  EXPECT_EQ(trimmed["workers"][0]["threads"].size(), 1u);
+  EXPECT_EQ(trimmed["workers"][0]["threads"][0]["native_id"], 1);
+  EXPECT_EQ(trimmed["workers"][1]["threads"][0]["native_id"], 3);
+  EXPECT_NE(trimmed["trimmed"].get<std::string>().find("main thread only"), std::string::npos);
+  EXPECT_NE(FormatStacks({trimmed}).find("host h: each worker's main thread only"),
+            std::string::npos);
+}
+
 TEST(Stacks, NodesReadInRankOrder) {
   std::vector<nlohmann::json> nodes = {
       nlohmann::json::parse(R"({"replica": 0, "workers": [{"rank": 5}, {"rank": 4}]})"),

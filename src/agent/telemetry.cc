@@ -439,7 +439,7 @@ void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply)
         scope);
     return reply(std::move(r));
   }
-  r.body = LocalStacks().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  r.body = NodeStacksBody(LocalStacks(), kMaxNodeStacksBytes);
   reply(std::move(r));
 }
 
