@@ -173,19 +173,33 @@ std::string DeviceWaitWatcher::Take(pid_t pid) {
   w.reads = 0;
   w.moved = false;
   w.key.clear();
+  wake_.notify_one();
   return key;
+}
+
+// Once a span's answer is known to be "" (its first read found no device
+// wait, or a later one found the thread elsewhere), reading on until Take
+// starts the next span would change nothing: a worker busy in its own code
+// is read once per span, not every kWatchPeriodMs.
+bool DeviceWaitWatcher::Settled(const Watched& w) {
+  return w.reads > 0 && (w.moved || w.key.empty());
 }
 
 void DeviceWaitWatcher::Run() {
   std::minstd_rand jitter(std::random_device{}());
   std::unique_lock lock(mu_);
   while (!stop_) {
-    if (watched_.empty()) {
-      wake_.wait(lock, [this] { return stop_ || !watched_.empty(); });
+    const auto unsettled = [this] {
+      return std::any_of(watched_.begin(), watched_.end(),
+                         [](const auto& kv) { return !Settled(kv.second); });
+    };
+    if (!unsettled()) {
+      wake_.wait(lock, [&] { return stop_ || unsettled(); });
       continue;
     }
     // Reads take microseconds; Watch and Take wait for them at most that.
     for (auto& [pid, w] : watched_) {
+      if (Settled(w)) continue;
       if (!w.reader && !w.unreadable) {
         auto opened = proc::PyStackReader::Open(pid);
         if (opened.ok()) {

@@ -79,7 +79,9 @@ struct ProgressSample {
 // between: a loop that spends nearly all of each step in one
 // torch.cuda.synchronize() at one line leaves it only for the step's own
 // work, microseconds to milliseconds at a time, which samples half a second
-// apart would miss. Reads cost microseconds each (proc::PyStackReader).
+// apart would miss. Reads cost microseconds each (proc::PyStackReader),
+// and a worker found away from a device wait is not read again until the
+// next sample (Settled): only a worker that stays at one is read all along.
 //
 // Thread-safety: Watch and Take are called from one thread (the agent's
 // loop); the watcher reads on its own thread, under its mutex.
@@ -107,6 +109,7 @@ class DeviceWaitWatcher {
     int reads = 0;
     bool moved = false;
   };
+  static bool Settled(const Watched& w);
   void Run();
 
   std::mutex mu_;
