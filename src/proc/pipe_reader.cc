@@ -3,17 +3,22 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 
 namespace trun::proc {
 
 bool DrainPipe(PipeReader& r) {
-  // One buffer per thread: every reader of a loop shares it.
-  thread_local char buf[64 * 1024];
+  // One buffer per thread: every reader of a loop shares it. On the heap,
+  // made at the first read: 64 KiB of static TLS would be cleared at the
+  // start of every thread of the process, reader or not.
+  constexpr size_t kBufBytes = 64 * 1024;
+  thread_local std::unique_ptr<char[]> buf;
+  if (!buf) buf = std::make_unique_for_overwrite<char[]>(kBufBytes);
   while (r.fd >= 0) {
-    ssize_t n = ::read(r.fd, buf, sizeof buf);
+    ssize_t n = ::read(r.fd, buf.get(), kBufBytes);
     if (n > 0) {
       if (r.on_bytes) r.on_bytes(static_cast<size_t>(n));
-      r.pump->Feed(std::string_view(buf, static_cast<size_t>(n)));
+      r.pump->Feed(std::string_view(buf.get(), static_cast<size_t>(n)));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
