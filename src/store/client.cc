@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -73,7 +74,10 @@ int TryConnect(const std::string& host, int port, Clock::time_point deadline) {
 Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
                                          Duration connect_timeout, Duration timeout) {
   auto deadline = Clock::now() + connect_timeout;
-  std::mt19937 rng(std::random_device{}());
+  // Seeded at the first retry only: std::random_device's set-up runs CPUID,
+  // which a virtual machine traps (tens of microseconds, on every connect
+  // of every agent otherwise).
+  std::optional<std::minstd_rand> rng;
   Duration backoff(100);
   Status last = Status::Timeout("no answer");
   // Handshakes in a row that the server cut short: one is a store that
@@ -92,11 +96,11 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
       auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
       StoreClient c(fd, std::min(timeout, std::max(left, Duration(1000))));
       c.SetSendTimeout();
+      // VALIDATE and the PING that proves a live server in one send.
       std::string hello;
       PutU8(hello, v2::kValidate);
       PutU32(hello, kValidationMagic);
-      last = c.SendAll(hello);
-      if (last.ok()) last = c.Ping();
+      last = c.PingAfter(std::move(hello));
       if (last.ok()) {
         c.timeout_ = timeout;
         c.SetSendTimeout();
@@ -120,8 +124,9 @@ Result<StoreClient> StoreClient::Connect(const std::string& host, int port,
       return Status::Timeout(fmt::format("store: cannot connect to {}:{} within {} ms: {}", host,
                                          port, connect_timeout.count(), last.message()));
     }
+    if (!rng) rng.emplace(std::random_device{}());
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    auto sleep = std::chrono::duration_cast<Duration>(backoff * jitter(rng));
+    auto sleep = std::chrono::duration_cast<Duration>(backoff * jitter(*rng));
     std::this_thread::sleep_for(
         std::min<Duration>(sleep, std::chrono::duration_cast<Duration>(deadline - Clock::now())));
     backoff = std::min<Duration>(backoff * 2, Duration(2000));
@@ -187,13 +192,17 @@ Status StoreClient::RecvAll(void* buf, size_t n, Duration timeout) {
   auto deadline = Clock::now() + timeout;
   char* p = static_cast<char*>(buf);
   while (n > 0) {
-    auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now()).count();
-    if (left <= 0) return Status::Timeout("store: no reply");
-    pollfd pfd{fd_, POLLIN, 0};
-    int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) return Status::Timeout("store: no reply");
-    ssize_t got = ::recv(fd_, p, n, 0);
+    // A reply's bytes are often here already (a value's after its length):
+    // poll only when the socket has nothing yet.
+    ssize_t got = ::recv(fd_, p, n, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now()).count();
+      if (left <= 0) return Status::Timeout("store: no reply");
+      pollfd pfd{fd_, POLLIN, 0};
+      int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (r == 0) return Status::Timeout("store: no reply");
+      continue;  // readable, or EINTR: read again
+    }
     if (got < 0 && errno == EINTR) continue;
     if (got == 0) return Status::IOError("store: connection closed by the server");
     if (got < 0) return Status::FromErrno("store: recv", errno);
@@ -239,8 +248,10 @@ Status StoreClient::Set(const std::string& key, const std::string& value) {
   return SendKeyValue(v2::kSet, key, value);
 }
 
-Result<std::string> StoreClient::Get(const std::string& key) {
-  TRUN_RETURN_IF_ERROR(Wait({key}));
+Result<std::string> StoreClient::Get(const std::string& key) { return WaitAndGet(key, timeout_); }
+
+Result<std::string> StoreClient::WaitAndGet(const std::string& key, Duration timeout) {
+  TRUN_RETURN_IF_ERROR(Wait({key}, timeout));
   std::string o;
   PutU8(o, v2::kGet);
   PutBytes(o, key);
@@ -349,9 +360,10 @@ Status StoreClient::MultiSet(const std::vector<std::pair<std::string, std::strin
   return SendAll(o);
 }
 
-Status StoreClient::Ping() {
+Status StoreClient::Ping() { return PingAfter(""); }
+
+Status StoreClient::PingAfter(std::string o) {
   uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5A5A5A5Au;
-  std::string o;
   PutU8(o, v2::kPing);
   PutU32(o, nonce);
   TRUN_RETURN_IF_ERROR(SendAll(o));

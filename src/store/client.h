@@ -47,6 +47,9 @@ class StoreClient {
   // Waits until every key exists; a Timeout status after `timeout` (the
   // wait is then cancelled on the server).
   Status Wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {});
+  // Waits up to `timeout` for `key`, then reads it: Get with its own limit
+  // on the wait (the read after it is bounded by the client's timeout).
+  Result<std::string> WaitAndGet(const std::string& key, Duration timeout);
   Result<bool> DeleteKey(const std::string& key);
   Result<int64_t> NumKeys();
   Status Append(const std::string& key, const std::string& value);
@@ -84,6 +87,9 @@ class StoreClient {
   void SetSendTimeout();
   Status SendAll(const std::string& bytes);
   Status SendKeyValue(uint8_t op, const std::string& key, const std::string& value);
+  // Sends `prefix` (requests without a reply) and a PING in one write, and
+  // reads the PING's echo.
+  Status PingAfter(std::string prefix);
   Status RecvAll(void* buf, size_t n, Duration timeout);
   Result<std::string> RecvBytes();
   Result<int64_t> RecvI64();
