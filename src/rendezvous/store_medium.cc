@@ -35,8 +35,7 @@ class StoreLink final : public Link {
     return client_.CompareSet(prefix_ + key, "", value).status();
   }
   Result<std::string> Await(const std::string& key) override {
-    TRUN_RETURN_IF_ERROR(client_.Wait({prefix_ + key}, kNoOpTimeout));
-    return client_.Get(prefix_ + key);
+    return client_.WaitAndGet(prefix_ + key, kNoOpTimeout);
   }
   Status Heartbeat(int64_t seq) override {
     return client_.Add(fmt::format("{}hb/{}", prefix_, seq), 1).status();
