@@ -30,11 +30,11 @@ struct Fanout {
   std::atomic<size_t> next{0};
 };
 
+}  // namespace
+
 bool IsNodeDocument(const nlohmann::json& j) {
   return j.is_object() && j.contains("workers") && j["workers"].is_array();
 }
-
-}  // namespace
 
 std::string HostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);

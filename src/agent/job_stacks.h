@@ -45,6 +45,10 @@ struct PeerNode {
   std::string address;  // its health server, HOST:PORT or [V6]:PORT; "" for none
 };
 
+// Whether `j` has the shape of a node's stacks document (an object with a
+// "workers" array), as every answer of a peer or an agent must.
+bool IsNodeDocument(const nlohmann::json& j);
+
 // HOST:PORT, with an IPv6 literal in brackets.
 std::string HostPort(const std::string& host, int port);
 

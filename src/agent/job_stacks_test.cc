@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include "agent/stacks.h"
+
 namespace trun::agent {
 namespace {
 
@@ -112,6 +114,24 @@ class Listener {
     });
   }
 
+  // Answers one request with `body`.
+  void Answer(std::string body) {
+    server_ = std::thread([this, body = std::move(body)] {
+      int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      char buf[4096];
+      (void)!recv(c, buf, sizeof buf, 0);
+      std::string reply =
+          "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+      for (size_t sent = 0; sent < reply.size();) {
+        ssize_t n = send(c, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent += static_cast<size_t>(n);
+      }
+      close(c);
+    });
+  }
+
  private:
   int fd_ = -1;
   int port_ = 0;
@@ -136,6 +156,22 @@ TEST(JobStacks, APeerIsReadUpToTheBoundAndASilentOneWithinTheBudget) {
   EXPECT_NE(answers[2].status().message().find("--health-check-port"), std::string::npos);
   // The budget, and not much more, on a loaded machine.
   EXPECT_LT(took, 5s);
+}
+
+TEST(JobStacks, AnAnswerNestedDeeperThanAnyAgentsIsRefusedNotRecursedInto) {
+  // A million brackets would overflow the stack of whatever printed or
+  // freed them (`trun stack --json` did, a reviewer found).
+  Listener deep;
+  deep.Answer(std::string(1'000'000, '[') + std::string(1'000'000, ']'));
+  auto answer = FetchStacks(deep.address(), "", 5000ms, "", size_t{4} << 20);
+  ASSERT_FALSE(answer.ok());
+  EXPECT_NE(answer.status().message().find("nested over 16 levels"), std::string::npos)
+      << answer.status().message();
+  Listener fine;
+  fine.Answer(R"({"workers": [{"rank": 0, "threads": [{"frames": [{"line": 1}]}]}]})");
+  auto node = FetchStacks(fine.address(), "", 5000ms, "", size_t{4} << 20);
+  ASSERT_TRUE(node.ok()) << node.status().message();
+  EXPECT_TRUE(IsNodeDocument(*node));
 }
 
 }  // namespace

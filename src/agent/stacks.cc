@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/net.h"
 #include "common/strings.h"
@@ -262,10 +263,32 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
     return Status::IOError(fmt::format("{}: /stacks answered {}: {}", address, r->status,
                                        Trim(std::string_view(r->body).substr(0, 200))));
   }
+  // Every answer of trun's nests a few levels (a job's array, a node, its
+  // workers, threads, frames, a frame); a deeper one is no agent's, and
+  // printing or freeing it would recurse once per level, so an answer of
+  // a million brackets would end this process on its stack. The parse
+  // stops at the first level too deep.
+  constexpr int kMaxDepth = 16;
+  bool too_deep = false;
   try {
-    return nlohmann::json::parse(r->body);
+    return nlohmann::json::parse(
+        r->body, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+          if (event == nlohmann::json::parse_event_t::object_start ||
+              event == nlohmann::json::parse_event_t::array_start) {
+            if (depth >= kMaxDepth) {
+              too_deep = true;
+              throw std::length_error("too deep");
+            }
+          }
+          return true;
+        });
   } catch (const nlohmann::json::exception& e) {
     return Status::IOError(fmt::format("{}: /stacks is not JSON: {}", address, e.what()));
+  } catch (const std::length_error&) {
+    if (!too_deep) throw;
+    return Status::IOError(
+        fmt::format("{}: /stacks answered JSON nested over {} levels, which no trun agent writes",
+                    address, kMaxDepth));
   }
 }
 

@@ -150,17 +150,32 @@ int StackCommand(const Args& args) {
             whole_job ? "job" : "", whole_job ? kMaxJobStacksBytes : agent::kMaxNodeStacksBytes);
       }));
     }
-    for (auto& a : asked) {
-      auto doc = a.get();
+    for (size_t i = 0; i < asked.size(); ++i) {
+      auto doc = asked[i].get();
+      const std::string& address = addresses[i];
       if (!doc.ok()) {
         unanswered.push_back(doc.status().message());
         continue;
       }
       if (!doc->is_array()) {
+        if (!agent::IsNodeDocument(*doc)) {
+          unanswered.push_back(
+              fmt::format("{}: /stacks answered something other than a node's "
+                          "stacks: is it a trun agent's health server?",
+                          address));
+          continue;
+        }
         nodes.push_back(std::move(*doc));
         continue;
       }
       for (auto& node : *doc) {
+        if (!agent::IsNodeDocument(node)) {
+          unanswered.push_back(
+              fmt::format("{}: an element of its /stacks answer is not a node's "
+                          "stacks: is it a trun agent's health server?",
+                          address));
+          continue;
+        }
         // A node the agent could not ask keeps its place in --json, and
         // counts as one we could not ask ourselves.
         if (auto why = node.find("error"); why != node.end() && why->is_string()) {
