@@ -45,6 +45,14 @@ class RawSocket {
     if (fd_ >= 0) ::close(fd_);
   }
   bool connected() const { return connected_; }
+  // Half-closes: the server reads EOF after what was sent.
+  void EndWrites() { ::shutdown(fd_, SHUT_WR); }
+  // Shrinks the kernel's receive buffer, so that the server's writes to a
+  // client that reads slowly meet a full socket.
+  void SmallReceiveBuffer() {
+    int n = 64 * 1024;
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &n, sizeof n);
+  }
   bool Send(const std::string& b) {
     return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
   }

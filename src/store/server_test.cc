@@ -11,7 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "store/client.h"
 #include "store/encode.h"
@@ -378,6 +380,68 @@ TEST_F(ServerTest, ADisconnectedWaiterIsForgotten) {
   StoreClient c = Connect();
   ASSERT_TRUE(c.Set("/gone", "1").ok());  // must not write to a closed socket
   EXPECT_TRUE(c.Ping().ok());
+}
+
+// The races of the store's own socket handling (issue 31): each case
+// ends with every reply the client is owed, and the server still serving.
+
+// A client that sends its last requests and closes its side in one go:
+// the requests and the EOF may come in one read, and the replies must go
+// out before the connection is dropped.
+TEST_F(ServerTest, RequestsSentWithTheClientsEofAreAnswered) {
+  for (int i = 0; i < 50; ++i) {
+    Raw r(port());
+    ASSERT_TRUE(r.Send(Op1(v1::kSet) + Str("/eof") + Str("v") + Op1(v1::kGet) + Str("/eof") +
+                       Op1(v1::kAdd) + Str("/n") + U64(1)));
+    r.EndWrites();
+    EXPECT_EQ(r.Recv(9 + 8), Str("v") + U64(static_cast<uint64_t>(i) + 1)) << i;
+    EXPECT_TRUE(r.Closed());
+  }
+  EXPECT_TRUE(Eventually([&] { return Connections() == 0; }));
+}
+
+// A reply far larger than the sockets' buffers, to a client that reads it
+// slowly: the rest waits for the socket to be writable, and a WAIT woken
+// meanwhile on another connection is answered at once.
+TEST_F(ServerTest, AReplyLargerThanTheSocketBuffersReachesASlowReader) {
+  Start({}, /*max_pending_reply_bytes=*/16 << 20);
+  std::string value(6 << 20, 'x');
+  for (size_t i = 0; i < value.size(); i += 4096) value[i] = static_cast<char>('a' + i / 4096 % 26);
+  StoreClient setter = Connect();
+  ASSERT_TRUE(setter.Set("/big", value).ok());
+  Raw slow(port());
+  slow.SmallReceiveBuffer();
+  Raw waiter(port());
+  ASSERT_TRUE(waiter.Send(Op1(v1::kWait) + U64(1) + Str("/later")));
+  ASSERT_TRUE(Eventually([&] { return Waits() == 1; }));
+  ASSERT_TRUE(slow.Send(Op1(v1::kGet) + Str("/big")));
+  EXPECT_EQ(slow.Recv(8 + 4096), U64(value.size()) + value.substr(0, 4096));
+  std::this_thread::sleep_for(milliseconds(100));  // the server meets a full socket
+  ASSERT_TRUE(setter.Set("/later", "1").ok());
+  EXPECT_EQ(waiter.Recv(1), Op1(kWaitStopWaiting));
+  std::string rest = slow.Recv(value.size() - 4096, 20000);
+  ASSERT_EQ(rest.size(), value.size() - 4096);
+  EXPECT_TRUE(rest == value.substr(4096));
+  ASSERT_TRUE(slow.Send(Op1(v1::kGetNumKeys)));
+  EXPECT_EQ(slow.Recv(8), U64(2));
+}
+
+// Clients that close while their WAITs are pending, half of many: the
+// others' WAITs are all answered when the key comes.
+TEST_F(ServerTest, WaitersThatCloseLeaveTheOthersAnswered) {
+  constexpr int kClients = 200;
+  std::vector<std::unique_ptr<Raw>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<Raw>(port()));
+    ASSERT_TRUE(clients.back()->Send(Op1(v1::kWait) + U64(1) + Str("/k")));
+  }
+  ASSERT_TRUE(Eventually([&] { return Waits() == kClients; }));
+  for (int i = 0; i < kClients; i += 2) clients[i].reset();
+  StoreClient setter = Connect();
+  ASSERT_TRUE(setter.Set("/k", "1").ok());
+  for (int i = 1; i < kClients; i += 2) EXPECT_EQ(clients[i]->Recv(1), Op1(kWaitStopWaiting)) << i;
+  EXPECT_TRUE(Eventually([&] { return Waits() == 0; }));
+  EXPECT_TRUE(setter.Ping().ok());
 }
 
 // The bytes torch 1.13's client sends and expects, v1 numbering.
