@@ -435,11 +435,11 @@ class EtcdMedium final : public Medium {
     // and no raft commit. Of 1,000 nodes joining at once, the lease grant,
     // the failed create and the revoke were half of etcd's commits.
     auto current = client.Get({{s_->coord_key, ""}});
-    if (current.ok()) {
-      auto coord = ParseCoord(current->ranges[0]);
-      s_->Know(coord, client.LocalAddress());
-      if (coord) return false;
-    }
+    // What a failed read knew is forgotten too: the links that follow must
+    // reach etcd themselves, so a host cut off from it runs out of time.
+    auto coord = current.ok() ? ParseCoord(current->ranges[0]) : std::nullopt;
+    s_->Know(coord, client.LocalAddress());
+    if (coord) return false;
     auto lease = client.GrantLease(s_->ttl);
     if (!lease.ok()) {
       log::Debug("rendezvous: cannot coordinate: {}", lease.status().message());
