@@ -274,6 +274,21 @@ Result<EtcdClient::Created> EtcdClient::PutIfAbsent(const std::string& key,
   return c;
 }
 
+Result<int64_t> EtcdClient::PutWhile(const std::string& key, const std::string& value,
+                                     int64_t lease, const std::string& guard,
+                                     int64_t guard_create_revision) {
+  json txn = {
+      {"compare", json::array({{{"key", Base64Encode(guard)},
+                                {"target", "CREATE"},
+                                {"result", "EQUAL"},
+                                {"create_revision", std::to_string(guard_create_revision)}}})},
+      {"success", json::array({{{"request_put", PutRequest(key, value, lease)}}})}};
+  auto j = ParseAnswer(Call("/v3/kv/txn", txn.dump()), "etcd put");
+  if (!j.ok()) return j.status();
+  if (!j->value("succeeded", false)) return int64_t{0};
+  return Int((*j)["header"], "revision");
+}
+
 Status EtcdClient::DeletePrefix(const std::string& prefix) {
   json req = {{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(PrefixEnd(prefix))}};
   return ParseAnswer(Call("/v3/kv/deleterange", req.dump()), "etcd delete").status();

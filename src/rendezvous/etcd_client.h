@@ -90,6 +90,12 @@ class EtcdClient {
     KeyValue kv;
   };
   Result<Created> PutIfAbsent(const std::string& key, const std::string& value, int64_t lease = 0);
+  // Puts `key` only while `guard` is the key created at
+  // `guard_create_revision` (a coordinator still in office); returns the
+  // store's revision after the put, or 0 where the guard is gone or
+  // another (nothing was put).
+  Result<int64_t> PutWhile(const std::string& key, const std::string& value, int64_t lease,
+                           const std::string& guard, int64_t guard_create_revision);
   Status DeletePrefix(const std::string& prefix);
 
   // A lease of `ttl` (etcd raises it to its minimum, about 2 s).

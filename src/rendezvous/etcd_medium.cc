@@ -18,9 +18,17 @@ namespace {
 
 using json = nlohmann::json;
 
-// What every link and the host share: the options and, per join, the lease
+// The coordinator as the nodes know it: the epoch its key was created at and
+// the lease everything it owns lives under.
+struct Epoch {
+  int64_t number = 0;
+  int64_t lease = 0;
+};
+
+// What every link and the host share: the options; per join, the lease
 // that keeps the node alive (the control thread heartbeats a node that the
-// main thread's link joined).
+// main thread's link joined) and when etcd last renewed it; and the
+// coordinator this node last read in etcd.
 struct Shared {
   Options o;
   EtcdOptions etcd;  // with the request timeout the medium uses
@@ -29,16 +37,28 @@ struct Shared {
   std::chrono::seconds ttl{5};
 
   std::mutex mu;
-  std::map<int64_t, int64_t> lease_of_seq;
+  struct Lease {
+    int64_t id = 0;
+    Clock::time_point renewed;
+  };
+  std::map<int64_t, Lease> lease_of_seq;
+  // The epoch that the last read of `coord` found (and the address etcd saw
+  // this host at): the next link takes it rather than reading `coord`
+  // again. Of 1,000 nodes joining at once, each read it three times (the
+  // try to coordinate, the main thread's link, the control thread's); etcd
+  // spends about 0.4 ms of CPU on every request through its gateway. A link
+  // that finds its epoch gone forgets it, and the main thread's next try to
+  // coordinate reads it afresh.
+  std::optional<Epoch> known;
+  std::string known_address;
+
+  void Know(std::optional<Epoch> epoch, const std::string& address) {
+    std::lock_guard lk(mu);
+    known = epoch;
+    if (!address.empty()) known_address = address;
+  }
 
   std::string EpochPrefix(int64_t epoch) const { return fmt::format("{}e{}/", prefix, epoch); }
-};
-
-// The coordinator as the nodes know it: the epoch its key was created at and
-// the lease everything it owns lives under.
-struct Epoch {
-  int64_t number = 0;
-  int64_t lease = 0;
 };
 
 std::optional<Epoch> ParseCoord(const std::vector<KeyValue>& kvs) {
@@ -84,40 +104,60 @@ class EtcdLink final : public Link {
     seq_ = *seq;
     {
       std::lock_guard lk(s_->mu);
-      s_->lease_of_seq[seq_] = lease_;
+      s_->lease_of_seq[seq_] = {lease_, Clock::now()};
     }
-    auto put = client_.Put(fmt::format("{}node/{}", keys_, seq_), info, lease_);
+    // Only while our coordinator is: a later Await need not read `coord`.
+    auto put = client_.PutWhile(fmt::format("{}node/{}", keys_, seq_), info, lease_, s_->coord_key,
+                                epoch_.number);
     if (!put.ok()) return put.status();
+    if (*put == 0) return Gone();
+    floor_ = *put;
     return seq_;
   }
 
+  // Under the coordinator's lease: a put succeeds only while it is there.
   Status Put(const std::string& key, const std::string& value) override {
-    return client_.Put(keys_ + key, value, epoch_.lease).status();
+    auto put = client_.Put(keys_ + key, value, epoch_.lease);
+    if (!put.ok()) return put.status();
+    floor_ = *put;
+    return Status::OK();
   }
 
   Status PutIfAbsent(const std::string& key, const std::string& value) override {
-    return client_.PutIfAbsent(keys_ + key, value, epoch_.lease).status();
+    auto put = client_.PutIfAbsent(keys_ + key, value, epoch_.lease);
+    if (!put.ok()) return put.status();
+    if (put->created) floor_ = put->kv.mod_revision;
+    return Status::OK();
   }
 
+  // Every key a node awaits is written after the coordinator read this
+  // node's last write (its join or its ready): a watch from the revision
+  // after that write sees the key and any change of coordinator, without
+  // reading either first (one request less per wait; etcd spends about
+  // 0.4 ms of CPU on each through its gateway). Where nothing was written
+  // yet, a read finds them.
   Result<std::string> Await(const std::string& key) override {
     const std::string full = keys_ + key;
-    auto snap = client_.Get({{full, ""}, {s_->coord_key, ""}});
-    if (!snap.ok()) return snap.status();
-    auto coord = ParseCoord(snap->ranges[1]);
-    if (!coord || coord->number != epoch_.number) return Gone();
-    if (!snap->ranges[0].empty()) return snap->ranges[0][0].value;
+    int64_t from = floor_ + 1;
+    if (floor_ == 0) {
+      auto snap = client_.Get({{full, ""}, {s_->coord_key, ""}});
+      if (!snap.ok()) return snap.status();
+      auto coord = ParseCoord(snap->ranges[1]);
+      if (!coord || coord->number != epoch_.number) return Gone();
+      if (!snap->ranges[0].empty()) return snap->ranges[0][0].value;
+      from = snap->revision + 1;
+    }
     std::optional<std::string> value;
     bool gone = false;
-    Status s = client_.Watch({{full, ""}, {s_->coord_key, ""}}, snap->revision + 1,
-                             [&](const WatchEvent& e) {
-                               if (e.kv.key == s_->coord_key) {
-                                 gone = true;
-                                 return false;
-                               }
-                               if (e.kv.key != full || e.deleted) return true;
-                               value = e.kv.value;
-                               return false;
-                             });
+    Status s = client_.Watch({{full, ""}, {s_->coord_key, ""}}, from, [&](const WatchEvent& e) {
+      if (e.kv.key == s_->coord_key) {
+        gone = true;
+        return false;
+      }
+      if (e.kv.key != full || e.deleted) return true;
+      value = e.kv.value;
+      return false;
+    });
     if (gone) return Gone();
     if (!s.ok()) return s;
     return *value;
@@ -128,10 +168,18 @@ class EtcdLink final : public Link {
     {
       std::lock_guard lk(s_->mu);
       auto it = s_->lease_of_seq.find(seq);
-      if (it != s_->lease_of_seq.end()) lease = it->second;
+      if (it == s_->lease_of_seq.end()) return Status::OK();  // the main thread is joining anew
+      // The first beat comes as soon as the node joined: its lease was
+      // granted a moment ago, and that answer from etcd counts as this one
+      // (1,000 keep-alives fewer while 1,000 nodes join).
+      if (Clock::now() - it->second.renewed < s_->o.heartbeat_interval / 2) return Status::OK();
+      lease = it->second.id;
     }
-    if (lease == 0) return Status::OK();  // the main thread is joining anew
-    return client_.KeepAlive(lease);
+    TRUN_RETURN_IF_ERROR(client_.KeepAlive(lease));
+    std::lock_guard lk(s_->mu);
+    auto it = s_->lease_of_seq.find(seq);
+    if (it != s_->lease_of_seq.end() && it->second.id == lease) it->second.renewed = Clock::now();
+    return Status::OK();
   }
 
   void Abort() override { client_.Abort(); }
@@ -142,6 +190,10 @@ class EtcdLink final : public Link {
 
  private:
   Status Gone() const {
+    {
+      std::lock_guard lk(s_->mu);
+      if (s_->known && s_->known->number == epoch_.number) s_->known.reset();
+    }
     return Status::IOError(fmt::format("the coordinator of epoch {} is gone", epoch_.number));
   }
 
@@ -152,6 +204,9 @@ class EtcdLink final : public Link {
   const std::string local_address_;
   int64_t lease_ = 0;
   int64_t seq_ = 0;
+  // The revision of this link's last write, made while its coordinator
+  // was there (0: none yet).
+  int64_t floor_ = 0;
 };
 
 // The coordinator of one epoch, hosted by this agent: the coordinator's
@@ -343,13 +398,20 @@ class EtcdMedium final : public Medium {
   }
 
   Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, Duration) override {
+    {
+      std::lock_guard lk(s_->mu);
+      if (s_->known)
+        return std::unique_ptr<Link>(std::make_unique<EtcdLink>(s_, *s_->known, s_->known_address));
+    }
     EtcdClient client(s_->etcd);
     Duration backoff(50);
     while (true) {
       auto snap = client.Get({{s_->coord_key, ""}});
       Status s = snap.status();
       if (snap.ok()) {
-        if (auto coord = ParseCoord(snap->ranges[0])) {
+        auto coord = ParseCoord(snap->ranges[0]);
+        s_->Know(coord, client.LocalAddress());
+        if (coord) {
           return std::unique_ptr<Link>(
               std::make_unique<EtcdLink>(s_, *coord, client.LocalAddress()));
         }
@@ -368,6 +430,16 @@ class EtcdMedium final : public Medium {
 
   bool TakeOver(const std::function<bool()>& stopping) override {
     EtcdClient client(s_->etcd);
+    // Every node tries at its start: a read first, so that where somebody
+    // coordinates already (all nodes but the first) the try costs no lease
+    // and no raft commit. Of 1,000 nodes joining at once, the lease grant,
+    // the failed create and the revoke were half of etcd's commits.
+    auto current = client.Get({{s_->coord_key, ""}});
+    // What a failed read knew is forgotten too: the links that follow must
+    // reach etcd themselves, so a host cut off from it runs out of time.
+    auto coord = current.ok() ? ParseCoord(current->ranges[0]) : std::nullopt;
+    s_->Know(coord, client.LocalAddress());
+    if (coord) return false;
     auto lease = client.GrantLease(s_->ttl);
     if (!lease.ok()) {
       log::Debug("rendezvous: cannot coordinate: {}", lease.status().message());
@@ -380,6 +452,7 @@ class EtcdMedium final : public Medium {
       return false;
     }
     Epoch epoch{created->kv.create_revision, *lease};
+    s_->Know(epoch, client.LocalAddress());
     std::string endpoint = client.Endpoint();
     auto hosted = std::make_shared<std::promise<bool>>();
     asio::post(io_, [this, hosted, epoch, endpoint] {
