@@ -121,6 +121,7 @@ std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o) {
 
 Telemetry::~Telemetry() {
   if (job_stacks_thread_.joinable()) job_stacks_thread_.join();
+  if (local_stacks_thread_.joinable()) local_stacks_thread_.join();
   if (hang_thread_.joinable()) hang_thread_.join();
   if (flight_recorder_thread_.joinable()) flight_recorder_thread_.join();
 }
@@ -439,15 +440,32 @@ void Telemetry::ServeStacks(const HttpRequest& req, HttpServer::Responder reply)
         scope);
     return reply(std::move(r));
   }
-  r.body = NodeStacksBody(LocalStacks(), kMaxNodeStacksBytes);
-  reply(std::move(r));
+  ReadLocalStacks([reply = std::move(reply), r](const ojson& doc) mutable {
+    r.body = NodeStacksBody(doc, kMaxNodeStacksBytes);
+    reply(std::move(r));
+  });
 }
 
-nlohmann::ordered_json Telemetry::LocalStacks() {
+void Telemetry::ReadLocalStacks(std::function<void(const ojson&)> done) {
+  local_stacks_waiting_.push_back(std::move(done));
+  if (local_stacks_waiting_.size() > 1) return;  // it shares the read under way
   GroupHealth h = health_();
   std::vector<StackTarget> targets;
   for (const auto& w : h.workers) targets.push_back({w.rank, w.local_rank, w.pid, w.state});
-  return ReadStacks(targets, {options_.hostname, options_.run_id, h.node_rank, h.round});
+  StacksMeta meta{options_.hostname, options_.run_id, h.node_rank, h.round};
+  // The last read posted its answer, which emptied the list: it has ended
+  // or is about to.
+  if (local_stacks_thread_.joinable()) local_stacks_thread_.join();
+  local_stacks_thread_ = std::thread([this, targets = std::move(targets), meta = std::move(meta),
+                                      alive = std::weak_ptr<bool>(alive_)] {
+    ojson doc = ReadStacks(targets, meta);
+    asio::post(*io_, [this, alive, doc = std::move(doc)] {
+      if (alive.expired()) return;
+      auto waiting = std::move(local_stacks_waiting_);
+      local_stacks_waiting_.clear();
+      for (auto& d : waiting) d(doc);
+    });
+  });
 }
 
 void Telemetry::GatherJobStacks(std::function<void(const ojson&)> done) {
@@ -522,10 +540,13 @@ void Telemetry::DumpFlightRecorders(std::vector<DumpTarget> workers, std::functi
 
 void Telemetry::AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
                                 std::vector<Result<nlohmann::json>> answers) {
-  const ojson job = MergeJobStacks(LocalStacks(), local_node_rank, peers, std::move(answers));
-  auto waiting = std::move(job_stacks_waiting_);
-  job_stacks_waiting_.clear();
-  for (auto& done : waiting) done(job);
+  auto shared = std::make_shared<std::vector<Result<nlohmann::json>>>(std::move(answers));
+  ReadLocalStacks([this, local_node_rank, peers, shared](const ojson& local) {
+    const ojson job = MergeJobStacks(local, local_node_rank, peers, std::move(*shared));
+    auto waiting = std::move(job_stacks_waiting_);
+    job_stacks_waiting_.clear();
+    for (auto& done : waiting) done(job);
+  });
 }
 
 }  // namespace trun::agent

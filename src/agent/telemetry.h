@@ -159,8 +159,12 @@ class Telemetry {
   void Emit(std::string_view name, nlohmann::ordered_json fields);
   void Serve(const HttpRequest& req, HttpServer::Responder reply);
   void ServeStacks(const HttpRequest& req, HttpServer::Responder reply);
-  // This node's document: every worker of the current attempt.
-  nlohmann::ordered_json LocalStacks();
+  // This node's document (every worker of the current attempt), read on a
+  // thread of its own and handed to `done` on the loop. Requests that
+  // arrive while a read is under way share it, so a flood of /stacks costs
+  // one read at a time and the loop, which serves /health and the hang
+  // watch, never waits for one.
+  void ReadLocalStacks(std::function<void(const nlohmann::ordered_json&)> done);
   // Asks the round's other agents, unless that is under way already; every
   // waiting request gets the answer.
   void AnswerJobStacks(int local_node_rank, const std::vector<PeerNode>& peers,
@@ -184,6 +188,8 @@ class Telemetry {
   // still here.
   std::vector<std::function<void(const nlohmann::ordered_json&)>> job_stacks_waiting_;
   std::thread job_stacks_thread_;
+  std::vector<std::function<void(const nlohmann::ordered_json&)>> local_stacks_waiting_;
+  std::thread local_stacks_thread_;
   std::thread hang_thread_;
   std::thread flight_recorder_thread_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
