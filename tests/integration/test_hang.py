@@ -124,7 +124,6 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.once("the progress rule and who judges are trun's own logic, whatever the torch")
 def test_a_checkpoint_is_not_a_hang_and_a_judge_that_finished_still_judges(agents, tmp_path):
     # 2 agents x 2 workers, --hang-timeout 5. First node 0's ranks wait in a
     # barrier for longer than the timeout while node 1's compute without a
