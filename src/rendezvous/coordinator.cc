@@ -338,7 +338,7 @@ void Coordinator::OnTimer(Clock::time_point now) {
 }
 
 void Coordinator::Lose(Node& n, const std::string& why, Clock::time_point) {
-  const bool was_done = n.done;
+  const bool was_done = n.done || n.finished;
   SetGone(n);
   if (over() || was_done) {
     // Gone after its part was played: nothing is lost.
@@ -373,17 +373,24 @@ void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_p
   next_ = round_ + 1;
   forming_since_ = now;
   min_reached_at_.reset();
+  const bool failure = reason.starts_with("failure");
   if (done_ > 0) {
-    for (auto& [seq, n] : nodes_) SetDone(n, false);
+    for (auto& [seq, n] : nodes_) {
+      // A node done when the round fails has ended: its agent exits with
+      // its workers' success (the exit barrier ends) and never comes back.
+      if (failure && n.done && n.alive && n.participant) n.finished = true;
+      SetDone(n, false);
+    }
   }
-  if (reason.starts_with("failure")) {
+  if (failure) {
     // Judged once the round's nodes are all back (JudgeFailure): a node
-    // lost meanwhile makes it a membership change.
+    // lost meanwhile makes it a membership change. A finished node is
+    // neither waited for nor lost when it leaves.
     pending_failure_ = std::string(reason);
     judging_.clear();
     judging_lost_ = false;
     for (const auto& [seq, n] : nodes_) {
-      if (n.participant && n.alive) judging_.insert(seq);
+      if (n.participant && n.alive && !n.finished) judging_.insert(seq);
     }
   }
 }
@@ -408,6 +415,26 @@ void Coordinator::JudgeFailure() {
          fmt::format("the restart budget of the job is spent ({} failed round{}, --max-restarts "
                      "{}); last: {}",
                      failures_, failures_ == 1 ? "" : "s", options_.max_restarts, reason));
+    return;
+  }
+  // Nodes that finished do not come back: where too few are left for a
+  // round, waiting for join_timeout would only delay the same end.
+  std::vector<std::string> finished;
+  size_t left = 0;
+  for (const auto& [seq, n] : nodes_) {
+    if (n.finished) {
+      finished.push_back(Describe(n));
+    } else if (n.alive) {
+      ++left;
+    }
+  }
+  if (!finished.empty() && left < static_cast<size_t>(options_.min_nodes)) {
+    Fail(NoRound::Kind::kOther,
+         fmt::format("round {} failed after {} had finished (their workers succeeded, their "
+                     "agents exit): {} node{} left, fewer than the {} a round needs, so the job "
+                     "ends without a restart; last: {}",
+                     round_, fmt::join(finished, ", "), left, left == 1 ? "" : "s",
+                     options_.min_nodes, reason));
   }
 }
 

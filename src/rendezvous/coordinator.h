@@ -136,6 +136,9 @@ class Coordinator {
   // The job has ended (every node done, or failed for good): what is left
   // is for the nodes to read how.
   bool over() const { return phase_ == Phase::kFinished || phase_ == Phase::kFailed; }
+  // A round's failure waits to be judged (until its nodes are back or
+  // lost): whether the job is over is not known yet.
+  bool judging() const { return pending_failure_.has_value(); }
 
  private:
   enum class Phase { kForming, kRunning, kFinished, kFailed };
@@ -157,6 +160,9 @@ class Coordinator {
     int64_t ready_count = 0;   // the number of its latest "ready"
     bool participant = false;  // in the running round
     bool done = false;         // its workers succeeded in the running round
+    // Its workers succeeded in a round that then failed: its agent exits,
+    // and it never asks for another round.
+    bool finished = false;
   };
 
   void OnJoin(int64_t seq, std::string_view info, Clock::time_point now);

@@ -365,6 +365,54 @@ TEST(CoordinatorTest, TheRoundEndsDoneWhenEveryNodeIsDone) {
   EXPECT_EQ(none->why.message(), "job 'job' has already finished");
 }
 
+// a's workers succeed, then b's fail: a's agent exits with success and
+// never comes back, so the failure is judged without waiting for it and its
+// leaving is no loss; where the rest are fewer than min_nodes the job ends
+// at once, restarts left or not, rather than at the join timeout.
+TEST(CoordinatorTest, AFailureAfterANodeFinishedEndsTheJobWhenTooFewAreLeft) {
+  for (int restarts : {0, 2}) {
+    auto o = Elastic(2, 2);
+    o.max_restarts = restarts;
+    Harness h(o);
+    FormRoundOfTwo(h);
+    h.Put(101, "done/1", "0");
+    h.Put(102, "end/0", "failure: b: rank 2 exited with 3");
+    EXPECT_TRUE(h.coord().judging());
+    h.Put(101, "left/1", "1");  // a's agent exits
+    EXPECT_TRUE(h.coord().judging());
+    h.Ready(2, 2);
+    EXPECT_FALSE(h.coord().judging());
+    EXPECT_TRUE(h.coord().over());
+    EXPECT_EQ(h.coord().failures(), 1);
+    auto none = h.NoRoundAt("assign/2/2");
+    ASSERT_TRUE(none) << h.Get("assign/2/2").value_or("(none)");
+    if (restarts == 0) {
+      EXPECT_EQ(none->kind, NoRound::Kind::kBudgetSpent);
+    } else {
+      EXPECT_EQ(none->kind, NoRound::Kind::kOther);
+      EXPECT_TRUE(none->why.message().starts_with("round 0 failed after a had finished"))
+          << none->why.message();
+    }
+  }
+}
+
+// Above min_nodes the survivors carry on without the finished node, and the
+// failure spends a restart.
+TEST(CoordinatorTest, AFailureAfterANodeFinishedRestartsTheRestAboveMin) {
+  auto o = Elastic(1, 2);
+  o.max_restarts = 1;
+  Harness h(o);
+  FormRoundOfTwo(h);
+  h.Put(101, "done/1", "0");
+  h.Put(102, "end/0", "failure: b: rank 2 exited with 3");
+  h.Ready(2, 2);
+  EXPECT_FALSE(h.coord().judging());
+  EXPECT_FALSE(h.coord().over());
+  EXPECT_EQ(h.coord().failures(), 1);
+  h.Put(101, "left/1", "1");
+  EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"b"}));
+}
+
 // Round 4 had a (group rank 0), b (1) and the host (2); the host is lost.
 json Survivor(int rank) {
   return {{"round", 4},      {"failures", 2},       {"prev_rank", rank},

@@ -27,7 +27,7 @@ void HostedCoordinator::OnNodeGone(int64_t seq, const std::string& why) {
 
 void HostedCoordinator::WhenSettled(Duration limit, std::function<void()> then) {
   settled_ = std::move(then);
-  if (!coordinator_.over()) return Settle();
+  if (!coordinator_.over() && !coordinator_.judging()) return Settle();
   settle_timer_.expires_after(limit);
   settle_timer_.async_wait([this](std::error_code ec) {
     if (!ec) Settle();
@@ -44,7 +44,12 @@ void HostedCoordinator::Settle() {
 
 // Makes the coordinator's writes and sets the timer to its next deadline.
 void HostedCoordinator::Apply() {
-  if (settled_ && coordinator_.live_nodes() == 0) Settle();
+  // Once a pending failure is judged: lingering serves the nodes only if
+  // the job is over (they read how); otherwise they need a new host.
+  if (settled_ &&
+      (coordinator_.live_nodes() == 0 || (!coordinator_.over() && !coordinator_.judging()))) {
+    Settle();
+  }
   for (const auto& w : coordinator_.TakeWrites()) write_(w);
   auto next = coordinator_.NextDeadline();
   if (next == armed_) return;

@@ -28,6 +28,8 @@ class HostedCoordinator {
   // `then` runs (posted) once the job is over and no node is alive any more
   // (each has left, disconnected or gone silent), or after `limit`; at once
   // if the job is not over: then the nodes need a new host, not this one.
+  // A round's failure still being judged is waited for first: it may end
+  // the job, and the nodes must hear so from this host, which knows of it.
   void WhenSettled(Duration limit, std::function<void()> then);
 
  private:

@@ -191,3 +191,28 @@ def test_the_lost_store_host_is_named_when_nobody_can_take_over(agents, hosts, t
     h1.kill()
     assert h2.wait(timeout=60) == 1, h2.text()
     assert re.search(r"lost the store at 10.200.0.1:29400 hosted by \S*h1", h2.text()), h2.text()
+
+
+@pytest.mark.once("the store host's exit and the failure's judging are trun's own logic; "
+                  "the worker is a shell script, not torch")
+@pytest.mark.parametrize("restarts", [0, 2])
+def test_a_failure_after_the_store_hosts_node_finished_ends_the_job_promptly(agents, restarts):
+    # Node 0 hosts the store and its worker succeeds at once; node 1's fails
+    # 3 s later. With or without restarts left, node 1 can form no round of
+    # 2 (node 0's agent has exited), so it must fail at once, not wait for
+    # the join timeout.
+    port = free_port()
+    script = 'if [ "$GROUP_RANK" = 1 ]; then sleep 3; echo boom-$RANK >&2; exit 3; fi'
+    args = [*c10d(port, 2, 1, "--rdzv-conf", "join_timeout=120"), "--max-restarts", restarts,
+            "--no-python", "sh", "-c", script]
+    n0 = agents("n0", *args)
+    n0.wait_for("hosting the store")
+    n1 = agents("n1", *args)
+    n1.wait_for(r"boom-1")
+    failed_at = time.time()
+    rc1 = n1.wait(timeout=150)
+    took = time.time() - failed_at
+    assert rc1 != 0, n1.text()
+    assert took < 20, f"node 1 took {took:.0f} s to end:\n{n1.text()}"
+    assert "Root Cause" in n1.text() and re.search(r"rank\s*:\s*1\b", n1.text()), n1.text()
+    assert n0.wait(timeout=60) == 0, n0.text()
