@@ -14,7 +14,6 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
-#include <stdexcept>
 
 #include "common/net.h"
 #include "common/strings.h"
@@ -269,23 +268,19 @@ Result<nlohmann::json> FetchStacks(const std::string& address, const std::string
   // a million brackets would end this process on its stack. The parse
   // stops at the first level too deep.
   constexpr int kMaxDepth = 16;
-  bool too_deep = false;
+  struct TooDeep {};
   try {
     return nlohmann::json::parse(
         r->body, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
           if (event == nlohmann::json::parse_event_t::object_start ||
               event == nlohmann::json::parse_event_t::array_start) {
-            if (depth >= kMaxDepth) {
-              too_deep = true;
-              throw std::length_error("too deep");
-            }
+            if (depth >= kMaxDepth) throw TooDeep{};
           }
           return true;
         });
   } catch (const nlohmann::json::exception& e) {
     return Status::IOError(fmt::format("{}: /stacks is not JSON: {}", address, e.what()));
-  } catch (const std::length_error&) {
-    if (!too_deep) throw;
+  } catch (const TooDeep&) {
     return Status::IOError(
         fmt::format("{}: /stacks answered JSON nested over {} levels, which no trun agent writes",
                     address, kMaxDepth));

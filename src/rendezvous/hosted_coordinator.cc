@@ -27,7 +27,6 @@ void HostedCoordinator::OnNodeGone(int64_t seq, const std::string& why) {
 
 void HostedCoordinator::WhenSettled(Duration limit, std::function<void()> then) {
   settled_ = std::move(then);
-  if (!coordinator_.over() && !coordinator_.judging()) return Settle();
   settle_timer_.expires_after(limit);
   settle_timer_.async_wait([this](std::error_code ec) {
     if (!ec) Settle();
@@ -44,8 +43,9 @@ void HostedCoordinator::Settle() {
 
 // Makes the coordinator's writes and sets the timer to its next deadline.
 void HostedCoordinator::Apply() {
-  // Once a pending failure is judged: lingering serves the nodes only if
-  // the job is over (they read how); otherwise they need a new host.
+  // Lingering serves the nodes only while one is alive to read how the job
+  // ended, or while a failure waits to be judged; a job that goes on needs
+  // a new host, not this one.
   if (settled_ &&
       (coordinator_.live_nodes() == 0 || (!coordinator_.over() && !coordinator_.judging()))) {
     Settle();
