@@ -67,10 +67,13 @@ def main():
     p.add_argument("--procs", type=int, default=8)
     a = p.parse_args()
     procs = min(a.procs, a.clients)
-    go, results = multiprocessing.Event(), multiprocessing.Queue()
+    # Forked, as Python 3.11's default was: 3.14's forkserver would import
+    # torch again in each process (a second or two of CPU each).
+    mp = multiprocessing.get_context("fork")
+    go, results = mp.Event(), mp.Queue()
     tag = f"barrier{os.getpid()}.{time.time_ns()}"
     counts = [a.clients // procs + (i < a.clients % procs) for i in range(procs)]
-    workers = [multiprocessing.Process(target=client_process,
+    workers = [mp.Process(target=client_process,
                                        args=(a.port, a.clients, n, tag, go, results))
                for n in counts]
     for w in workers:
