@@ -121,11 +121,15 @@ integration-test: build torch2
 	$(MAKE) --no-print-directory integration-timing; c=$$?; \
 	[ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
 
-# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, in
+# a few processes rather than one per test (scripts/unit-shards.py: ctest's
+# process per test spent most of the stage starting ASan). Two per core:
+# some tests wait on timers, and a shard's time is its tests' sum.
+UNIT_SHARDS ?= $(shell echo $$(($(JOBS) * 2)))
 sanitize-test: deps
 	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
-	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
+	@TRUN_SOURCE_DIR=$(CURDIR) $(PYTHON) scripts/unit-shards.py $(BUILD)-asan/trun_tests $(UNIT_SHARDS)
 
 # The store's parser under libFuzzer (clang), for a bounded time; new inputs
 # go to a scratch directory, the kept corpus is only read.
