@@ -272,6 +272,12 @@ TEST(KubernetesSchedulerFake, JobSetAndJobsStates) {
   EXPECT_EQ(missing.status().code(), StatusCode::kUnknownApp);
 }
 
+// What cancel and delete remove of an app of Jobs (train-x1, one role).
+const std::vector<std::string> kJobsAppDeletes = {
+    "DELETE /apis/batch/v1/namespaces/ml/jobs/train-x1-trainer",
+    "DELETE /api/v1/namespaces/ml/services/train-x1",
+    "DELETE /api/v1/namespaces/ml/secrets/train-x1"};
+
 TEST(KubernetesSchedulerFake, CancelAbortsVolcanoAndDeletesTheOthers) {
   auto cancel = [](FakeKubeApi& api, const std::string& app_id = kAppId) {
     KubernetesScheduler sched("s", std::shared_ptr<FakeKubeApi>(&api, [](FakeKubeApi*) {}));
@@ -299,10 +305,7 @@ TEST(KubernetesSchedulerFake, CancelAbortsVolcanoAndDeletesTheOthers) {
   FakeKubeApi jobs;
   jobs.Answer(kJobs, Items({{{"metadata", {{"name", "train-x1-trainer"}}}}}));
   ASSERT_TRUE(cancel(jobs).ok());
-  EXPECT_EQ(jobs.Changes(),
-            (std::vector<std::string>{"DELETE /apis/batch/v1/namespaces/ml/jobs/train-x1-trainer",
-                                      "DELETE /api/v1/namespaces/ml/services/train-x1",
-                                      "DELETE /api/v1/namespaces/ml/secrets/train-x1"}));
+  EXPECT_EQ(jobs.Changes(), kJobsAppDeletes);
 
   FakeKubeApi untouched;
   Status bad = cancel(untouched, "no-namespace");
@@ -333,10 +336,7 @@ TEST(KubernetesSchedulerFake, DeleteRemovesTheObjectsWhateverTheirState) {
   finished["status"]["conditions"] = json::array({{{"type", "Complete"}, {"status", "True"}}});
   jobs.Answer(kJobs, Items({finished}));
   ASSERT_TRUE(del(jobs).ok());
-  EXPECT_EQ(jobs.Changes(),
-            (std::vector<std::string>{"DELETE /apis/batch/v1/namespaces/ml/jobs/train-x1-trainer",
-                                      "DELETE /api/v1/namespaces/ml/services/train-x1",
-                                      "DELETE /api/v1/namespaces/ml/secrets/train-x1"}));
+  EXPECT_EQ(jobs.Changes(), kJobsAppDeletes);
 
   FakeKubeApi none;
   EXPECT_EQ(del(none).code(), StatusCode::kUnknownApp);
