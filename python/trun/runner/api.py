@@ -182,9 +182,11 @@ class Runner:
     other factory makes a TorchX ``Scheduler`` object the Runner calls as
     TorchX's does (handles ``NAME://SESSION/APP_ID``, known to this Runner's
     process and to what that scheduler knows). ``scheduler_params`` (TorchX's
-    scheduler constructor arguments, with ``TORCHX_*`` variables) go to those
-    factories; the binary's schedulers take run options (``cfg``,
-    ``.trunconfig``) instead. ``component_defaults`` maps a component to
+    scheduler constructor arguments, with ``TORCHX_*`` variables) go to every
+    factory on the scheduler's first use: the binary's ``local`` takes
+    TorchX's LocalScheduler ``cache_size`` and ``extra_paths``
+    (:class:`TrunScheduler`); the binary's options are run options (``cfg``,
+    ``.trunconfig``). ``component_defaults`` maps a component to
     defaults for its parameters (``{"dist.ddp": {"j": "2x2"}}``), used where
     the arguments leave one out.
 
