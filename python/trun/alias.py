@@ -27,6 +27,7 @@ The names resolve to trun's own module objects, not copies, so
     torchx.util.session        trun.util.session
     torchx.workspace[.api]     trun.workspace[.api] (WorkspaceMixin)
     torchx.runtime.tracking    trun.runtime.tracking (FsspecResultTracker)
+    torchx.apps[.*]            trun.apps[.*]        (utils.booth_main)
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 
 Any other ``torchx`` name (TorchX's other scheduler plug-ins, its docker
@@ -47,7 +48,7 @@ from typing import Sequence
 # The parts of torchx that trun serves (the first name under torchx.); under
 # torchrunx every name is trun's.
 _TORCHX_PARTS = {"specs", "components", "runner", "schedulers", "settings", "plugins", "util",
-                 "runtime", "workspace"}
+                 "runtime", "workspace", "apps"}
 _ROOTS = {"torchx": "trun._torchx_root", "torchrunx": "trun"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

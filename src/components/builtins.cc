@@ -14,6 +14,7 @@
 #include "specs/macros.h"
 #include "specs/mounts.h"
 #include "specs/named_resources.h"
+#include "specs/runopts.h"
 
 namespace trun::components {
 namespace {
@@ -316,6 +317,17 @@ Result<AppDef> Copy(const ComponentArgs& a) {
   return AppDef{"trun-utils-copy", {std::move(r)}, {}};
 }
 
+// TorchX's utils.booth: its app and arguments, with trun's module (floats
+// spelled as Python's str() does, as TorchX's component passes them).
+Result<AppDef> Booth(const ComponentArgs& a) {
+  Role r = SimpleRole(
+      "trun-utils-booth", a.Str("image"), "python3",
+      {"-m", "trun.apps.utils.booth_main", "--x1", specs::CfgValueToString(CfgValue(a.Float("x1"))),
+       "--x2", specs::CfgValueToString(CfgValue(a.Float("x2"))), "--trial_idx",
+       std::to_string(a.Int("trial_idx")), "--tracker_base", a.Str("tracker_base")});
+  return AppDef{"trun-utils-booth", {std::move(r)}, {}};
+}
+
 std::vector<Param> ResourceParams(long long cpu) {
   return {Opt("cpu", ParamType::kInt, "number of cpus per replica", cpu),
           Opt("gpu", ParamType::kInt, "number of gpus per replica", 0LL),
@@ -447,6 +459,21 @@ std::vector<Component> Builtins(const std::string& trun_path) {
          return p;
        }(),
        Binary});
+
+  out.push_back(
+      {"utils.booth",
+       "evaluates the booth function at (x1, x2), for trying out HPO",
+       "Evaluates the booth function, f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2, with\n"
+       "trun's app trun.apps.utils.booth_main (the image must have trun's Python package). The\n"
+       "result is TorchX's tracker's: "
+       "FsspecResultTracker(tracker_base)[trial_idx][\"booth_eval\"].",
+       {Req("x1", ParamType::kFloat, "x1"), Req("x2", ParamType::kFloat, "x2"),
+        Opt("trial_idx", ParamType::kInt, "ignore if not running hpo", 0LL),
+        Opt("tracker_base", ParamType::kStr,
+            "URI of the tracker's base output directory (e.g. s3://foo/bar)",
+            std::string("/tmp/torchx-util-booth")),
+        Opt("image", ParamType::kStr, "the image that contains the booth app", image)},
+       Booth});
 
   out.push_back({"utils.copy",
                  "copies a file from src to dst (fsspec URLs when fsspec is installed)",

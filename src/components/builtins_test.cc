@@ -211,6 +211,16 @@ TEST(UtilsTest, EveryBuiltinBuilds) {
   auto copy = Build("utils.copy", {"--src", "/a", "--dst", "/b"});
   ASSERT_TRUE(copy.ok());
   EXPECT_EQ(copy->roles[0].args.back(), "/b");
+
+  auto booth = Build("utils.booth", {"--x1", "1", "--x2", "2.5", "--trial_idx", "3"});
+  ASSERT_TRUE(booth.ok());
+  EXPECT_EQ(booth->name, "trun-utils-booth");
+  EXPECT_EQ(booth->roles[0].entrypoint, "python3");
+  EXPECT_EQ(
+      booth->roles[0].args,
+      (std::vector<std::string>{"-m", "trun.apps.utils.booth_main", "--x1", "1.0", "--x2", "2.5",
+                                "--trial_idx", "3", "--tracker_base", "/tmp/torchx-util-booth"}));
+  EXPECT_FALSE(Build("utils.booth", {"--x1", "1"}).ok());
 }
 
 TEST(FindComponentTest, SuggestsABuiltin) {
@@ -218,7 +228,7 @@ TEST(FindComponentTest, SuggestsABuiltin) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("did you mean 'dist.ddp'"), std::string::npos);
   auto names = Builtins(kTrun);
-  ASSERT_EQ(names.size(), 8u);
+  ASSERT_EQ(names.size(), 9u);
   EXPECT_EQ(names[0].name, "dist.ddp");
 }
 

@@ -307,6 +307,34 @@ Result<OpenedApp> OpenApp(const std::string& app_id,
   return OpenedApp{*c, *id, std::move(*found)};
 }
 
+// Deletes the app's objects with their pods (propagationPolicy Foreground):
+// the Volcano Job (TorchX's delete), the JobSet, or the Jobs and their
+// Service; then the job token's Secret, which the garbage collector would
+// take with its owner, at once (and also when making it a dependent was
+// refused). An object already gone is no error, the app's first one is.
+Status DeleteObjects(const kube::KubeApi& c, const AppId& id, const Found& found) {
+  const std::string options =
+      R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"})";
+  auto del = [&](const std::string& path) {
+    auto r = c.Call("DELETE", path, options);
+    return r.ok() || r.status().code() == StatusCode::kNotFound ? Status::OK() : r.status();
+  };
+  if (found.workload == Workload::kVolcano || found.workload == Workload::kJobSet) {
+    const char* kind = found.workload == Workload::kVolcano ? kVolcanoJobs : kJobSets;
+    Status s = AppGone(c.Call("DELETE", Collection(kind, id.ns) + "/" + id.name, options).status());
+    if (!s.ok()) return s;
+  } else {
+    for (const auto& job : found.objects) {
+      Status s =
+          del(Collection(kJobs, id.ns) + "/" + Str(job, json::json_pointer("/metadata/name")));
+      if (!s.ok()) return s;
+    }
+    Status s = del(Collection(kServices, id.ns) + "/" + id.name);
+    if (!s.ok()) return s;
+  }
+  return del(Collection(kSecrets, id.ns) + "/" + id.name);
+}
+
 // Makes the job token's Secret NS/NAME a dependent of `owner` (apiVersion,
 // kind, metadata.name and .uid of an object just created), so that
 // Kubernetes' garbage collector deletes it with the app. A failure leaves
@@ -599,25 +627,14 @@ Status KubernetesScheduler::Cancel(const std::string& app_id) {
                      R"({"status":{"state":{"phase":"Aborted"}}})", "application/merge-patch+json");
     return AppGone(r.status());
   }
-  const std::string options =
-      R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"})";
-  if (found.workload == Workload::kJobSet) {
-    return AppGone(
-        c->Call("DELETE", Collection(kJobSets, id.ns) + "/" + id.name, options).status());
-  }
-  for (const auto& job : found.objects) {
-    auto r = c->Call(
-        "DELETE", Collection(kJobs, id.ns) + "/" + Str(job, json::json_pointer("/metadata/name")),
-        options);
-    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-  }
-  auto r = c->Call("DELETE", Collection(kServices, id.ns) + "/" + id.name, options);
-  if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-  // The job token's Secret: the garbage collector would take it with the
-  // Service; at once is better.
-  r = c->Call("DELETE", Collection(kSecrets, id.ns) + "/" + id.name, options);
-  if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-  return Status::OK();
+  return DeleteObjects(*c, id, found);
+}
+
+Status KubernetesScheduler::Delete(const std::string& app_id) {
+  auto opened = OpenApp(app_id, [this] { return Client(); });
+  if (!opened.ok()) return opened.status();
+  // Whatever its state: a finished app's objects stay until deleted.
+  return DeleteObjects(*opened->client, opened->id, opened->found);
 }
 
 Result<std::vector<ListAppResponse>> KubernetesScheduler::List() {

@@ -16,7 +16,9 @@
 // TORCHELASTIC_ERROR_FILE=/dev/termination-log, else the log's last lines.
 // Cancel aborts a Volcano Job as TorchX does (status phase Aborted, the job
 // kept for inspection) and deletes a JobSet or Jobs (with their pods:
-// propagationPolicy Foreground). Log reads the replica's pod log, followed
+// propagationPolicy Foreground). Delete is TorchX's too: it deletes the
+// Volcano Job (or the JobSet, or the Jobs and their Service), running or
+// not, and the job token's Secret. Log reads the replica's pod log, followed
 // with --tail (follow=true, again after a retry replaced the pod).
 //
 // Thread-safety: as Scheduler; Log() may run on several threads.
@@ -44,6 +46,7 @@ class KubernetesScheduler : public Scheduler {
              const LogOptions& options,
              const std::function<bool(std::string_view)>& on_line) override;
   Status Cancel(const std::string& app_id) override;
+  Status Delete(const std::string& app_id) override;
   Result<std::vector<ListAppResponse>> List() override;
 
  protected:

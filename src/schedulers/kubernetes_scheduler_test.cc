@@ -272,6 +272,12 @@ TEST(KubernetesSchedulerFake, JobSetAndJobsStates) {
   EXPECT_EQ(missing.status().code(), StatusCode::kUnknownApp);
 }
 
+// What cancel and delete remove of an app of Jobs (train-x1, one role).
+const std::vector<std::string> kJobsAppDeletes = {
+    "DELETE /apis/batch/v1/namespaces/ml/jobs/train-x1-trainer",
+    "DELETE /api/v1/namespaces/ml/services/train-x1",
+    "DELETE /api/v1/namespaces/ml/secrets/train-x1"};
+
 TEST(KubernetesSchedulerFake, CancelAbortsVolcanoAndDeletesTheOthers) {
   auto cancel = [](FakeKubeApi& api, const std::string& app_id = kAppId) {
     KubernetesScheduler sched("s", std::shared_ptr<FakeKubeApi>(&api, [](FakeKubeApi*) {}));
@@ -291,21 +297,50 @@ TEST(KubernetesSchedulerFake, CancelAbortsVolcanoAndDeletesTheOthers) {
   FakeKubeApi jobset;
   jobset.Answer(kJobSet, json{{"kind", "JobSet"}, {"metadata", {{"name", "train-x1"}}}});
   ASSERT_TRUE(cancel(jobset).ok());
-  EXPECT_EQ(jobset.Changes(), std::vector<std::string>{"DELETE " + kJobSet});
+  EXPECT_EQ(jobset.Changes(),
+            (std::vector<std::string>{"DELETE " + kJobSet,
+                                      "DELETE /api/v1/namespaces/ml/secrets/train-x1"}));
   EXPECT_EQ(json::parse(jobset.requests().back().body)["propagationPolicy"], "Foreground");
 
   FakeKubeApi jobs;
   jobs.Answer(kJobs, Items({{{"metadata", {{"name", "train-x1-trainer"}}}}}));
   ASSERT_TRUE(cancel(jobs).ok());
-  EXPECT_EQ(jobs.Changes(),
-            (std::vector<std::string>{"DELETE /apis/batch/v1/namespaces/ml/jobs/train-x1-trainer",
-                                      "DELETE /api/v1/namespaces/ml/services/train-x1",
-                                      "DELETE /api/v1/namespaces/ml/secrets/train-x1"}));
+  EXPECT_EQ(jobs.Changes(), kJobsAppDeletes);
 
   FakeKubeApi untouched;
   Status bad = cancel(untouched, "no-namespace");
   EXPECT_EQ(bad.code(), StatusCode::kUnknownApp);
   EXPECT_TRUE(untouched.requests().empty());
+}
+
+// TorchX's delete: the Volcano Job goes (not aborted), finished or not, with
+// the job token's Secret; the other workloads' objects as cancel deletes them.
+TEST(KubernetesSchedulerFake, DeleteRemovesTheObjectsWhateverTheirState) {
+  auto del = [](FakeKubeApi& api) {
+    KubernetesScheduler sched("s", std::shared_ptr<FakeKubeApi>(&api, [](FakeKubeApi*) {}));
+    return sched.Delete(kAppId);
+  };
+  for (const char* phase : {"Running", "Completed"}) {
+    SCOPED_TRACE(phase);
+    FakeKubeApi volcano;
+    volcano.Answer(kVolcanoJob, VolcanoJob(phase));
+    ASSERT_TRUE(del(volcano).ok());
+    EXPECT_EQ(volcano.Changes(),
+              (std::vector<std::string>{"DELETE " + kVolcanoJob,
+                                        "DELETE /api/v1/namespaces/ml/secrets/train-x1"}));
+    EXPECT_EQ(json::parse(volcano.requests()[1].body)["propagationPolicy"], "Foreground");
+  }
+
+  FakeKubeApi jobs;
+  json finished = {{"metadata", {{"name", "train-x1-trainer"}}}};
+  finished["status"]["conditions"] = json::array({{{"type", "Complete"}, {"status", "True"}}});
+  jobs.Answer(kJobs, Items({finished}));
+  ASSERT_TRUE(del(jobs).ok());
+  EXPECT_EQ(jobs.Changes(), kJobsAppDeletes);
+
+  FakeKubeApi none;
+  EXPECT_EQ(del(none).code(), StatusCode::kUnknownApp);
+  EXPECT_TRUE(none.Changes().empty());
 }
 
 // workload=auto: a JobSet where the cluster has JobSet's API, else the same

@@ -392,17 +392,35 @@ def test_log_of_a_pod_that_is_gone_is_404(tmp_path, api, certs):
     assert 'pods "echo-x-echo-0-0" not found' in r.err, r.err
 
 
-def test_cancel_aborts_a_volcano_job_as_torchx(tmp_path, api, certs):
-    api.answer("GET", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x", 200,
-               volcano_job("echo-x", "Running"))
+def test_cancel_aborts_and_delete_deletes_a_volcano_job_as_torchx(tmp_path, api, certs):
+    job = r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x"
+    api.answer("GET", job, 200, volcano_job("echo-x", "Running"))
     api.answer("GET", r"/api/v1/namespaces/default/pods\?labelSelector=.*", 200, {"items": []})
-    api.route("PATCH", r"/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/echo-x/status",
+    api.route("PATCH", job + "/status",
               lambda h, m, b: h.reply(200, volcano_job("echo-x", "Aborted")))
     r = k8s(tmp_path, api, certs, "cancel", "kubernetes://trun/default:echo-x")
     assert r.returncode == 0, r.err
     patch = [q for q in api.requests if q["method"] == "PATCH"][0]
     assert patch["type"] == "application/merge-patch+json"
     assert json.loads(patch["body"]) == {"status": {"state": {"phase": "Aborted"}}}
+    assert not any(q["method"] == "DELETE" for q in api.requests)
+
+    # TorchX's delete: the (aborted) Volcano Job itself goes, its pods with
+    # it, and the job token's Secret; then no scheduler call knows the app.
+    def deleted(h, m, b):
+        api.answer("GET", job, 404,
+                   status_body(404, "NotFound", 'jobs.batch.volcano.sh "echo-x" not found'))
+        h.reply(200, {"kind": "Status", "status": "Success"})
+    api.answer("GET", job, 200, volcano_job("echo-x", "Aborted"))
+    api.route("DELETE", job, deleted)
+    api.answer("DELETE", r"/api/v1/namespaces/default/secrets/echo-x", 200, {"kind": "Status"})
+    r = k8s(tmp_path, api, certs, "delete", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 0, r.err
+    deletes = [q for q in api.requests if q["method"] == "DELETE"]
+    assert [d["path"] for d in deletes] == [job, "/api/v1/namespaces/default/secrets/echo-x"]
+    assert json.loads(deletes[0]["body"])["propagationPolicy"] == "Foreground"
+    r = k8s(tmp_path, api, certs, "status", "kubernetes://trun/default:echo-x")
+    assert r.returncode == 2 and "echo-x" in r.err, r.err
 
 
 def test_cancel_deletes_plain_jobs_with_their_pods(tmp_path, api, certs):

@@ -404,3 +404,53 @@ def test_torchx_local_scheduler_runs_apps_in_the_image_directory(jobs, monkeypat
         assert r.wait(handle, wait_interval=0.1).state == specs.AppState.SUCCEEDED
     assert (other / "here.txt").read_text().strip() == str(other)
     assert CWDImageProvider({}).fetch("anything") == str(other)
+
+
+@pytest.mark.once("utils.booth's app and the Runner's local app cache run no torch")
+def test_booth_end_to_end_and_the_local_schedulers_app_cache(jobs, monkeypatch):
+    # utils.booth as TorchX's HPO examples run it: the component from the
+    # command line and from Python, its app writing the result where
+    # FsspecResultTracker (torchx.runtime.tracking) reads it.
+    jobs.env["PYTHONPATH"] = str(ROOT / "python")  # the image has trun's package
+    use_env(monkeypatch, jobs.env)
+    monkeypatch.setenv("TRUN_BINARY", TRUN)
+    monkeypatch.chdir(jobs.tmp)
+    from trun.components import utils
+    from trun.runner import get_runner
+    from trun.runtime.tracking import FsspecResultTracker
+    track = str(jobs.tmp / "track")
+    cli = jobs.submit("-s", "local", "utils.booth", "--x1", 1, "--x2", 3, "--trial_idx", 7,
+                      "--tracker_base", track)
+    assert jobs.wait(cli)["state"] == "SUCCEEDED"
+    app = utils.booth(x1=2, x2=1.5, trial_idx=8, tracker_base=track)
+    assert app.roles[0].args == ["-m", "trun.apps.utils.booth_main", "--x1", "2.0", "--x2",
+                                 "1.5", "--trial_idx", "8", "--tracker_base", track]
+    assert (app.roles[0].resource.cpu, app.roles[0].resource.memMB) == (1, 1024)
+
+    # get_runner's scheduler_params are TorchX's LocalScheduler's on local_cwd:
+    # extra_paths go first on PATH, and cache_size bounds the apps it follows.
+    bindir = jobs.tmp / "bin"
+    bindir.mkdir()
+    runner = get_runner(cache_size=1, extra_paths=[str(bindir)])
+    info = runner.dryrun(app, "local_cwd")
+    assert info.app.roles[0].env["PATH"].split(":")[0] == str(bindir)
+    sleeper = specs.AppDef("nap", roles=[specs.Role(
+        name="nap", image="none", entrypoint="sleep", args=["600"],
+        resource=specs.resource(cpu=1))])
+    napping = runner.run(sleeper, "local_cwd")
+    with pytest.raises(IndexError, match=r"App cache size \(1\) exceeded"):
+        runner.run(app, "local_cwd")  # the one app it follows still runs
+    runner.cancel(napping)
+    handle = runner.run(app, "local_cwd")  # evicts the cancelled app
+    assert runner.wait(handle, wait_interval=0.1, timeout=120).state == specs.AppState.SUCCEEDED
+    assert runner.status(napping).state == specs.AppState.CANCELLED  # trun still knows it
+    assert runner.describe(handle).roles[0].env["PATH"].split(":")[0] == str(bindir)
+    tracker = FsspecResultTracker(track)
+    assert tracker[7] == {"booth_eval": 0.0} and tracker[8] == {"booth_eval": 4.25}
+    for bad, match in (({"cache_size": -1}, "cache size must be greater than zero"),
+                       ({"cache_size": "2"}, "cache_size must be an int"),
+                       ({"extra_paths": "/bin"}, "extra_paths must be a list")):
+        with pytest.raises(ValueError, match=match):
+            get_runner(**bad).run(app, "local_cwd")
+    # The others ignore what is not theirs, as TorchX's schedulers do.
+    assert get_runner(cache_size=-1).dryrun(app, "slurm").app.name == "trun-utils-booth"

@@ -134,8 +134,10 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
         print(s is trun.specs, api is trun.specs.api, s2 is s, callable(ddp),
               torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
               bool(torchx.__file__), sys.argv[1:])
+        import torchx.apps.utils.booth_main as booth, trun.apps.utils.booth_main
+        print(booth is trun.apps.utils.booth_main)
         try:
-            import torchx.apps  # TorchX's, not served
+            import torchx.tracker  # TorchX's, not served
         except ImportError as e:
             print("no", e.name)
         # pytest's importlib mode asks every finder for a test file's module
@@ -144,8 +146,8 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
         print(finder.find_spec("torchx.specs.test.api_test", None))
         """))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    expected = ["True", "True True True True True True True ['a', '-b']", "no torchx.apps",
-                "None"]
+    expected = ["True", "True True True True True True True ['a', '-b']", "True",
+                "no torchx.tracker", "None"]
     out = subprocess.run([sys.executable, "-m", "trun.alias", "prog.py", "a", "-b"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.stdout.splitlines() == expected, out

@@ -259,9 +259,9 @@ def test_dryrun_builtins_runopts_configure(jobs):
     assert not (jobs.tmp / "state").exists()  # nothing submitted
     assert "--script SCRIPT" in jobs.trun("run", "dist.ddp", "--help").out
     builtins = jobs.trun("builtins").out
-    assert builtins.startswith("Found 8 builtin components:")
+    assert builtins.startswith("Found 9 builtin components:")
     for name in ("dist.ddp", "dist.spmd", "utils.echo", "utils.touch", "utils.sh",
-                 "utils.python", "utils.binary", "utils.copy"):
+                 "utils.python", "utils.binary", "utils.copy", "utils.booth"):
         assert name in builtins
     resources = jobs.trun("builtins", "--resources").out
     assert re.search(r"^aws_p4d.24xlarge +96 +8 +1132416 +vpc.amazonaws.com/efa=4$", resources,

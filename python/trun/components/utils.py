@@ -56,6 +56,24 @@ def binary(*args: str, entrypoint: str, name: Optional[str] = None, num_replicas
         memMB=memMB, h=h))
 
 
+def booth(x1: float, x2: float, trial_idx: int = 0,
+          tracker_base: str = "/tmp/torchx-util-booth",
+          image: Optional[str] = None) -> specs.AppDef:
+    """
+    Evaluates the booth function, ``f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2``.
+    Output result is accessible via ``FsspecResultTracker(outdir)[trial_idx]``
+
+    Args:
+        x1: x1
+        x2: x2
+        trial_idx: ignore if not running hpo
+        tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
+        image: the image that contains the booth app
+    """
+    return builtin("utils.booth", (), dict(x1=x1, x2=x2, trial_idx=trial_idx,
+                                           tracker_base=tracker_base, image=image))
+
+
 def copy(src: str, dst: str, image: Optional[str] = None,
          mounts: Optional[List[str]] = None) -> specs.AppDef:
     """Copies ``src`` to ``dst``."""

@@ -182,9 +182,11 @@ class Runner:
     other factory makes a TorchX ``Scheduler`` object the Runner calls as
     TorchX's does (handles ``NAME://SESSION/APP_ID``, known to this Runner's
     process and to what that scheduler knows). ``scheduler_params`` (TorchX's
-    scheduler constructor arguments, with ``TORCHX_*`` variables) go to those
-    factories; the binary's schedulers take run options (``cfg``,
-    ``.trunconfig``) instead. ``component_defaults`` maps a component to
+    scheduler constructor arguments, with ``TORCHX_*`` variables) go to every
+    factory on the scheduler's first use: the binary's ``local`` takes
+    TorchX's LocalScheduler ``cache_size`` and ``extra_paths``
+    (:class:`TrunScheduler`); the binary's options are run options (``cfg``,
+    ``.trunconfig``). ``component_defaults`` maps a component to
     defaults for its parameters (``{"dist.ddp": {"j": "2x2"}}``), used where
     the arguments leave one out.
 
@@ -210,6 +212,10 @@ class Runner:
                              f"Scheduler for a scheduler of your own")
         self._scheduler_factories = factories
         self._scheduler_instances: dict[str, Scheduler] = {}
+        # The binary's schedulers as objects, by trun's name: made on first
+        # use from their factory with ``scheduler_params``, as TorchX makes
+        # its schedulers, they hold the local scheduler's app cache.
+        self._binary_schedulers: dict[str, TrunScheduler] = {}
         # What this Runner submitted to Python schedulers, by handle (TorchX's).
         self._apps: dict[str, specs.AppDef] = {}
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
@@ -225,6 +231,23 @@ class Runner:
         if trun_scheduler_name(scheduler) not in binary:
             raise specs.UnknownSchedulerException(scheduler)
         return scheduler
+
+    def _binary_scheduler(self, scheduler: str) -> TrunScheduler:
+        """The object of one of the binary's schedulers (made on first use from
+        its factory with ``scheduler_params``, which it checks: TorchX's
+        ``get_runner(cache_size=0)`` fails on the first call that uses
+        ``local``)."""
+        name = trun_scheduler_name(self._scheduler(scheduler))
+        sched = self._binary_schedulers.get(name)
+        if sched is None:
+            factory = next((f for n, f in self._scheduler_factories.items()
+                            if f is not None and _is_binary(f) and trun_scheduler_name(n) == name),
+                           None)
+            made = (TrunScheduler(name, self._name, trun=self._trun) if factory is None
+                    else factory(self._name, trun=self._trun, **self.scheduler_params))
+            assert isinstance(made, TrunScheduler)
+            sched = self._binary_schedulers[name] = made
+        return sched
 
     def _python_scheduler(self, scheduler: str) -> Scheduler | None:
         """The Scheduler object of a Python scheduler (made on first use, as
@@ -287,10 +310,10 @@ class Runner:
         if sched is not None:
             return self._python_dryrun(sched, app, scheduler, cfg, workspace, parent_run_id)
         _no_workspace(workspace)
-        self._scheduler(scheduler)
+        placed = self._binary_scheduler(scheduler)._placed_paths(app)
         _check_app(app)
         with log_event("dryrun", scheduler, runcfg=_runcfg(cfg), workspace=str(workspace)) as ctx:
-            out = self._with_app_file(app, "--dryrun", "--json", "-s", scheduler,
+            out = self._with_app_file(placed, "--dryrun", "--json", "-s", scheduler,
                                       *_cfg_flag(cfg))
             info = self._dryrun_info(out, cfg)
             ctx._torchx_event.app_id = app.name
@@ -384,9 +407,12 @@ class Runner:
         with log_event("schedule", scheduler, runcfg=_runcfg(dryrun_info.cfg)) as ctx:
             sched = self._python_scheduler(scheduler)
             if sched is None:
-                out = self._with_app_file(dryrun_info.app, "-s", scheduler,
+                ours = self._binary_scheduler(scheduler)
+                ours._make_room()
+                out = self._with_app_file(ours._placed_paths(dryrun_info.app), "-s", scheduler,
                                           *_cfg_flag(dryrun_info.cfg))
                 handle = out.strip().splitlines()[-1]
+                ours._followed(specs.parse_app_handle(handle).app_id)
             else:
                 handle = specs.make_app_handle(scheduler, self._name, sched.schedule(dryrun_info))
                 self._apps[handle] = dryrun_info.app

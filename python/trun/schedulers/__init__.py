@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from trun import _binary
 from trun.plugins import PluginType, registry
-from trun.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from trun.schedulers.api import (DescribeAppResponse, ListAppResponse, Scheduler, Stream,
+                                  copy_app)
 from trun.specs.api import (SCHEDULERS, AppDef, AppDryRunInfo, CfgVal, make_app_handle,
                             runopts)
 
@@ -54,24 +56,85 @@ def parse_runopts(options: list[dict[str, Any]]) -> runopts:
 class TrunScheduler(Scheduler):
     """One of the trun binary's schedulers as TorchX's Scheduler object. Apps are
     named by id within trun's session (handles ``BACKEND://trun/ID``) whatever
-    ``session_name`` says, as with the Runner."""
+    ``session_name`` says, as with the Runner.
 
-    def __init__(self, backend: str, session_name: str, *, trun: str | None = None) -> None:
+    ``local`` takes TorchX's LocalScheduler parameters: ``cache_size`` (a
+    positive int, default 100) bounds the apps this object follows, as
+    TorchX's app cache: submitting one more evicts the oldest that has ended
+    (trun keeps its state: the command line still sees it), and when every
+    one still runs raises IndexError; ``extra_paths`` go first on every
+    replica's ``PATH``. The other schedulers take neither (TorchX's ignore
+    what they do not know)."""
+
+    def __init__(self, backend: str, session_name: str, *, trun: str | None = None,
+                 cache_size: int | None = None, extra_paths: list[str] | None = None) -> None:
         if backend not in SCHEDULERS:
             raise ValueError(f"trun has no scheduler {backend!r} (it has "
                              f"{', '.join(SCHEDULERS)})")
         super().__init__(backend, session_name)
+        if backend != "local" and (cache_size is not None or extra_paths):
+            raise ValueError(f"cache_size and extra_paths are the local scheduler's; trun's "
+                             f"{backend} takes neither")
+        if backend == "local" and cache_size is None:
+            cache_size = 100
+        if cache_size is not None and (isinstance(cache_size, bool)
+                                       or not isinstance(cache_size, int)):
+            raise ValueError(f"cache_size must be an int, not {cache_size!r}")
+        if cache_size is not None and cache_size <= 0:
+            raise ValueError("cache size must be greater than zero")
+        if extra_paths is not None and (isinstance(extra_paths, str) or not all(
+                isinstance(p, str) for p in extra_paths)):
+            raise ValueError(f"extra_paths must be a list of directories, not {extra_paths!r}")
         self._trun = trun
         self._opts: runopts | None = None
+        self._cache_size = cache_size
+        self._extra_paths = list(extra_paths or [])
+        # The ids of the apps this object submitted and follows, oldest first.
+        self._apps: list[str] = []
 
     def _runner(self, cwd: str | None = None) -> Runner:
-        """A Runner of this scheduler alone, running trun in ``cwd`` (the local
-        scheduler's replicas start there; default: this process's directory)."""
+        """A Runner of this scheduler alone (this object, its app cache
+        included), running trun in ``cwd`` (the local scheduler's replicas
+        start there; default: this process's directory)."""
         from trun.runner.api import Runner  # trun.runner imports this package
         runner = Runner(self.session_name, scheduler_factories={self.backend: None},
                         trun=self._trun)
         runner._cwd = cwd
+        runner._binary_schedulers[self.backend] = self
         return runner
+
+    def _placed_paths(self, app: AppDef) -> AppDef:
+        """``app`` with ``extra_paths`` first on each role's ``PATH`` (a copy;
+        ``app`` itself when there are none). A role whose ``PATH`` starts with
+        them already is left as it is, so that the app of a dry run (which
+        has them) is not given them twice when it is submitted."""
+        if not self._extra_paths:
+            return app
+        placed = copy_app(app)
+        prefix = join_path(*self._extra_paths)
+        for role in placed.roles:
+            path = role.env.get("PATH")
+            if path != prefix and not (path or "").startswith(prefix + os.pathsep):
+                role.env["PATH"] = join_path(prefix, path)
+        return placed
+
+    def _make_room(self) -> None:
+        """TorchX's app cache: with ``cache_size`` apps followed, forgets the
+        oldest that has ended (or that trun no longer knows); IndexError when
+        all of them still run."""
+        if self._cache_size is None or len(self._apps) < self._cache_size:
+            return
+        runner = self._runner()
+        for app_id in self._apps:
+            status = runner.status(self._handle(app_id))
+            if status is None or status.is_terminal():
+                self._apps.remove(app_id)
+                return
+        raise IndexError(f"App cache size ({self._cache_size}) exceeded. Increase the cache "
+                         f"size")
+
+    def _followed(self, app_id: str) -> None:
+        self._apps.append(app_id)
 
     def _handle(self, app_id: str) -> str:
         return make_app_handle(self.backend, "trun", app_id)
@@ -132,8 +195,15 @@ class TrunSchedulerFactory:
     def __init__(self, backend: str) -> None:
         self.backend = backend
 
-    def __call__(self, session_name: str, **kwargs: object) -> Scheduler:
-        return TrunScheduler(self.backend, session_name)
+    def __call__(self, session_name: str, **kwargs: Any) -> Scheduler:
+        """The scheduler, with TorchX's constructor parameters of ``local``
+        (``cache_size``, ``extra_paths``) when it is that one, and ``trun``
+        (the binary); other parameters are ignored, as TorchX's factories
+        ignore what they do not take (a Runner hands every factory all of its
+        ``scheduler_params``)."""
+        params = {k: kwargs[k] for k in ("cache_size", "extra_paths")
+                  if self.backend == "local" and k in kwargs}
+        return TrunScheduler(self.backend, session_name, trun=kwargs.get("trun"), **params)
 
 
 def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, SchedulerFactory]:
@@ -145,6 +215,11 @@ def get_scheduler_factories(*, skip_defaults: bool = False) -> dict[str, Schedul
         name: TrunSchedulerFactory(name) for name in SCHEDULERS}
     factories.update(registry().get(PluginType.SCHEDULER))
     return factories
+
+
+def join_path(*paths: str | None) -> str:
+    """``PATH`` entries joined, empty ones and stray separators left out."""
+    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p and p.strip(os.pathsep))
 
 
 def trun_scheduler_name(name: str) -> str:

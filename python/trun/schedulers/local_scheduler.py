@@ -16,8 +16,9 @@ from TorchX's, and why:
   of an app in one working directory): different ones are a ValueError;
 - apps are trun's (ids ``NAME-XXXX``, state and logs under trun's state
   directory): ``list`` lists them, where TorchX's raises;
-- ``cache_size`` is checked (positive) but nothing is evicted: trun keeps an
-  app's state on disk until ``delete``;
+- ``cache_size`` bounds the apps followed as TorchX's does, but an app
+  evicted from it is forgotten by this object only: trun keeps its state
+  on disk until ``delete`` (the command line still sees it);
 - ``close()`` cancels the apps this object started that still run, as
   TorchX's kills its children.
 
@@ -119,10 +120,6 @@ class Opts(StructuredOpts):
     """Sets CUDA_VISIBLE_DEVICES for roles that request GPUs."""
 
 
-def _join_path(*paths: str | None) -> str:
-    return os.pathsep.join(p.strip(os.pathsep) for p in paths if p and p.strip(os.pathsep))
-
-
 class LocalScheduler(TrunScheduler):
     """TorchX's LocalScheduler over trun's local scheduler (see the module's
     doc): ``image_provider_class(cfg)`` places each role, ``extra_paths`` go
@@ -132,19 +129,17 @@ class LocalScheduler(TrunScheduler):
                  image_provider_class: Callable[[Mapping[str, CfgVal]], ImageProvider],
                  cache_size: int = 100, extra_paths: list[str] | None = None, *,
                  trun: str | None = None) -> None:
-        super().__init__("local", session_name, trun=trun)
-        if cache_size <= 0:
-            raise ValueError("cache size must be greater than zero")
+        super().__init__("local", session_name, trun=trun, cache_size=cache_size,
+                         extra_paths=extra_paths)
         self._image_provider_class = image_provider_class
-        self._extra_paths = list(extra_paths or [])
-        self._started: list[str] = []
 
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """As TorchX's: none (a local replica takes what the host has)."""
 
     def _placed(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> tuple[AppDef, str | None]:
-        """``app`` as trun runs it (entrypoints from the image provider,
-        ``extra_paths`` on ``PATH``) and the directory to run it in."""
+        """``app`` as trun runs it (entrypoints from the image provider; the
+        Runner of :meth:`_runner` puts ``extra_paths`` on ``PATH``) and the
+        directory to run it in."""
         provider = self._image_provider_class(cfg)
         placed = copy_app(app)
         cwds: set[str | None] = set()
@@ -152,8 +147,6 @@ class LocalScheduler(TrunScheduler):
             img_root = provider.fetch_role(role)
             cwds.add(provider.get_cwd(role.image))
             role.entrypoint = provider.get_entrypoint(img_root, role)
-            if self._extra_paths:
-                role.env["PATH"] = _join_path(*self._extra_paths, role.env.get("PATH"))
         if len(cwds) > 1:
             raise ValueError(f"app {app.name!r}: its roles' images are different directories "
                              f"({', '.join(sorted(str(c) for c in cwds))}); trun's local "
@@ -173,9 +166,9 @@ class LocalScheduler(TrunScheduler):
         info = copy.copy(dryrun_info)
         info._app, info._scheduler = placed, self.backend
         runner = self._runner(cwd)
+        # The Runner follows the app in this object's app cache.
         handle = runner.schedule(info)
         app_id = handle.rsplit("/", 1)[-1]
-        self._started.append(app_id)
         # TorchX's returns once the replicas are processes (RUNNING); trun's
         # supervisor starts them a moment after `trun run` returns.
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -189,7 +182,7 @@ class LocalScheduler(TrunScheduler):
 
     def close(self) -> None:
         """Cancels the apps this scheduler started that still run."""
-        started, self._started = self._started, []
+        started, self._apps = self._apps, []
         for app_id in started:
             try:
                 self.cancel(app_id)

@@ -1,0 +1,1 @@
+"""The programs of the ``utils.*`` builtins."""
