@@ -64,6 +64,17 @@ std::string WaitFor(const std::string& key) {
   return o;
 }
 
+// A WAIT on `key`, after a SET of it to `value` where `set`: one write,
+// as a rank that publishes a key and then waits on it sends them.
+std::string SetThenWait(bool set, const std::string& key, const std::string& value) {
+  std::string o;
+  if (set) {
+    o = Key(st::v2::kSet, key);
+    st::PutBytes(o, value);
+  }
+  return o + WaitFor(key);
+}
+
 // The simulated ranks of one process: each its own TCP connection, sending
 // the bytes torch 2.x's client sends, one request at a time. They share one
 // epoll set of their own (edge-triggered, each socket registered once),
@@ -198,20 +209,12 @@ class Ranks {
         std::memcpy(&n, r.in, 8);
         // The last to arrive ends the barrier, as torch's store-based
         // barrier's last rank does.
-        if (n == world_) {
-          out = Key(st::v2::kSet, "/barrier/done");
-          st::PutBytes(out, "1");
-        }
-        out += WaitFor("/barrier/done");
+        out = SetThenWait(n == world_, "/barrier/done", "1");
         r.step = Step::kBarrier;
         break;
       }
       case Step::kBarrier:
-        if (r.rank == 0) {
-          out = Key(st::v2::kSet, "/bcast");
-          st::PutBytes(out, "nccl-unique-id");
-        }
-        out += WaitFor("/bcast");
+        out = SetThenWait(r.rank == 0, "/bcast", "nccl-unique-id");
         r.step = Step::kBroadcast;
         break;
       case Step::kBroadcast:
