@@ -82,6 +82,7 @@ std::string SetThenWait(bool set, const std::string& key, const std::string& val
 // what torch's clients cost the kernel (a connect, then one send and one
 // recv per request) and not a harness's: no thread, handler or buffer
 // allocated per request, and no read tried before a reply can be there.
+// Every method runs on the io_context's one thread.
 class Ranks {
  public:
   Ranks(asio::io_context& io, int world)
