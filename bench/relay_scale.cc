@@ -14,17 +14,25 @@
 //
 // Thread-safety: each process runs one event loop; the store has its own
 // thread in the parent.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <asio.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "store/encode.h"
@@ -36,7 +44,6 @@
 
 namespace {
 
-using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 namespace st = trun::store;
 
@@ -57,89 +64,196 @@ std::string WaitFor(const std::string& key) {
   return o;
 }
 
-// One rank: a torch 2.x client's bytes, one request at a time.
-struct Rank : std::enable_shared_from_this<Rank> {
-  Rank(asio::io_context& io, int rank, int world, int port, int* done)
-      : socket(io), rank(rank), world(world), port(port), done(done) {}
+// A WAIT on `key`, after a SET of it to `value` where `set`: one write,
+// as a rank that publishes a key and then waits on it sends them.
+std::string SetThenWait(bool set, const std::string& key, const std::string& value) {
+  std::string o;
+  if (set) {
+    o = Key(st::v2::kSet, key);
+    st::PutBytes(o, value);
+  }
+  return o + WaitFor(key);
+}
 
-  void Start() {
-    socket.async_connect(
-        tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<uint16_t>(port)),
-        [self = shared_from_this()](std::error_code ec) {
-          if (ec) return self->Fail("connect", ec);
-          std::error_code ignored;
-          self->socket.set_option(tcp::no_delay(true), ignored);
-          std::string hello;
-          st::PutU8(hello, st::v2::kValidate);
-          st::PutU32(hello, st::kValidationMagic);
-          st::PutU8(hello, st::v2::kPing);
-          st::PutU32(hello, static_cast<uint32_t>(self->rank));
-          self->Exchange(hello, 4, [self] { self->Arrive(); });
-        });
+// The simulated ranks of one process: each its own TCP connection, sending
+// the bytes torch 2.x's client sends, one request at a time. They share one
+// epoll set of their own (edge-triggered, each socket registered once),
+// drained in batches from the relays' loop, so that what the ranks cost is
+// what torch's clients cost the kernel (a connect, then one send and one
+// recv per request) and not a harness's: no thread, handler or buffer
+// allocated per request, and no read tried before a reply can be there.
+// Every method runs on the io_context's one thread.
+class Ranks {
+ public:
+  Ranks(asio::io_context& io, int world)
+      : world_(world), wake_(io, ::epoll_create1(EPOLL_CLOEXEC)) {}
+
+  void Connect(int rank, int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) Fail(rank, "socket", errno);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLET;
+    ev.data.u32 = static_cast<uint32_t>(ranks_.size());
+    ranks_.push_back(Rank{fd, rank, Step::kConnecting, 0, {}});
+    if (::epoll_ctl(wake_.native_handle(), EPOLL_CTL_ADD, fd, &ev) != 0) Fail(rank, "epoll", errno);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+      Fail(rank, "connect", errno);
+    }
   }
 
-  void Arrive() {
-    std::string add = Key(st::v2::kAdd, "/barrier");
-    st::PutI64(add, 1);
-    Exchange(add, 8, [self = shared_from_this()] {
-      int64_t n = 0;
-      std::memcpy(&n, self->in.data(), 8);
-      std::string out;
-      // The last to arrive ends the barrier, as torch's store-based
-      // barrier's last rank does.
-      if (n == self->world) {
-        out = Key(st::v2::kSet, "/barrier/done");
-        st::PutBytes(out, "1");
-      }
-      out += WaitFor("/barrier/done");
-      self->Exchange(out, 1, [self] { self->Broadcast(); });
+  // Serves the ranks' events whenever their epoll set has some, on `io`.
+  void Run() {
+    wake_.async_wait(asio::posix::stream_descriptor::wait_read, [this](std::error_code ec) {
+      if (ec) Fail(-1, "epoll wait", ec.value());
+      Drain();
+      if (done_ < ranks_.size()) Run();
     });
   }
 
-  void Broadcast() {
-    std::string out;
-    if (rank == 0) {
-      out = Key(st::v2::kSet, "/bcast");
-      st::PutBytes(out, "nccl-unique-id");
+  size_t done() const { return done_; }
+
+  // Closes every connection with a reset rather than a FIN: a closed
+  // connection's TIME_WAIT would hold its ephemeral port for a minute, and
+  // 100,000 of them leave the next run's relays no port to listen on.
+  void Reset() {
+    linger now{1, 0};
+    for (const Rank& r : ranks_) {
+      ::setsockopt(r.fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+      ::close(r.fd);
     }
-    out += WaitFor("/bcast");
-    Exchange(out, 1, [self = shared_from_this()] {
-      self->Exchange(Key(st::v2::kGet, "/bcast"), 8 + 14, [self] {
-        if (self->in.substr(8) != "nccl-unique-id") {
-          std::fprintf(stderr, "relay_scale: rank %d read a wrong value\n", self->rank);
+  }
+
+ private:
+  enum class Step : uint8_t { kConnecting, kPing, kAdd, kBarrier, kBroadcast, kGet, kDone };
+  struct Rank {
+    int fd;
+    int rank;
+    Step step = Step::kConnecting;
+    uint8_t have = 0;  // reply bytes read so far
+    char in[8 + 14];
+  };
+
+  void Drain() {
+    std::array<epoll_event, 512> events;
+    while (true) {
+      int n = ::epoll_wait(wake_.native_handle(), events.data(), events.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) Fail(-1, "epoll_wait", errno);
+      for (int i = 0; i < n; ++i)
+        OnEvent(ranks_[events[static_cast<size_t>(i)].data.u32],
+                events[static_cast<size_t>(i)].events);
+      if (static_cast<size_t>(n) < events.size()) return;
+    }
+  }
+
+  void OnEvent(Rank& r, uint32_t events) {
+    if (events & (EPOLLERR | EPOLLHUP)) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(r.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      Fail(r.rank, "socket", err ? err : ECONNRESET);
+    }
+    if (r.step == Step::kConnecting) {
+      if (!(events & EPOLLOUT)) return;
+      std::string hello;
+      st::PutU8(hello, st::v2::kValidate);
+      st::PutU32(hello, st::kValidationMagic);
+      st::PutU8(hello, st::v2::kPing);
+      st::PutU32(hello, static_cast<uint32_t>(r.rank));
+      r.step = Step::kPing;
+      return Send(r, hello);
+    }
+    if (!(events & EPOLLIN) || r.step == Step::kDone) return;
+    // One request is out at a time, so a whole reply leaves nothing unread
+    // and needs no further recv; a part of one is read on until the socket
+    // is empty (edge-triggered, the next part brings the next edge).
+    const size_t want = ReplySize(r.step);
+    while (r.have < want) {
+      ssize_t k = ::recv(r.fd, r.in + r.have, want - r.have, 0);
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (k <= 0) Fail(r.rank, "recv", k == 0 ? ECONNRESET : errno);
+      r.have = static_cast<uint8_t>(r.have + k);
+    }
+    r.have = 0;
+    Advance(r);
+  }
+
+  static size_t ReplySize(Step s) {
+    switch (s) {
+      case Step::kPing:
+        return 4;
+      case Step::kAdd:
+        return 8;
+      case Step::kGet:
+        return 8 + 14;
+      default:
+        return 1;  // STOP_WAITING
+    }
+  }
+
+  void Advance(Rank& r) {
+    std::string out;
+    switch (r.step) {
+      case Step::kPing:
+        out = Key(st::v2::kAdd, "/barrier");
+        st::PutI64(out, 1);
+        r.step = Step::kAdd;
+        break;
+      case Step::kAdd: {
+        int64_t n = 0;
+        std::memcpy(&n, r.in, 8);
+        // The last to arrive ends the barrier, as torch's store-based
+        // barrier's last rank does.
+        out = SetThenWait(n == world_, "/barrier/done", "1");
+        r.step = Step::kBarrier;
+        break;
+      }
+      case Step::kBarrier:
+        out = SetThenWait(r.rank == 0, "/bcast", "nccl-unique-id");
+        r.step = Step::kBroadcast;
+        break;
+      case Step::kBroadcast:
+        out = Key(st::v2::kGet, "/bcast");
+        r.step = Step::kGet;
+        break;
+      case Step::kGet:
+        if (std::string_view(r.in + 8, 14) != "nccl-unique-id") {
+          std::fprintf(stderr, "relay_scale: rank %d read a wrong value\n", r.rank);
           std::_Exit(1);
         }
-        ++*self->done;
-        std::error_code ignored;
-        self->socket.shutdown(tcp::socket::shutdown_both, ignored);
-      });
-    });
+        // The connection stays open, as a rank's store connection does for
+        // the whole job; the process's exit closes it, after the timing.
+        r.step = Step::kDone;
+        ++done_;
+        return;
+      default:
+        return;
+    }
+    Send(r, out);
   }
 
-  template <typename F>
-  void Exchange(std::string request, size_t reply, F next) {
-    out = std::move(request);
-    in.assign(reply, '\0');
-    asio::async_write(socket, asio::buffer(out),
-                      [self = shared_from_this(), next](std::error_code ec, size_t) {
-                        if (ec) return self->Fail("write", ec);
-                        asio::async_read(self->socket, asio::buffer(self->in),
-                                         [self, next](std::error_code ec, size_t) {
-                                           if (ec) return self->Fail("read", ec);
-                                           next();
-                                         });
-                      });
+  // Requests are a few dozen bytes: each goes whole into an empty send
+  // buffer, in one send, as torch's client writes it.
+  void Send(Rank& r, const std::string& bytes) {
+    ssize_t k = ::send(r.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (k != static_cast<ssize_t>(bytes.size())) Fail(r.rank, "send", k < 0 ? errno : EAGAIN);
   }
 
-  void Fail(const char* what, std::error_code ec) {
-    std::fprintf(stderr, "relay_scale: rank %d: %s: %s\n", rank, what, ec.message().c_str());
+  [[noreturn]] static void Fail(int rank, const char* what, int err) {
+    std::fprintf(stderr, "relay_scale: rank %d: %s: %s\n", rank, what, std::strerror(err));
     std::_Exit(1);
   }
 
-  tcp::socket socket;
-  int rank, world, port;
-  int* done;
-  std::string out, in;
+  const int world_;
+  asio::posix::stream_descriptor wake_;
+  std::vector<Rank> ranks_;
+  size_t done_ = 0;
 };
 
 // CPU seconds (user and system) this process has used.
@@ -180,20 +294,20 @@ void ReadByte(int fd) {
   WriteByte(ready_fd);
   ReadByte(go_fd);
   double cpu_at_go = CpuSeconds();
-  int done = 0;
+  Ranks ranks(io, world);
   for (int n = 0; n < nodes; ++n) {
     for (int i = 0; i < kPerNode; ++i) {
-      int rank = (first_node + n) * kPerNode + i;
-      std::make_shared<Rank>(io, rank, world, relays[static_cast<size_t>(n)]->port(), &done)
-          ->Start();
+      ranks.Connect((first_node + n) * kPerNode + i, relays[static_cast<size_t>(n)]->port());
     }
   }
-  while (done < nodes * kPerNode) io.run_one();
+  ranks.Run();
+  while (ranks.done() < static_cast<size_t>(nodes) * kPerNode) io.run_one();
   // What this process's relays and ranks cost the barrier and broadcast.
   double cpu = CpuSeconds() - cpu_at_go;
   if (::write(done_fd, &cpu, sizeof cpu) != sizeof cpu) std::_Exit(1);
   // The links stay up until the parent has counted the store's connections.
   ReadByte(exit_fd);
+  ranks.Reset();
   std::_Exit(0);
 }
 

@@ -439,7 +439,12 @@ NOTES = """
   rank 0 SETs a broadcast key and every rank WAITs and GETs it. Timed from
   the first connect to the last GET; the relays' own handshakes (their
   links) come before, timed apart. The store's connection count is read
-  while every link is open.
+  while every link is open. A process's ranks share one edge-triggered
+  epoll set (one send and one recv per request, as torch's client makes)
+  and keep their connections open after the GET, as a job's ranks do.
+  The CPU seconds are the phase's, in the store's thread and in the
+  processes of relays and ranks: on a loaded machine they, not the wall
+  time, tell what the code costs.
 ## How to read these
 
 - torchrun 2.x: Debian's python3-torch 2.14.1 from the torch2 root
@@ -567,7 +572,9 @@ def bench_relay(a, tmp):
         got = dict(kv.split("=") for kv in out.stdout.split()[1:])
         rows.append((f"relay fan-in: {ranks} ranks in {ranks // 8} nodes of 8, start-up barrier "
                      f"+ broadcast ({processes} processes of relays)",
-                     f"{float(got['barrier_and_broadcast_s']):.2f} s, store connections "
+                     f"{float(got['barrier_and_broadcast_s']):.2f} s (store "
+                     f"{float(got['store_cpu_s']):.2f} CPU s, relays and ranks "
+                     f"{float(got['relays_and_ranks_cpu_s']):.2f} CPU s), store connections "
                      f"{got['store_connections']}", ""))
     return rows
 

@@ -180,6 +180,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   };
   struct AddQueue {
     bool in_flight = false;
+    bool due = false;  // in adds_due_
     std::vector<std::pair<uint64_t, int64_t>> queued;
   };
   // What a stream of the link is for.
@@ -218,10 +219,33 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   // ---- what is shared -------------------------------------------------------
 
+  // An ADD waits for the end of the loop's turn (or for the next frame to
+  // go up, whichever comes first), so that the ADDs of one key that arrive
+  // in one batch of readable clients go up as one, as do those that came
+  // while one was on its way.
   void Add(Client& client, const std::string& key, int64_t delta) {
     AddQueue& q = adds_[key];
     q.queued.emplace_back(client.conn->id, delta);
-    if (!q.in_flight) SendAdds(key, q);
+    MarkDue(key, q);
+  }
+
+  void MarkDue(const std::string& key, AddQueue& q) {
+    if (q.in_flight || q.due) return;
+    q.due = true;
+    adds_due_.push_back(key);
+    ScheduleFlush();
+  }
+
+  // Sends the ADDs that wait, in the order their keys' first ADDs came.
+  void SendDueAdds() {
+    std::vector<std::string> due;
+    due.swap(adds_due_);
+    for (const auto& key : due) {
+      auto it = adds_.find(key);
+      if (it == adds_.end() || !it->second.due) continue;
+      it->second.due = false;
+      SendAdds(key, it->second);
+    }
   }
 
   void SendAdds(const std::string& key, AddQueue& q) {
@@ -327,7 +351,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     if (it->second.queued.empty()) {
       adds_.erase(it);
     } else {
-      SendAdds(p.key, it->second);
+      MarkDue(p.key, it->second);
     }
   }
 
@@ -342,6 +366,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
     pending_.clear();
     adds_.clear();
+    adds_due_.clear();
     gets_.clear();
     streams_.erase(shared_stream_);
     shared_stream_ = 0;
@@ -452,11 +477,27 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   // ---- the link ---------------------------------------------------------------
 
+  // Frames wait in up_out_ for the end of the loop's turn, so that what a
+  // batch of readable clients sends up goes in one write: a WAIT's stream
+  // opened and its WAIT, the ADDs and GETs of eight clients.
   void SendUp(FrameKind kind, uint32_t stream, std::string_view payload) {
     if (!linked_) return;
+    // ADDs that wait go first: the store sees every request in the order
+    // it came here.
+    if (!adds_due_.empty()) SendDueAdds();
     ++epoch_;
     PutFrames(up_out_, kind, stream, payload);
-    if (!up_writing_) FlushUp();
+    ScheduleFlush();
+  }
+
+  void ScheduleFlush() {
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(io_, [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->SendDueAdds();
+      if (!self->up_writing_) self->FlushUp();
+    });
   }
 
   void FlushUp() {
@@ -557,6 +598,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   FrameDecoder frames_;
   std::string up_out_, up_sending_;
   bool up_writing_ = false;
+  bool flush_posted_ = false;  // ScheduleFlush's handler is queued
   // Counts every frame sent or received: a GET joins one on its way only
   // if nothing crossed the link since that one was sent.
   uint64_t epoch_ = 0;
@@ -568,6 +610,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::string shared_in_;
   std::deque<Pending> pending_;
   std::unordered_map<std::string, AddQueue> adds_;
+  std::vector<std::string> adds_due_;  // keys whose queued ADDs may go up
   std::unordered_map<std::string, std::shared_ptr<GetBatch>> gets_;
   std::unordered_map<std::string, KeyWait> key_waits_;
   RelayStats stats_;
