@@ -112,19 +112,29 @@ def rdzv(a, tmp):
     rows.append((f"rendezvous: the host's CPU per heartbeat, {n} agents for {hold} s (c10d)",
                  f"{(held[0] - held[1]) / beats * 1e6:.0f} us ({held[0] * 1e3:.0f} ms, "
                  f"{held[1] * 1e3:.0f} ms without heartbeats)", ""))
-    # One agent killed (its connections close): to every other agent's next round.
-    for n, conf in ((1000, ""),) if a.quick else ((1000, ""), (10000, QUIET_HEARTBEATS)):
+    # After one agent's event: `kill` (SIGKILL; its connections close) or
+    # `fail` (its workers fail with restarts left), ms to every (other)
+    # agent's next round, where each would start its workers again.
+    def after(event, n, conf):
         runs = []
         for _ in range(1 if a.quick or n > 1000 else 3):
             out = subprocess.run([scale, str(n), "c10d", str(free_port()),
-                                  str(max(1, n // 1000)), conf, "kill"], env=env,
+                                  str(max(1, n // 1000)), conf, event], env=env,
                                  capture_output=True, text=True, timeout=600)
             if out.returncode != 0:
-                raise SystemExit(f"bench: rdzv_scale {n} kill: {out.stderr[-2000:]}")
+                raise SystemExit(f"bench: rdzv_scale {n} {event}: {out.stderr[-2000:]}")
             runs.append(float(out.stderr.split("next round ")[-1].split()[0]))
+        return f"{statistics.median(runs) * 1e3:.0f} ms"
+
+    sizes = ((1000, ""),) if a.quick else ((1000, ""), (10000, QUIET_HEARTBEATS))
+    quiet = lambda conf: ", no heartbeat in the window" if conf else ""
+    for n, conf in sizes:
         rows.append((f"rendezvous: one of {n} agents killed, to every other's next round (c10d"
-                     f"{', no heartbeat in the window' if conf else ''})",
-                     f"{statistics.median(runs) * 1e3:.0f} ms", "<= heartbeat_timeout + 1 s"))
+                     f"{quiet(conf)})", after("kill", n, conf), "<= heartbeat_timeout + 1 s"))
+    for n, conf in sizes:
+        rows.append((f"rendezvous: a worker failure on one of {n} agents, to every agent's next "
+                     f"round (c10d{quiet(conf)})", after("fail", n, conf),
+                     "<= 1 s" if n == 1000 else ""))
     with etcd_server(tmp) as endpoint:
         if endpoint:
             rows += series("etcd", lambda: endpoint, (10, 100, 1000),

@@ -15,7 +15,10 @@
 // seconds to keep the round running afterwards, printing the host's CPU
 // meanwhile (what N agents' heartbeats cost it), or `kill`: then SIGKILL
 // one agent (a process of its own) and print the seconds until every
-// other agent has its next round.
+// other agent has its next round, or `fail`: then one agent (not the host)
+// reports a worker failure as an agent with restarts left does (Failed(),
+// then Ready() once its workers are stopped) and print the seconds until
+// every agent has its next round, where each would start its workers.
 // Many agents share two cores here, so this is an upper bound on what N
 // agents on N hosts would take.
 #include <fcntl.h>
@@ -63,6 +66,9 @@ struct Agent {
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   std::thread loop;
   std::unique_ptr<rendezvous::Rendezvous> rdzv;
+  // It reported the failure that ends the round (loop thread only): it
+  // asked for the next round then, as an agent does, not at the round's end.
+  bool failed = false;
 };
 
 std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
@@ -76,6 +82,7 @@ std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
                                    "--rdzv-endpoint",  s.endpoint,
                                    "--rdzv-id",        s.run_id,
                                    "--rdzv-conf",      conf,
+                                   "--max-restarts",   "3",
                                    "--no-python",      "true"};
   auto parsed = launch::ParseLaunchArgs(args);
   if (!parsed.ok()) {
@@ -105,7 +112,9 @@ void StartAgent(Agent& a, std::function<void()> got) {
                          got();
                        },
                        // As an agent does once its workers are stopped.
-                       [&a](const rendezvous::RoundEnd&) { a.rdzv->Ready(); }});
+                       [&a](const rendezvous::RoundEnd&) {
+                         if (!std::exchange(a.failed, false)) a.rdzv->Ready();
+                       }});
     if (!s.ok()) {
       std::fprintf(stderr, "rdzv_scale: %s\n", s.message().c_str());
       std::_Exit(1);
@@ -121,8 +130,19 @@ double CpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+// As an agent whose worker exited non-zero with restarts left: Failed(),
+// then Ready() once its (here: no) workers are stopped.
+void FailWorkers(Agent& a) {
+  asio::post(a.io, [&a] {
+    a.failed = true;
+    a.rdzv->Failed("rank 0 (local_rank 0, pid 1) exited with 1");
+    a.rdzv->Ready();
+  });
+}
+
 // A child: makes its agents, says "ready", starts them on "go" (a line on
-// stdin), says "done" when every one has its round, and exits on EOF. Exits
+// stdin), says "done" when every one has its round, has its first agent's
+// workers fail on "fail", and exits on EOF. Exits
 // without leaving: the measurement is over, and a host that outlives its
 // nodes' goodbyes is not what is measured.
 int Child(const Setup& s, int count) {
@@ -150,6 +170,7 @@ int Child(const Setup& s, int count) {
   std::printf("done %.4f\n", CpuSeconds() - cpu0);
   std::fflush(stdout);
   while (std::fgets(line, sizeof line, stdin)) {
+    if (std::string(line) == "fail\n") FailWorkers(*agents[0]);
   }
   std::_Exit(0);
 }
@@ -223,7 +244,8 @@ int main(int argc, char** argv) {
   if (argc > 5) s.conf = argv[5];
   s.run_id = fmt::format("bench{}", ::getpid());
   const bool kill = argc > 6 && std::string(argv[6]) == "kill";
-  const double hold = argc > 6 && !kill ? std::atof(argv[6]) : 0;
+  const bool fail = argc > 6 && std::string(argv[6]) == "fail";
+  const double hold = argc > 6 && !kill && !fail ? std::atof(argv[6]) : 0;
   if (s.nodes < 3 || procs < 1 || procs > s.nodes - 2) {
     std::fprintf(stderr, "rdzv_scale: N must be 3 or more, P from 1 to N-2\n");
     return 2;
@@ -274,6 +296,19 @@ int main(int argc, char** argv) {
     rehosted.get_future().wait();
     std::fprintf(stderr, "rdzv_scale: every other agent had its next round %.4f s after the kill\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  }
+  if (fail) {
+    const double before = CpuSeconds();
+    const auto t1 = std::chrono::steady_clock::now();
+    std::fputs("fail\n", kids[0].to);
+    std::fflush(kids[0].to);
+    for (auto& k : kids) Expect(k, "again");
+    rehosted.get_future().wait();
+    std::fprintf(stderr,
+                 "rdzv_scale: every agent had its next round %.4f s after one's workers failed "
+                 "(CPU %.3f s in the host's process)\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
+                 CpuSeconds() - before);
   }
   std::fflush(stdout);
   for (auto& k : kids) {

@@ -205,9 +205,11 @@ void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
 
   std::optional<rendezvous::Round> previous = std::move(round_);
   round_ = round;
-  // The nodes by id where this node read the round's list: small rounds
-  // (rendezvous::Round::participants).
-  const bool listed = static_cast<int>(round.participants.size()) == round.nodes;
+  // The nodes by id in small rounds, where this node read the round's list
+  // (rendezvous::Round::participants); group rank 0 reads it at any size,
+  // but a 10,000-node round's ids would make one event line of 10,000 ids.
+  const bool listed = static_cast<int>(round.participants.size()) == round.nodes &&
+                      round.nodes <= rendezvous::kListedNodes;
   ojson ids = ojson::array();
   for (const auto& p : round.participants) ids.push_back(p.id);
   ojson completed = {{"nodes", round.nodes}, {"world_size", round.world_size}};
@@ -217,7 +219,8 @@ void Telemetry::RendezvousCompleted(const rendezvous::Round& round) {
   completed["duration_ms"] = static_cast<int64_t>(seconds * 1000);
   Emit("trun.rendezvous.completed", std::move(completed));
 
-  if (!previous || !listed || static_cast<int>(previous->participants.size()) != previous->nodes) {
+  if (!previous || !listed || static_cast<int>(previous->participants.size()) != previous->nodes ||
+      previous->nodes > rendezvous::kListedNodes) {
     return;
   }
   std::set<std::string> before, after;

@@ -1,5 +1,6 @@
 #include "agent/telemetry.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -64,15 +65,37 @@ rendezvous::Round MakeRound(int64_t number, std::vector<std::string> ids, int64_
   return r;
 }
 
+// A test's event file (unique per test and process), gone afterwards.
+struct EventFile {
+  explicit EventFile(const std::string& test)
+      : path(std::filesystem::temp_directory_path() /
+             (test + "_" + std::to_string(getpid()) + ".jsonl")) {
+    std::filesystem::remove(path);
+  }
+  ~EventFile() { std::filesystem::remove(path); }
+  // A job "job" writing its events here.
+  TelemetryOptions Options() const {
+    TelemetryOptions o;
+    o.event_file = path.string();
+    o.run_id = "job";
+    return o;
+  }
+  // Every event written, and their names in order.
+  std::vector<json> Read(std::vector<std::string>& names) const {
+    std::ifstream in(path);
+    std::vector<json> events;
+    for (std::string line; std::getline(in, line);) events.push_back(json::parse(line));
+    for (const auto& e : events) names.push_back(e["name"]);
+    return events;
+  }
+  std::filesystem::path path;
+};
+
 TEST(TelemetryTest, WritesEachTransitionAndCountsIt) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("telemetry_test_" + std::to_string(getpid()) + ".jsonl");
-  std::filesystem::remove(path);
+  EventFile file("telemetry_test");
   asio::io_context io;
   Telemetry t;
-  TelemetryOptions o;
-  o.event_file = path.string();
-  o.run_id = "job";
+  auto o = file.Options();
   o.role = "trainer";
   o.hostname = "node1";
   o.max_restarts = 3;
@@ -92,11 +115,8 @@ TEST(TelemetryTest, WritesEachTransitionAndCountsIt) {
                       Status::Internal("rendezvous 'job' timed out after 600 s (join_timeout)")});
   t.Shutdown(143);
 
-  std::ifstream in(path);
-  std::vector<json> events;
-  for (std::string line; std::getline(in, line);) events.push_back(json::parse(line));
   std::vector<std::string> names;
-  for (const auto& e : events) names.push_back(e["name"]);
+  auto events = file.Read(names);
   EXPECT_EQ(names,
             (std::vector<std::string>{
                 "trun.agent.started", "trun.rendezvous.started", "trun.rendezvous.completed",
@@ -122,7 +142,34 @@ TEST(TelemetryTest, WritesEachTransitionAndCountsIt) {
   EXPECT_EQ(events[9]["metadata"]["restarts"], 1);
   EXPECT_EQ(events[11]["metadata"]["outcome"], "signal");
   EXPECT_EQ(events[11]["metadata"]["signal"], "SIGTERM");
-  std::filesystem::remove(path);
+}
+
+// Group rank 0 reads every round's list whole, but a large round's events
+// leave the ids out (docs/events.md): one line may not grow with the job.
+TEST(TelemetryTest, LargeRoundsEventsLeaveOutTheIds) {
+  EventFile file("telemetry_large");
+  asio::io_context io;
+  Telemetry t;
+  auto o = file.Options();
+  ASSERT_TRUE(t.Start(io, o, [] { return GroupHealth{}; }).ok());
+  std::vector<std::string> ids, others;
+  for (int i = 0; i <= rendezvous::kListedNodes; ++i) {
+    ids.push_back(fmt::format("node{}", i));
+    others.push_back(fmt::format("other{}", i));
+  }
+  t.RendezvousCompleted(MakeRound(0, ids, 0));
+  t.RendezvousCompleted(MakeRound(1, others, 0));
+  t.Shutdown(0);
+
+  std::vector<std::string> names;
+  auto events = file.Read(names);
+  // No trun.membership.changed with every id joined and left.
+  EXPECT_EQ(names, (std::vector<std::string>{"trun.rendezvous.completed",
+                                             "trun.rendezvous.completed", "trun.agent.shutdown"}));
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(events[i]["metadata"]["nodes"], rendezvous::kListedNodes + 1);
+    EXPECT_FALSE(events[i]["metadata"].contains("participants")) << events[i].dump();
+  }
 }
 
 }  // namespace

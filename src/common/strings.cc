@@ -130,6 +130,17 @@ std::string ClosestMatch(std::string_view word, const std::vector<std::string>& 
   return best;
 }
 
+std::string JoinSome(const std::vector<std::string>& names, size_t total, size_t shown) {
+  const size_t named = std::min({names.size(), total, shown});
+  std::string out;
+  for (size_t i = 0; i < named; ++i) {
+    if (i > 0) out += ", ";
+    out += names[i];
+  }
+  if (total > named) out += (named > 0 ? " and " : "") + std::to_string(total - named) + " more";
+  return out;
+}
+
 namespace {
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace

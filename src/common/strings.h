@@ -30,6 +30,12 @@ std::string ShellQuote(std::string_view s);
 // The candidate closest to `word` by edit distance, when it is close enough
 // to be a plausible typo ("did you mean ...?"); empty otherwise.
 std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
+// A list of `total` things named by its first few, for a message that must
+// stay readable however many there are: the first `shown` of `names` (a
+// caller may collect only those) joined by ", ", then " and <N> more" for
+// the rest of `total` ("<N> more" alone when none is named).
+// {"a", "b", "c"}, total 5, shown 2: "a, b and 3 more".
+std::string JoinSome(const std::vector<std::string>& names, size_t total, size_t shown = 8);
 // Standard base64 (RFC 4648, padded), as etcd's JSON gateway carries bytes.
 std::string Base64Encode(std::string_view bytes);
 // nullopt on a character outside the alphabet or a bad length.

@@ -34,6 +34,17 @@ TEST(StringsTest, ParsePythonFloatReadsWhatPythonsFloatDoes) {
   }
 }
 
+TEST(StringsTest, JoinSomeNamesTheFirstFewAndCountsTheRest) {
+  EXPECT_EQ(JoinSome({"a", "b"}, 2), "a, b");
+  EXPECT_EQ(JoinSome({"a", "b", "c"}, 5, 2), "a, b and 3 more");
+  // Only the first few collected: the total counts the rest.
+  EXPECT_EQ(JoinSome({"a"}, 10'000, 8), "a and 9999 more");
+  std::vector<std::string> many(10'000, "node");
+  EXPECT_EQ(JoinSome(many, many.size()),
+            "node, node, node, node, node, node, node, node and 9992 more");
+  EXPECT_EQ(JoinSome({}, 0), "");
+}
+
 TEST(StringsTest, ClosestMatchFindsTypos) {
   std::vector<std::string> opts = {"--nproc-per-node", "--nnodes", "--tee"};
   EXPECT_EQ(ClosestMatch("--nproc-per-nod", opts), "--nproc-per-node");

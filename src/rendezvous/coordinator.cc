@@ -1,7 +1,6 @@
 #include "rendezvous/coordinator.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -33,6 +32,9 @@ constexpr std::pair<NoRound::Kind, std::string_view> kKindWords[] = {
     {NoRound::Kind::kOther, "other"},
 };
 constexpr std::string_view kNoRoundPrefix = "error:";
+
+// Messages name at most this many nodes and count the rest (JoinSome).
+constexpr size_t kNamed = 8;
 
 }  // namespace
 
@@ -148,6 +150,7 @@ void Coordinator::SetWaiting(Node& n, bool waiting) {
   if (n.waiting == waiting || !n.alive) return;
   n.waiting = waiting;
   waiting ? ++waiting_ : --waiting_;
+  if (pending_failure_ && n.judged) waiting ? --awaited_ : ++awaited_;
 }
 
 void Coordinator::SetDone(Node& n, bool done) {
@@ -159,6 +162,7 @@ void Coordinator::SetDone(Node& n, bool done) {
 void Coordinator::SetGone(Node& n) {
   if (!n.alive) return;
   SetWaiting(n, false);
+  if (pending_failure_ && n.judged) --awaited_;
   if (n.participant) {
     --running_;
     if (n.done) --done_;
@@ -346,7 +350,7 @@ void Coordinator::Lose(Node& n, const std::string& why, Clock::time_point) {
   } else {
     log::Warning("rendezvous: lost {} ({}): {}", Describe(n), n.addr, why);
   }
-  if (pending_failure_ && judging_.count(n.seq)) judging_lost_ = true;
+  if (pending_failure_ && n.judged) judging_lost_ = true;
   if (n.participant && !was_done) {
     lost_.push_back(n.id);
     if (phase_ == Phase::kRunning) {
@@ -387,10 +391,11 @@ void Coordinator::OnRoundEnded(int64_t r, std::string_view reason, Clock::time_p
     // lost meanwhile makes it a membership change. A finished node is
     // neither waited for nor lost when it leaves.
     pending_failure_ = std::string(reason);
-    judging_.clear();
     judging_lost_ = false;
-    for (const auto& [seq, n] : nodes_) {
-      if (n.participant && n.alive && !n.finished) judging_.insert(seq);
+    awaited_ = 0;
+    for (auto& [seq, n] : nodes_) {
+      n.judged = n.participant && n.alive && !n.finished;
+      if (n.judged && !n.waiting) ++awaited_;
     }
   }
 }
@@ -420,20 +425,21 @@ void Coordinator::JudgeFailure() {
   // Nodes that finished do not come back: where too few are left for a
   // round, waiting for join_timeout would only delay the same end.
   std::vector<std::string> finished;
-  size_t left = 0;
+  size_t finished_count = 0, left = 0;
   for (const auto& [seq, n] : nodes_) {
     if (n.finished) {
-      finished.push_back(Describe(n));
+      if (finished.size() < kNamed) finished.push_back(Describe(n));
+      ++finished_count;
     } else if (n.alive) {
       ++left;
     }
   }
-  if (!finished.empty() && left < static_cast<size_t>(options_.min_nodes)) {
+  if (finished_count > 0 && left < static_cast<size_t>(options_.min_nodes)) {
     Fail(NoRound::Kind::kOther,
          fmt::format("round {} failed after {} had finished (their workers succeeded, their "
                      "agents exit): {} node{} left, fewer than the {} a round needs, so the job "
                      "ends without a restart; last: {}",
-                     round_, fmt::join(finished, ", "), left, left == 1 ? "" : "s",
+                     round_, JoinSome(finished, finished_count, kNamed), left, left == 1 ? "" : "s",
                      options_.min_nodes, reason));
   }
 }
@@ -479,11 +485,7 @@ void Coordinator::Evaluate(Clock::time_point now) {
   // Forming round next_, once the last one's failure, if any, is judged:
   // when its nodes are all back or lost (or close_timeout has passed).
   if (pending_failure_) {
-    bool back = std::all_of(judging_.begin(), judging_.end(), [&](int64_t seq) {
-      auto it = nodes_.find(seq);
-      return it == nodes_.end() || !it->second.alive || it->second.waiting;
-    });
-    if (!back && now - forming_since_ < options_.close_timeout) return;
+    if (awaited_ > 0 && now - forming_since_ < options_.close_timeout) return;
     JudgeFailure();
     if (phase_ == Phase::kFailed) return AnswerErrors();
   }
@@ -523,42 +525,49 @@ void Coordinator::Evaluate(Clock::time_point now) {
 }
 
 std::string Coordinator::TimeoutMessage(size_t joined) const {
+  // Named by their first few and counted: a 10,000-node job's message must
+  // stay readable.
   std::vector<std::string> present, missing;
+  size_t missing_count = 0;
+  auto miss = [&](auto name) {
+    if (missing.size() < kNamed) missing.push_back(name());
+    ++missing_count;
+  };
   std::set<int> ranks, prev_ranks;
   std::set<std::string> present_ids;
   for (const auto& [seq, n] : nodes_) {
     if (!n.alive || !n.waiting) continue;
-    present.push_back(Describe(n));
+    if (present.size() < kNamed) present.push_back(Describe(n));
     ranks.insert(n.node_rank);
     present_ids.insert(n.id);
     if (n.prev_round == expected_round_) prev_ranks.insert(n.prev_rank);
   }
+  std::string never_joined;
   if (options_.by_node_rank) {
     for (int r = 0; r < options_.max_nodes; ++r) {
-      if (!ranks.count(r)) missing.push_back(fmt::format("node rank {}", r));
+      if (!ranks.count(r)) miss([r] { return fmt::format("node rank {}", r); });
     }
   } else {
     for (int r : expected_) {
       if (!prev_ranks.count(r)) {
-        missing.push_back(fmt::format("group rank {} of round {}", r, expected_round_));
+        miss([&] { return fmt::format("group rank {} of round {}", r, expected_round_); });
       }
     }
     for (const auto& id : lost_) {
-      if (!present_ids.count(id)) missing.push_back(id + " (lost)");
+      if (!present_ids.count(id)) miss([&] { return id + " (lost)"; });
     }
     size_t unknown = static_cast<size_t>(options_.min_nodes) - joined;
-    if (missing.size() < unknown) {
-      missing.push_back(fmt::format("{} more node{} that never joined", unknown - missing.size(),
-                                    unknown - missing.size() == 1 ? "" : "s"));
+    if (missing_count < unknown) {
+      never_joined = fmt::format("{}{} more node{} that never joined", missing_count ? ", " : "",
+                                 unknown - missing_count, unknown - missing_count == 1 ? "" : "s");
     }
   }
   return fmt::format(
       "rendezvous '{}' timed out after {} (join_timeout): {} of at least {} node{} ready ({}); "
-      "never arrived: {}",
+      "never arrived: {}{}",
       options_.run_id, Seconds(options_.join_timeout), joined, options_.min_nodes,
-      options_.min_nodes == 1 ? "" : "s",
-      present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", ")),
-      fmt::join(missing, ", "));
+      options_.min_nodes == 1 ? "" : "s", joined == 0 ? "none" : JoinSome(present, joined, kNamed),
+      JoinSome(missing, missing_count, kNamed), never_joined);
 }
 
 void Coordinator::Close(std::vector<Node*> candidates) {

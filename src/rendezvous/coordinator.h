@@ -163,12 +163,15 @@ class Coordinator {
     // Its workers succeeded in a round that then failed: its agent exits,
     // and it never asks for another round.
     bool finished = false;
+    // Of the failed round being judged (pending_failure_): its loss makes
+    // the failure a membership change.
+    bool judged = false;
   };
 
   void OnJoin(int64_t seq, std::string_view info, Clock::time_point now);
   // The only ways a node's `alive`, `waiting` and `done` change, so that
-  // the counts below stay true and judging an event costs O(1), not a walk
-  // over every node (N events of N nodes: N^2).
+  // the counts below (and awaited_) stay true and judging an event costs
+  // O(1), not a walk over every node (N events of N nodes: N^2).
   void SetWaiting(Node& n, bool waiting);
   void SetDone(Node& n, bool done);
   void SetGone(Node& n);
@@ -210,10 +213,11 @@ class Coordinator {
   std::set<int> expected_;
   int64_t expected_round_ = -1;
   std::vector<std::string> lost_;  // nodes lost since the last round closed
-  // The last round ended in a failure not judged yet, its nodes then, and
-  // whether one of them was lost since.
+  // The last round ended in a failure not judged yet, how many of its
+  // nodes (Node::judged) are neither back nor gone, and whether one of
+  // them was lost since.
   std::optional<std::string> pending_failure_;
-  std::set<int64_t> judging_;
+  size_t awaited_ = 0;
   bool judging_lost_ = false;
   std::vector<Write> writes_;
 };

@@ -208,6 +208,50 @@ TEST(CoordinatorTest, StaticOrdersByNodeRankAndNamesTheMissingOnTimeout) {
   EXPECT_EQ(none->kind, NoRound::Kind::kTimedOut);
 }
 
+// In a large job the join timeout's message names a few nodes and counts
+// the rest, present and missing alike: one readable line, not every id.
+TEST(CoordinatorTest, TheJoinTimeoutNamesAFewOfManyNodesAndCountsTheRest) {
+  auto o = Elastic(1'010, 1'010);
+  o.by_node_rank = true;
+  o.heartbeat_timeout = 0ms;  // liveness is not what this tests
+  Harness h(o);
+  for (int i = 0; i < 1'000; ++i) {
+    h.Join(i + 1, fmt::format("n{}", i), {{"node_rank", i}, {"ready", 1}});
+  }
+  h.Advance(10'000ms);
+  auto none = h.NoRoundAt("assign/1/1");
+  ASSERT_TRUE(none) << h.Get("assign/1/1").value_or("(none)");
+  EXPECT_EQ(none->kind, NoRound::Kind::kTimedOut);
+  const std::string& m = none->why.message();
+  EXPECT_NE(m.find("1000 of at least 1010 nodes ready (node rank 0 (n0), node rank 1 (n1), "),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("node rank 7 (n7) and 992 more); never arrived: node rank 1000, node rank "
+                   "1001, "),
+            std::string::npos)
+      << m;
+  EXPECT_TRUE(m.ends_with("node rank 1007 and 2 more")) << m;
+  EXPECT_LT(m.size(), 600u) << m;
+}
+
+// c10d: nodes lost from the last round are named, a few of them.
+TEST(CoordinatorTest, TheJoinTimeoutNamesAFewOfManyLostNodes) {
+  auto o = Elastic(12, 12);
+  o.heartbeat_timeout = 0ms;
+  Harness h(o);
+  for (int i = 1; i <= 12; ++i) h.Join(i, fmt::format("n{}", i), {{"ready", 1}});
+  ASSERT_TRUE(h.Get("round/0"));
+  for (int i = 3; i <= 12; ++i) h.Disconnect(i);
+  for (int i = 1; i <= 2; ++i) h.Ready(i, 2);
+  h.Advance(10'000ms);
+  auto none = h.NoRoundAt("assign/1/2");
+  ASSERT_TRUE(none) << h.Get("assign/1/2").value_or("(none)");
+  EXPECT_TRUE(none->why.message().ends_with(
+      "2 of at least 12 nodes ready (n1, n2); never arrived: n3 (lost), n4 (lost), n5 (lost), n6 "
+      "(lost), n7 (lost), n8 (lost), n9 (lost), n10 (lost) and 2 more"))
+      << none->why.message();
+}
+
 TEST(CoordinatorTest, StaticRanksFollowNodeRankNotArrival) {
   auto o = Elastic(2, 2);
   o.by_node_rank = true;

@@ -49,6 +49,11 @@ struct Settings {
 
 // Everything a backend needs: the settings, and this node's part in the job
 // (launch::RdzvOptions fills it from the launch flags).
+// Options::listed_nodes's default, and the largest round whose events name
+// every node (docs/events.md): beyond it an event line would grow with the
+// job (10,000 ids at 10,000 nodes).
+inline constexpr int kListedNodes = 256;
+
 struct Options : Settings {
   std::string backend;  // static | c10d | etcd (etcd-v2 is the same)
   std::string run_id;
@@ -70,7 +75,7 @@ struct Options : Settings {
   // Rounds of up to this many nodes are read whole by every node
   // (Round::participants); in larger ones each node reads only its own
   // placement, as every node reading the list costs N^2 bytes.
-  int listed_nodes = 256;
+  int listed_nodes = kListedNodes;
 
   // A job of one node that hosts its workers' store alone (a one-node
   // static or --standalone job) has nothing to agree on: Make() returns an
