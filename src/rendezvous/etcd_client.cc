@@ -101,7 +101,9 @@ EtcdClient::EtcdClient(EtcdOptions options)
   }
 }
 
-EtcdClient::~EtcdClient() = default;
+EtcdClient::~EtcdClient() {
+  if (attached_) Detach();
+}
 
 void EtcdClient::Abort() {
   aborted_ = true;
@@ -114,88 +116,99 @@ std::string EtcdClient::Endpoint() const {
   return options_.endpoints.empty() ? "" : options_.endpoints[endpoint_];
 }
 
-Status EtcdClient::Post(const std::string& path, const std::string& body,
-                        const std::function<bool(std::string_view)>& on_data, bool streaming) {
-  TRUN_RETURN_IF_ERROR(curl_->loaded);
+void EtcdClient::Attach(const std::string& path, bool streaming) {
   const net::CurlApi& c = *curl_->api;
-  if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
-  std::string first_error;
-  for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
-    if (aborted_) return Status::IOError("etcd: aborted");
-    const std::string& endpoint = options_.endpoints[endpoint_];
-    const std::string url = endpoint + path;
-    bool ended_by_us = false;
-    std::function<bool(std::string_view)> sink = [&](std::string_view d) {
-      if (on_data(d)) return true;
-      ended_by_us = true;
-      return false;
-    };
-    CURL* e = curl_->easy;
-    c.easy_setopt(e, CURLOPT_URL, url.c_str());
-    c.easy_setopt(e, CURLOPT_HTTPHEADER, curl_->headers);
-    c.easy_setopt(e, CURLOPT_POSTFIELDS, body.c_str());
-    c.easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    c.easy_setopt(e, CURLOPT_WRITEFUNCTION, OnData);
-    c.easy_setopt(e, CURLOPT_WRITEDATA, &sink);
-    c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
-    c.easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                  streaming ? 0L : static_cast<long>(options_.timeout.count()));
-    // A watch may be silent for as long as the job runs: let TCP notice a
-    // dead peer (the rendezvous's heartbeats notice sooner).
-    c.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    c.easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    if (!options_.cacert.empty()) c.easy_setopt(e, CURLOPT_CAINFO, options_.cacert.c_str());
-    if (!options_.cert.empty()) c.easy_setopt(e, CURLOPT_SSLCERT, options_.cert.c_str());
-    if (!options_.key.empty()) c.easy_setopt(e, CURLOPT_SSLKEY, options_.key.c_str());
+  const std::string url = options_.endpoints[endpoint_] + path;
+  CURL* e = curl_->easy;
+  c.easy_setopt(e, CURLOPT_URL, url.c_str());
+  c.easy_setopt(e, CURLOPT_HTTPHEADER, curl_->headers);
+  c.easy_setopt(e, CURLOPT_POSTFIELDS, body_.c_str());
+  c.easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body_.size()));
+  c.easy_setopt(e, CURLOPT_WRITEFUNCTION, OnData);
+  c.easy_setopt(e, CURLOPT_WRITEDATA, &sink_);
+  c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  c.easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                streaming ? 0L : static_cast<long>(options_.timeout.count()));
+  // A watch may be silent for as long as the job runs: let TCP notice a
+  // dead peer (the rendezvous's heartbeats notice sooner).
+  c.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  c.easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  if (!options_.cacert.empty()) c.easy_setopt(e, CURLOPT_CAINFO, options_.cacert.c_str());
+  if (!options_.cert.empty()) c.easy_setopt(e, CURLOPT_SSLCERT, options_.cert.c_str());
+  if (!options_.key.empty()) c.easy_setopt(e, CURLOPT_SSLKEY, options_.key.c_str());
+  c.multi_add_handle(curl_->multi, e);
+  attached_ = true;
+}
 
-    c.multi_add_handle(curl_->multi, e);
-    CURLcode result = CURLE_OK;
-    bool done = false;
-    while (!done) {
-      int running = 0;
-      c.multi_perform(curl_->multi, &running);
-      int queued = 0;
-      while (CURLMsg* m = c.multi_info_read(curl_->multi, &queued)) {
-        if (m->msg == CURLMSG_DONE) {
-          result = m->data.result;
-          done = true;
-        }
+Result<bool> EtcdClient::Run(const std::function<bool()>& enough) {
+  const net::CurlApi& c = *curl_->api;
+  while (!aborted_) {
+    int running = 0;
+    c.multi_perform(curl_->multi, &running);
+    int queued = 0;
+    while (CURLMsg* m = c.multi_info_read(curl_->multi, &queued)) {
+      if (m->msg == CURLMSG_DONE) {
+        result_ = m->data.result;
+        return true;
       }
-      if (done || aborted_) break;
-      c.multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
     }
-    c.multi_remove_handle(curl_->multi, e);
-    if (!done) return Status::IOError("etcd: aborted");
-    char* ip = nullptr;
-    if (c.easy_getinfo(e, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip && *ip) local_address_ = ip;
-    if (result == CURLE_WRITE_ERROR && ended_by_us) return Status::OK();
-    if (result == CURLE_OK) {
-      long code = 0;
-      c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
-      // Errors come as JSON bodies too; the caller reads them. A status
-      // without a body (a proxy, the wrong port) is reported here.
-      if (code == 200 || code >= 400) return Status::OK();
-      return Status::IOError(fmt::format("etcd at {}: HTTP {} for {}", endpoint, code, path));
-    }
-    std::string err = fmt::format("etcd at {}: {}", endpoint, c.easy_strerror(result));
-    if (first_error.empty()) first_error = err;
-    if (!ConnectionFailed(result)) return Status::IOError(err);
-    endpoint_ = (endpoint_ + 1) % options_.endpoints.size();
+    if (enough()) return false;
+    c.multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
   }
-  return Status::IOError(first_error);
+  return Status::IOError("etcd: aborted");
+}
+
+void EtcdClient::Detach() {
+  curl_->api->multi_remove_handle(curl_->multi, curl_->easy);
+  attached_ = false;
+}
+
+Status EtcdClient::Outcome(const std::string& path, bool* connection_failed) {
+  const net::CurlApi& c = *curl_->api;
+  CURL* e = curl_->easy;
+  const std::string& endpoint = options_.endpoints[endpoint_];
+  *connection_failed = false;
+  char* ip = nullptr;
+  if (c.easy_getinfo(e, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip && *ip) local_address_ = ip;
+  const auto result = static_cast<CURLcode>(result_);
+  if (result == CURLE_OK) {
+    long code = 0;
+    c.easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    // Errors come as JSON bodies too; the caller reads them. A status
+    // without a body (a proxy, the wrong port) is reported here.
+    if (code == 200 || code >= 400) return Status::OK();
+    return Status::IOError(fmt::format("etcd at {}: HTTP {} for {}", endpoint, code, path));
+  }
+  *connection_failed = ConnectionFailed(result);
+  return Status::IOError(fmt::format("etcd at {}: {}", endpoint, c.easy_strerror(result)));
 }
 
 Result<std::string> EtcdClient::Call(const std::string& path, const std::string& body) {
+  TRUN_RETURN_IF_ERROR(curl_->loaded);
+  if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
+  if (attached_) return Status::Internal("etcd: a request on a client whose watch is open");
   std::string out;
-  TRUN_RETURN_IF_ERROR(Post(
-      path, body,
-      [&](std::string_view d) {
-        out.append(d);
-        return true;
-      },
-      /*streaming=*/false));
-  return out;
+  sink_ = [&out](std::string_view d) {
+    out.append(d);
+    return true;
+  };
+  body_ = body;
+  Status first_error = Status::OK();
+  for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
+    out.clear();
+    Attach(path, /*streaming=*/false);
+    auto ended = Run([] { return false; });
+    Detach();
+    if (!ended.ok()) return ended.status();
+    bool connection_failed = false;
+    Status s = Outcome(path, &connection_failed);
+    if (s.ok()) return out;
+    if (first_error.ok()) first_error = s;
+    if (!connection_failed) return s;
+    NextEndpoint();
+  }
+  return first_error;
 }
 
 namespace {
@@ -322,54 +335,96 @@ Status EtcdClient::Revoke(int64_t lease) {
 
 Status EtcdClient::Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
                          const std::function<bool(const WatchEvent&)>& on_event) {
-  std::string body;
+  TRUN_RETURN_IF_ERROR(OpenWatch(ranges, start_revision));
+  while (true) {
+    auto e = NextEvent();
+    if (!e.ok() || !on_event(*e)) {
+      CloseWatch();
+      return e.status();
+    }
+  }
+}
+
+Status EtcdClient::OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_revision) {
+  TRUN_RETURN_IF_ERROR(curl_->loaded);
+  if (options_.endpoints.empty()) return Status::InvalidArgument("etcd: no endpoint");
+  CloseWatch();
+  body_.clear();
   for (const auto& r : ranges) {
     json create = RangeRequest(r);
     create["start_revision"] = std::to_string(start_revision);
-    body += json{{"create_request", create}}.dump() + "\n";
+    body_ += json{{"create_request", create}}.dump() + "\n";
   }
-  std::string pending;
-  Status failed = Status::OK();
-  bool finished = false;
-  // One JSON message per line; a message may arrive in pieces.
-  auto on_data = [&](std::string_view d) {
-    pending.append(d);
-    size_t start = 0;
-    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      json j = json::parse(std::string_view(pending).substr(start, nl - start), nullptr, false);
-      if (j.is_discarded()) continue;
-      failed = ErrorIn(j, "etcd watch");
-      if (!failed.ok()) return false;
-      const json& r = j.contains("result") ? j["result"] : j;
-      if (r.value("canceled", false) || Int(r, "compact_revision") != 0) {
-        failed = Status::IOError(fmt::format(
-            "etcd watch: cancelled by the server{}",
-            r.contains("cancel_reason") ? ": " + r["cancel_reason"].get<std::string>() : ""));
-        return false;
-      }
-      if (!r.contains("events")) continue;
-      const int64_t revision = Int(r["header"], "revision");
-      for (const auto& e : r["events"]) {
-        WatchEvent ev{e.value("type", "") == "DELETE", ToKeyValue(e["kv"]), revision};
-        if (!on_event(ev)) {
-          finished = true;
-          return false;
-        }
-      }
+  pending_.clear();
+  stream_failed_ = Status::OK();
+  stream_answered_ = false;
+  stream_tries_ = 1;
+  sink_ = [this](std::string_view d) { return OnWatchData(d); };
+  Attach("/v3/watch", /*streaming=*/true);
+  return Status::OK();
+}
+
+Result<WatchEvent> EtcdClient::NextEvent() {
+  while (true) {
+    if (!events_.empty()) {
+      WatchEvent e = std::move(events_.front());
+      events_.pop_front();
+      return e;
     }
-    pending.erase(0, start);
-    // A line longer than any answer etcd sends is not one of its answers.
-    if (pending.size() > (64u << 20)) {
-      failed = Status::IOError("etcd watch: an answer over 64 MiB");
+    if (!stream_failed_.ok()) return stream_failed_;
+    if (!attached_) return Status::Internal("etcd watch: none is open");
+    auto ended = Run([this] { return !events_.empty() || !stream_failed_.ok(); });
+    if (!ended.ok()) return ended.status();
+    if (!*ended || !stream_failed_.ok()) continue;
+    Detach();
+    bool connection_failed = false;
+    Status s = Outcome("/v3/watch", &connection_failed);
+    // Nothing came from this endpoint: the next may answer.
+    if (connection_failed && !stream_answered_ && stream_tries_ < options_.endpoints.size()) {
+      ++stream_tries_;
+      NextEndpoint();
+      Attach("/v3/watch", /*streaming=*/true);
+      continue;
+    }
+    stream_failed_ = s.ok() ? Status::IOError("etcd watch: the stream ended") : s;
+  }
+}
+
+void EtcdClient::CloseWatch() {
+  if (attached_) Detach();
+  events_.clear();
+}
+
+// One JSON message per line; a message may arrive in pieces.
+bool EtcdClient::OnWatchData(std::string_view d) {
+  stream_answered_ = true;
+  pending_.append(d);
+  size_t start = 0;
+  for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1) {
+    json j = json::parse(std::string_view(pending_).substr(start, nl - start), nullptr, false);
+    if (j.is_discarded()) continue;
+    stream_failed_ = ErrorIn(j, "etcd watch");
+    if (!stream_failed_.ok()) return false;
+    const json& r = j.contains("result") ? j["result"] : j;
+    if (r.value("canceled", false) || Int(r, "compact_revision") != 0) {
+      stream_failed_ = Status::IOError(fmt::format(
+          "etcd watch: cancelled by the server{}",
+          r.contains("cancel_reason") ? ": " + r["cancel_reason"].get<std::string>() : ""));
       return false;
     }
-    return true;
-  };
-  Status s = Post("/v3/watch", body, on_data, /*streaming=*/true);
-  if (!failed.ok()) return failed;
-  if (!s.ok()) return s;
-  if (!finished) return Status::IOError("etcd watch: the stream ended");
-  return Status::OK();
+    if (!r.contains("events")) continue;
+    const int64_t revision = Int(r["header"], "revision");
+    for (const auto& e : r["events"]) {
+      events_.push_back({e.value("type", "") == "DELETE", ToKeyValue(e["kv"]), revision});
+    }
+  }
+  pending_.erase(0, start);
+  // A line longer than any answer etcd sends is not one of its answers.
+  if (pending_.size() > (64u << 20)) {
+    stream_failed_ = Status::IOError("etcd watch: an answer over 64 MiB");
+    return false;
+  }
+  return true;
 }
 
 std::string PrefixEnd(const std::string& prefix) {

@@ -19,12 +19,13 @@
 //
 // Thread-safety: one client per thread, except Abort(), which any thread
 // may call to make the call in progress (and every later one) return an
-// error at once.
+// error at once. A client keeps its connection between calls.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -110,6 +111,17 @@ class EtcdClient {
   Status Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
                const std::function<bool(const WatchEvent&)>& on_event);
 
+  // A watch read at the caller's pace, which may last as long as the client:
+  // OpenWatch starts it, NextEvent waits for its next event in order (an
+  // error once the stream fails or Abort() is called; the events before
+  // come first), CloseWatch ends it. While one is open the client's other
+  // calls fail: a node keeps one client for its requests and one for its
+  // watch, each on one kept-alive connection (a watch ended early costs its
+  // connection; etcd spends CPU on every new one).
+  Status OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_revision);
+  Result<WatchEvent> NextEvent();
+  void CloseWatch();
+
   void Abort();
   // The address this host's end of the last connection had: how etcd sees
   // this host, which a node advertises to the others.
@@ -119,11 +131,21 @@ class EtcdClient {
 
  private:
   // POSTs `body` to `path` on the current endpoint, failing over to the
-  // next on a connection error; `on_data` gets the response's bytes as they
-  // come and returns false to end the transfer early.
-  Status Post(const std::string& path, const std::string& body,
-              const std::function<bool(std::string_view)>& on_data, bool streaming);
+  // next on a connection error; the answer's body.
   Result<std::string> Call(const std::string& path, const std::string& body);
+  // Starts a POST of body_ to `path` on the current endpoint, its answer's
+  // bytes going to sink_ (which returns false to end it).
+  void Attach(const std::string& path, bool streaming);
+  // Drives the attached transfer until it ends (true; its code in result_)
+  // or `enough()` holds (false); an error only when aborted.
+  Result<bool> Run(const std::function<bool()>& enough);
+  void Detach();
+  // What the ended transfer's code and HTTP status mean; `connection_failed`
+  // says whether another endpoint is worth a try.
+  Status Outcome(const std::string& path, bool* connection_failed);
+  // The watch stream's bytes: whole lines become events_ or stream_failed_.
+  bool OnWatchData(std::string_view data);
+  void NextEndpoint() { endpoint_ = (endpoint_ + 1) % options_.endpoints.size(); }
 
   struct Curl;
   EtcdOptions options_;
@@ -131,6 +153,20 @@ class EtcdClient {
   size_t endpoint_ = 0;
   std::string local_address_;
   std::atomic<bool> aborted_{false};
+  // The transfer in progress (attached_), what it sends, where its answer
+  // goes, and how it ended.
+  bool attached_ = false;
+  std::string body_;
+  std::function<bool(std::string_view)> sink_;
+  int result_ = 0;  // a CURLcode
+  // The open watch: its bytes not yet a whole line, its events not yet
+  // taken, why it ended, and whether any byte came (before, another
+  // endpoint may be tried).
+  std::string pending_;
+  std::deque<WatchEvent> events_;
+  Status stream_failed_;
+  bool stream_answered_ = false;
+  size_t stream_tries_ = 0;
 };
 
 // A prefix's range end: the prefix with its last byte incremented, as etcd

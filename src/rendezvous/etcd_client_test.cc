@@ -152,6 +152,34 @@ TEST_F(EtcdClientTest, WatchSeesPutsAndDeletesInOrder) {
   EXPECT_EQ(seen, (std::vector<std::string>{"+/w/y", "-/w/y", "+/w/z"}));
 }
 
+TEST_F(EtcdClientTest, AnOpenWatchIsReadAtTheCallersPaceAndFailsOver) {
+  EtcdOptions o = Options();
+  o.endpoints.insert(o.endpoints.begin(), "http://127.0.0.1:" + std::to_string(FreePort()));
+  EtcdClient w(o);
+  EtcdClient c(Options());
+  auto start = c.Put("/s/before", "0");
+  ASSERT_TRUE(start.ok());
+  ASSERT_TRUE(w.OpenWatch({{"/s/", PrefixEnd("/s/")}}, *start + 1).ok());
+  ASSERT_TRUE(c.Put("/s/a", "1").ok());
+  ASSERT_TRUE(c.Put("/s/b", "2").ok());
+  auto a = w.NextEvent();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->kv.key, "/s/a");
+  EXPECT_EQ(w.Endpoint(), endpoint_);
+  // Its requests wait until the watch is closed.
+  EXPECT_EQ(w.Put("/s/no", "x").status().code(), StatusCode::kInternal);
+  ASSERT_TRUE(c.DeletePrefix("/s/a").ok());
+  auto b = w.NextEvent();
+  auto gone = w.NextEvent();
+  ASSERT_TRUE(b.ok() && gone.ok());
+  EXPECT_EQ(b->kv.value, "2");
+  EXPECT_TRUE(gone->deleted);
+  EXPECT_EQ(gone->kv.key, "/s/a");
+  w.CloseWatch();
+  EXPECT_TRUE(w.Put("/s/yes", "x").ok());
+  EXPECT_EQ(w.NextEvent().status().code(), StatusCode::kInternal);
+}
+
 TEST_F(EtcdClientTest, AbortEndsAWatchAtOnce) {
   EtcdClient c(Options());
   auto t0 = std::chrono::steady_clock::now();

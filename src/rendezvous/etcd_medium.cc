@@ -18,6 +18,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// Where a node's join key lives under its epoch's keys (JoinKeys).
+constexpr std::string_view kJoin = "join/";
+
 // The coordinator as the nodes know it: the epoch its key was created at and
 // the lease everything it owns lives under.
 struct Epoch {
@@ -35,6 +38,10 @@ struct Shared {
   std::string prefix;
   std::string coord_key;
   std::chrono::seconds ttl{5};
+  // A node's lease is renewed at its first beat this long after the last
+  // renewal: half the lease less half a beat, so that a late beat still
+  // renews well within it.
+  Duration renew_after{0};
 
   std::mutex mu;
   struct Lease {
@@ -93,71 +100,67 @@ class EtcdLink final : public Link {
     (void)c.Revoke(lease_);
   }
 
+  // One put under a lease of the join's own, only while our coordinator is
+  // (a later Await need not read `coord`): its revision is the node's
+  // sequence number, unique and in the order the nodes joined. The key is
+  // named by the lease (unique in the cluster, where node ids are only
+  // likely to be), as the sequence number is not known before the put; the
+  // coordinator's host reads it back from the revision (JoinKeys).
   Result<int64_t> Join(const std::string& info) override {
     auto lease = client_.GrantLease(s_->ttl);
     if (!lease.ok()) return lease.status();
     lease_ = *lease;
-    // The put's revision is the node's sequence number: unique, and in the
-    // order the nodes joined.
-    auto seq = client_.Put(keys_ + "seq/" + s_->o.node_id, "", lease_);
-    if (!seq.ok()) return seq.status();
-    seq_ = *seq;
+    auto put = client_.PutWhile(fmt::format("{}{}{}", keys_, kJoin, lease_), info, lease_,
+                                s_->coord_key, epoch_.number);
+    if (!put.ok()) return put.status();
+    if (*put == 0) return Gone();
+    seq_ = floor_ = *put;
     {
       std::lock_guard lk(s_->mu);
       s_->lease_of_seq[seq_] = {lease_, Clock::now()};
     }
-    // Only while our coordinator is: a later Await need not read `coord`.
-    auto put = client_.PutWhile(fmt::format("{}node/{}", keys_, seq_), info, lease_, s_->coord_key,
-                                epoch_.number);
-    if (!put.ok()) return put.status();
-    if (*put == 0) return Gone();
-    floor_ = *put;
     return seq_;
   }
 
   // Under the coordinator's lease: a put succeeds only while it is there.
   Status Put(const std::string& key, const std::string& value) override {
-    auto put = client_.Put(keys_ + key, value, epoch_.lease);
-    if (!put.ok()) return put.status();
-    floor_ = *put;
-    return Status::OK();
+    return client_.Put(keys_ + key, value, epoch_.lease).status();
   }
 
   Status PutIfAbsent(const std::string& key, const std::string& value) override {
-    auto put = client_.PutIfAbsent(keys_ + key, value, epoch_.lease);
-    if (!put.ok()) return put.status();
-    if (put->created) floor_ = put->kv.mod_revision;
-    return Status::OK();
+    return client_.PutIfAbsent(keys_ + key, value, epoch_.lease).status();
   }
 
   // Every key a node awaits is written after the coordinator read this
-  // node's last write (its join or its ready): a watch from the revision
-  // after that write sees the key and any change of coordinator, without
-  // reading either first (one request less per wait; etcd spends about
-  // 0.4 ms of CPU on each through its gateway). Where nothing was written
-  // yet, a read finds them.
+  // node's join: one watch from the revision after it, open as long as the
+  // link, sees this node's assignments, every round's end and any change of
+  // coordinator, without reading any of them first (etcd spends about
+  // 0.4 ms of CPU on each request through its gateway, and more on each new
+  // watch and connection). A round's list of nodes (round/, which only some
+  // nodes read and which is large) is written before its assignments: one
+  // read finds it, else a watch of its own waits for it.
   Result<std::string> Await(const std::string& key) override {
     const std::string full = keys_ + key;
-    int64_t from = floor_ + 1;
-    if (floor_ == 0) {
-      auto snap = client_.Get({{full, ""}, {s_->coord_key, ""}});
-      if (!snap.ok()) return snap.status();
-      auto coord = ParseCoord(snap->ranges[1]);
-      if (!coord || coord->number != epoch_.number) return Gone();
-      if (!snap->ranges[0].empty()) return snap->ranges[0][0].value;
-      from = snap->revision + 1;
+    if (floor_ != 0 && (key.starts_with("assign/") || key.starts_with("end/"))) {
+      return AwaitStreamed(full);
     }
+    auto snap = client_.Get({{full, ""}, {s_->coord_key, ""}});
+    if (!snap.ok()) return snap.status();
+    auto coord = ParseCoord(snap->ranges[1]);
+    if (!coord || coord->number != epoch_.number) return Gone();
+    if (!snap->ranges[0].empty()) return snap->ranges[0][0].value;
     std::optional<std::string> value;
     bool gone = false;
-    Status s = client_.Watch({{full, ""}, {s_->coord_key, ""}}, from, [&](const WatchEvent& e) {
-      if (e.kv.key == s_->coord_key) {
-        gone = true;
-        return false;
-      }
-      if (e.kv.key != full || e.deleted) return true;
-      value = e.kv.value;
-      return false;
-    });
+    Status s = client_.Watch({{full, ""}, {s_->coord_key, ""}}, snap->revision + 1,
+                             [&](const WatchEvent& e) {
+                               if (e.kv.key == s_->coord_key) {
+                                 gone = true;
+                                 return false;
+                               }
+                               if (e.kv.key != full || e.deleted) return true;
+                               value = e.kv.value;
+                               return false;
+                             });
     if (gone) return Gone();
     if (!s.ok()) return s;
     return *value;
@@ -169,10 +172,11 @@ class EtcdLink final : public Link {
       std::lock_guard lk(s_->mu);
       auto it = s_->lease_of_seq.find(seq);
       if (it == s_->lease_of_seq.end()) return Status::OK();  // the main thread is joining anew
-      // The first beat comes as soon as the node joined: its lease was
-      // granted a moment ago, and that answer from etcd counts as this one
-      // (1,000 keep-alives fewer while 1,000 nodes join).
-      if (Clock::now() - it->second.renewed < s_->o.heartbeat_interval / 2) return Status::OK();
+      // Renewed about every half lease, not every beat: etcd spends about
+      // 0.4 ms of CPU on each keep-alive, and 1,000 nodes beating once a
+      // second were a sixth of its requests while they joined. The lease
+      // was granted (renewed) at the join: the first beats send nothing.
+      if (Clock::now() - it->second.renewed < s_->renew_after) return Status::OK();
       lease = it->second.id;
     }
     TRUN_RETURN_IF_ERROR(client_.KeepAlive(lease));
@@ -182,7 +186,12 @@ class EtcdLink final : public Link {
     return Status::OK();
   }
 
-  void Abort() override { client_.Abort(); }
+  void Abort() override {
+    client_.Abort();
+    std::lock_guard lk(watch_mu_);
+    aborted_ = true;
+    if (watch_) watch_->Abort();
+  }
   std::string LocalAddress() const override {
     std::string a = client_.LocalAddress();
     return a.empty() ? local_address_ : a;
@@ -197,6 +206,37 @@ class EtcdLink final : public Link {
     return Status::IOError(fmt::format("the coordinator of epoch {} is gone", epoch_.number));
   }
 
+  // Waits for `full` on the link's watch, opened at the first wait.
+  Result<std::string> AwaitStreamed(const std::string& full) {
+    if (auto it = seen_.find(full); it != seen_.end()) {
+      std::string value = std::move(it->second);
+      seen_.erase(it);
+      return value;
+    }
+    if (!watch_) {
+      auto watch = std::make_unique<EtcdClient>(s_->etcd);
+      {
+        std::lock_guard lk(watch_mu_);
+        if (aborted_) return Status::IOError("etcd: aborted");
+        watch_ = std::move(watch);
+      }
+      const std::string assign = fmt::format("{}assign/{}/", keys_, seq_);
+      const std::string end = keys_ + "end/";
+      TRUN_RETURN_IF_ERROR(watch_->OpenWatch(
+          {{assign, PrefixEnd(assign)}, {end, PrefixEnd(end)}, {s_->coord_key, ""}}, floor_ + 1));
+    }
+    while (true) {
+      auto e = watch_->NextEvent();
+      if (!e.ok()) return e.status();
+      if (e->kv.key == s_->coord_key) return Gone();
+      if (e->deleted) continue;
+      if (e->kv.key == full) return std::move(e->kv.value);
+      // Another round's end, or an assignment asked for before: kept for
+      // its own wait.
+      seen_[e->kv.key] = std::move(e->kv.value);
+    }
+  }
+
   std::shared_ptr<Shared> s_;
   const Epoch epoch_;
   const std::string keys_;
@@ -204,9 +244,14 @@ class EtcdLink final : public Link {
   const std::string local_address_;
   int64_t lease_ = 0;
   int64_t seq_ = 0;
-  // The revision of this link's last write, made while its coordinator
-  // was there (0: none yet).
+  // The revision of this link's join, made while its coordinator was there
+  // (0: none yet).
   int64_t floor_ = 0;
+  // The link's watch and what it brought that nobody waited for yet.
+  std::mutex watch_mu_;  // watch_'s creation against Abort()
+  bool aborted_ = false;
+  std::unique_ptr<EtcdClient> watch_;
+  std::map<std::string, std::string> seen_;
 };
 
 // The coordinator of one epoch, hosted by this agent: the coordinator's
@@ -274,12 +319,21 @@ class EtcdHost {
             return !e.deleted && e.kv.create_revision == epoch_.number;
           }
           std::string key = e.kv.key.substr(keys_.size());
-          if (!e.deleted) {
-            OnLoop([this, key, value = e.kv.value] { coordinator_->OnKey(0, key, value); });
-          } else if (key.starts_with("node/")) {
-            if (auto seq = ParseInt(key.substr(5))) {
-              OnLoop([this, seq = *seq] { coordinator_->OnNodeGone(seq, "its etcd lease ended"); });
+          if (key.starts_with(kJoin)) {
+            auto heard = e.deleted ? joins_.OnDelete(key) : joins_.OnPut(key, e.kv.mod_revision);
+            if (heard.gone) {
+              OnLoop([this, seq = *heard.gone, lease_ended = e.deleted] {
+                coordinator_->OnNodeGone(
+                    seq, lease_ended ? "its etcd lease ended" : "its join was replaced");
+              });
             }
+            if (heard.joined) {
+              OnLoop([this, key = fmt::format("node/{}", *heard.joined), value = e.kv.value] {
+                coordinator_->OnKey(0, key, value);
+              });
+            }
+          } else if (!e.deleted) {
+            OnLoop([this, key, value = e.kv.value] { coordinator_->OnKey(0, key, value); });
           }
           return true;
         });
@@ -360,6 +414,7 @@ class EtcdHost {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // loop thread
   std::unique_ptr<HostedCoordinator> coordinator_;              // loop thread
   EtcdClient watch_client_;                                     // watcher thread
+  JoinKeys joins_;                                              // watcher thread
   EtcdClient write_client_;  // writer thread, then the destructor
 
   std::mutex mu_;
@@ -385,6 +440,7 @@ class EtcdMedium final : public Medium {
     // within the heartbeat timeout.
     s_->ttl =
         std::chrono::seconds(std::max<int64_t>(2, (o.heartbeat_timeout.count() - 500) / 1000));
+    s_->renew_after = std::chrono::duration_cast<Duration>(s_->ttl) / 2 - o.heartbeat_interval / 2;
   }
 
   Status Start() override {
@@ -523,6 +579,24 @@ class EtcdMedium final : public Medium {
 };
 
 }  // namespace
+
+JoinKeys::Heard JoinKeys::OnPut(const std::string& key, int64_t revision) {
+  Heard h{std::nullopt, revision};
+  auto [it, added] = seq_of_.try_emplace(key, revision);
+  if (!added) {
+    if (it->second == revision) return {};  // heard already
+    h.gone = std::exchange(it->second, revision);
+  }
+  return h;
+}
+
+JoinKeys::Heard JoinKeys::OnDelete(const std::string& key) {
+  auto it = seq_of_.find(key);
+  if (it == seq_of_.end()) return {};
+  Heard h{it->second, std::nullopt};
+  seq_of_.erase(it);
+  return h;
+}
 
 std::unique_ptr<Medium> MakeEtcdMedium(asio::io_context& io, const Options& options) {
   return std::make_unique<EtcdMedium>(io, options);

@@ -24,7 +24,11 @@
 #pragma once
 
 #include <asio.hpp>
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/medium.h"
@@ -33,5 +37,26 @@
 namespace trun::rendezvous {
 
 std::unique_ptr<Medium> MakeEtcdMedium(asio::io_context& io, const Options& options);
+
+// The coordinator's host's view of the nodes' join keys (join/<lease>, each
+// put by one node under that lease, of its own, as it joins): the revision
+// of a put is that node's sequence number (node/<seq> to the coordinator),
+// which a node learns only from the put's answer, so the key is named by
+// its lease. A deletion (the lease ended or was revoked) ends the node of
+// that number; so does a put over the key (another number for the same
+// lease, which trun's nodes never make).
+// Thread-safety: none; the host's watcher thread owns it.
+class JoinKeys {
+ public:
+  struct Heard {
+    std::optional<int64_t> gone;    // this sequence number's node is gone
+    std::optional<int64_t> joined;  // and this one joined
+  };
+  Heard OnPut(const std::string& key, int64_t revision);
+  Heard OnDelete(const std::string& key);
+
+ private:
+  std::map<std::string, int64_t> seq_of_;
+};
 
 }  // namespace trun::rendezvous
