@@ -34,7 +34,7 @@ void Connection::OnReadError(std::error_code ec) {
 // socket is empty, or for at most 16 of those reads (1 MiB) before the
 // other connections get their turn. An idle connection then holds only its
 // object and asio's state, which is what thousands of them mostly are
-// (about 0.5 KiB each, bench/RESULTS.md).
+// (about 0.6 KiB each, bench/RESULTS.md).
 void Connection::OnReadable() {
   std::array<char, 64 * 1024>& buf = host_->read_buf();
   for (int turn = 0; turn < 16; ++turn) {
