@@ -175,7 +175,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
     Acceptor::Callbacks cb;
     cb.open = [this] { return conns_.size(); };
     cb.make_room = [this] { return MakeRoom(); };
-    cb.refuse = [this](tcp::socket& s, const asio::ip::address&) { Refuse(s); };
+    cb.refuse = [this](Acceptor::Socket& s, const asio::ip::address&) { Refuse(s); };
     cb.serve = [this](tcp::socket s, const asio::ip::address&) { Serve(std::move(s)); };
     auto acceptor = Acceptor::Listen(
         io_, {options_.host, options_.port, "health check server", options_.max_connections},
@@ -304,7 +304,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
 
   // Every slot is sending a reply: told at once, without waiting on the
   // client (a full socket buffer just loses the 503).
-  void Refuse(tcp::socket& s) {
+  void Refuse(Acceptor::Socket& s) {
     ++stats_.rejected;
     ++stats_.responses[503];
     std::error_code ec;

@@ -8,7 +8,11 @@ namespace trun {
 using asio::ip::tcp;
 
 Acceptor::Acceptor(asio::io_context& io, Options options, Callbacks callbacks)
-    : options_(std::move(options)), callbacks_(std::move(callbacks)), acceptor_(io), retry_(io) {}
+    : io_(io),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      acceptor_(io),
+      retry_(io) {}
 
 Result<std::shared_ptr<Acceptor>> Acceptor::Listen(asio::io_context& io, Options options,
                                                    Callbacks callbacks) {
@@ -28,34 +32,35 @@ void Acceptor::Close() {
 }
 
 void Acceptor::Accept() {
-  acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
-    if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-    if (!ec) {
-      self->out_of_descriptors_ = false;
-      self->Take(std::move(s));
-      if (self->acceptor_.is_open()) self->Accept();
-      return;
-    }
-    if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
-        ec == asio::error::no_memory) {
-      // The pending client stays in the backlog; accepting again at once
-      // would spin. Wait for a client to leave, log once per episode.
-      if (!self->out_of_descriptors_) {
-        log::Warning("{}: cannot accept a client: {}; raise the open-file limit (ulimit -n)",
-                     self->options_.what, ec.message());
-        self->out_of_descriptors_ = true;
-      }
-      self->retry_.expires_after(std::chrono::milliseconds(100));
-      self->retry_.async_wait([self](std::error_code e) {
-        if (!e && self->acceptor_.is_open()) self->Accept();
+  acceptor_.async_accept(
+      io_.get_executor(), [self = shared_from_this()](std::error_code ec, Socket s) {
+        if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
+        if (!ec) {
+          self->out_of_descriptors_ = false;
+          self->Take(std::move(s));
+          if (self->acceptor_.is_open()) self->Accept();
+          return;
+        }
+        if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+            ec == asio::error::no_memory) {
+          // The pending client stays in the backlog; accepting again at once
+          // would spin. Wait for a client to leave, log once per episode.
+          if (!self->out_of_descriptors_) {
+            log::Warning("{}: cannot accept a client: {}; raise the open-file limit (ulimit -n)",
+                         self->options_.what, ec.message());
+            self->out_of_descriptors_ = true;
+          }
+          self->retry_.expires_after(std::chrono::milliseconds(100));
+          self->retry_.async_wait([self](std::error_code e) {
+            if (!e && self->acceptor_.is_open()) self->Accept();
+          });
+          return;
+        }
+        self->Accept();  // e.g. a client that reset before we accepted it
       });
-      return;
-    }
-    self->Accept();  // e.g. a client that reset before we accepted it
-  });
 }
 
-void Acceptor::Take(tcp::socket client) {
+void Acceptor::Take(Socket client) {
   std::error_code ec;
   auto ep = client.remote_endpoint(ec);
   if (ec) return;  // gone already; the socket closes with `client`

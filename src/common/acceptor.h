@@ -24,6 +24,12 @@ namespace trun {
 
 class Acceptor : public std::enable_shared_from_this<Acceptor> {
  public:
+  // A client's socket, bound to the io_context's own executor rather than
+  // asio's type-erased any_io_executor: 8 bytes instead of 56, in the
+  // socket and in every operation pending on it, which is most of what an
+  // idle connection costs a server with thousands (it converts to a
+  // tcp::socket where that is wanted).
+  using Socket = asio::basic_stream_socket<asio::ip::tcp, asio::io_context::executor_type>;
   struct Options {
     // As ListenTcp (net.h) takes them; `what` names the server in errors
     // and log lines.
@@ -42,9 +48,9 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
     // may give way.
     std::function<bool()> make_room;
     // At the cap with no room: tells the client, which is closed after.
-    std::function<void(asio::ip::tcp::socket& client, const asio::ip::address& peer)> refuse;
+    std::function<void(Socket& client, const asio::ip::address& peer)> refuse;
     // A client to serve.
-    std::function<void(asio::ip::tcp::socket client, const asio::ip::address& peer)> serve;
+    std::function<void(Socket client, const asio::ip::address& peer)> serve;
   };
 
   // Binds, listens and starts accepting. Errors as ListenTcp's.
@@ -61,8 +67,9 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
  private:
   Acceptor(asio::io_context& io, Options options, Callbacks callbacks);
   void Accept();
-  void Take(asio::ip::tcp::socket client);
+  void Take(Socket client);
 
+  asio::io_context& io_;
   Options options_;
   Callbacks callbacks_;
   asio::ip::tcp::acceptor acceptor_;

@@ -39,7 +39,7 @@ TEST(AcceptorTest, AdmitsThenMakesRoomThenRefusesAtTheCap) {
     served.erase(served.begin());
     return true;
   };
-  cb.refuse = [&](tcp::socket&, const asio::ip::address&) { ++refused; };
+  cb.refuse = [&](Acceptor::Socket&, const asio::ip::address&) { ++refused; };
   cb.serve = [&](tcp::socket s, const asio::ip::address&) { served.push_back(std::move(s)); };
   auto a = Acceptor::Listen(io, {"127.0.0.1", 0, "test server", 1}, std::move(cb));
   ASSERT_TRUE(a.ok()) << a.status().message();

@@ -4,17 +4,9 @@
 
 namespace trun::store {
 
-using asio::ip::tcp;
-
-Connection::Connection(std::shared_ptr<ConnectionHost> keep_host, tcp::socket socket,
-                       const Limits& limits, size_t max_pending_reply_bytes, uint64_t id,
-                       std::array<char, 64 * 1024>& read_buf)
-    : id(id),
-      parser(limits),
-      host_(std::move(keep_host)),
-      socket_(std::move(socket)),
-      max_pending_reply_bytes_(max_pending_reply_bytes),
-      shared_buf_(read_buf) {}
+Connection::Connection(std::shared_ptr<ConnectionHost> keep_host, Acceptor::Socket socket,
+                       uint64_t id)
+    : id(id), host_(std::move(keep_host)), socket_(std::move(socket)) {}
 
 void Connection::Start() {
   // Reads happen when the socket is readable (Read) and must fail rather
@@ -25,7 +17,7 @@ void Connection::Start() {
 }
 
 void Connection::Read() {
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](std::error_code ec) {
+  socket_.async_wait(Acceptor::Socket::wait_read, [self = shared_from_this()](std::error_code ec) {
     if (ec) return self->OnReadError(ec);
     self->OnReadable();
   });
@@ -42,15 +34,16 @@ void Connection::OnReadError(std::error_code ec) {
 // socket is empty, or for at most 16 of those reads (1 MiB) before the
 // other connections get their turn. An idle connection then holds only its
 // object and asio's state, which is what thousands of them mostly are
-// (about 0.5 KiB each where a 512-byte buffer of its own made it 1.5).
+// (about 0.6 KiB each, bench/RESULTS.md).
 void Connection::OnReadable() {
+  std::array<char, 64 * 1024>& buf = host_->read_buf();
   for (int turn = 0; turn < 16; ++turn) {
     std::error_code ec;
-    size_t k = socket_.read_some(asio::buffer(shared_buf_), ec);
+    size_t k = socket_.read_some(asio::buffer(buf), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) return OnReadError(ec);
-    if (!Consume(shared_buf_.data(), k)) return;
-    if (k < shared_buf_.size()) break;
+    if (!Consume(buf.data(), k)) return;
+    if (k < buf.size()) break;
   }
   Read();
 }
@@ -63,16 +56,29 @@ bool Connection::Consume(const char* data, size_t n) {
     host_->Spoke(*this);
   }
   if (link) return host_->LinkBytes(shared_from_this(), data, n);
-  if (!parser.Append(data, n)) {
-    host_->Drop(shared_from_this(), parser.error());
+  if (!parser_) parser_ = std::make_unique<RequestParser>(host_->limits(), generation_);
+  if (!Parse(data, n) || !host_->AfterRead(shared_from_this(), n)) return false;
+  // Between requests the parser holds nothing but the generation.
+  if (parser_->pending() == nullptr && parser_->buffered() == 0) {
+    generation_ = parser_->generation();
+    parser_.reset();
+  }
+  return true;
+}
+
+// Feeds the parser and hands each whole request to the host; false when
+// the connection is gone.
+bool Connection::Parse(const char* data, size_t n) {
+  if (!parser_->Append(data, n)) {
+    host_->Drop(shared_from_this(), parser_->error());
     return false;
   }
   Request req;
   while (true) {
-    auto r = parser.Next(&req);
-    if (r == RequestParser::Result::kNeedMore) break;
+    auto r = parser_->Next(&req);
+    if (r == RequestParser::Result::kNeedMore) return true;
     if (r == RequestParser::Result::kError) {
-      host_->Drop(shared_from_this(), parser.error());
+      host_->Drop(shared_from_this(), parser_->error());
       return false;
     }
     judged_args = 0;
@@ -81,19 +87,19 @@ bool Connection::Consume(const char* data, size_t n) {
     if (link) {
       // The relay sends its first frame after the handshake's answer, so
       // nothing may follow the handshake in what it sent before.
-      if (parser.buffered() == 0) break;
+      if (parser_->buffered() == 0) return true;
       host_->Drop(shared_from_this(), "bytes after the link's handshake, before its answer");
       return false;
     }
   }
-  return host_->AfterRead(shared_from_this(), n);
 }
 
 bool Connection::CanQueue(size_t n) const { return n <= ReplyRoom(); }
 
 size_t Connection::ReplyRoom() const {
-  size_t queued = out_.size() + sending_.size();
-  return queued < max_pending_reply_bytes_ ? max_pending_reply_bytes_ - queued : 0;
+  size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
+  size_t max = host_->max_pending_reply_bytes();
+  return queued < max ? max - queued : 0;
 }
 
 // One write is in flight at a time, and everything queued meanwhile goes
@@ -101,39 +107,48 @@ size_t Connection::ReplyRoom() const {
 void Connection::Send(std::string_view bytes) {
   if (closed) return;
   if (!CanQueue(bytes.size())) return host_->Drop(shared_from_this(), "too many unread replies");
-  out_.append(bytes);
+  if (!outbox_) outbox_ = std::make_unique<Outbox>();
+  outbox_->out.append(bytes);
   if (!writing_) Flush();
 }
 
 void Connection::Flush() {
-  if (out_.empty() || closed) return;
+  if (!outbox_ || outbox_->out.empty() || closed) return;
   writing_ = true;
-  sending_.swap(out_);
-  out_.clear();
-  asio::async_write(
-      socket_, asio::buffer(sending_), [self = shared_from_this()](std::error_code ec, size_t) {
-        self->writing_ = false;
-        std::string().swap(self->sending_);  // idle connections hold no buffer
-        if (ec) {
-          bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
-                       ec == asio::error::connection_reset;
-          return self->host_->Drop(self, quiet ? "" : ec.message());
-        }
-        if (self->closing && self->out_.empty()) return self->host_->Drop(self, "");
-        self->Flush();
-      });
+  outbox_->sending.swap(outbox_->out);
+  outbox_->out.clear();
+  asio::async_write(socket_, asio::buffer(outbox_->sending),
+                    [self = shared_from_this()](std::error_code ec, size_t) {
+                      self->writing_ = false;
+                      // Idle connections hold no buffer.
+                      if (self->outbox_->out.empty()) {
+                        self->outbox_.reset();
+                      } else {
+                        std::string().swap(self->outbox_->sending);
+                      }
+                      if (ec) {
+                        bool quiet = ec == asio::error::operation_aborted ||
+                                     ec == asio::error::broken_pipe ||
+                                     ec == asio::error::connection_reset;
+                        return self->host_->Drop(self, quiet ? "" : ec.message());
+                      }
+                      if (self->closing && !self->Sending()) return self->host_->Drop(self, "");
+                      self->Flush();
+                    });
 }
 
 void Connection::Close() {
   if (closed) return;
   closed = true;
   std::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.shutdown(Acceptor::Socket::shutdown_both, ec);
   socket_.close(ec);
 }
 
 size_t Connection::BufferBytes() const {
-  return parser.allocated() + HeapBytes(out_) + HeapBytes(sending_);
+  size_t n = parser_ ? parser_->allocated() : 0;
+  if (outbox_) n += HeapBytes(outbox_->out) + HeapBytes(outbox_->sending);
+  return n;
 }
 
 std::string Connection::RemoteName(asio::ip::address* address) const {

@@ -88,7 +88,7 @@ void LinkHost::SendTo(uint64_t owner, std::string_view bytes) {
 
 size_t LinkHost::HeldBy(const Connection& c) const {
   auto link = links_.find(c.id);
-  if (link == links_.end()) return c.parser.held();
+  if (link == links_.end()) return c.parser() ? c.parser()->held() : 0;
   return link->second.held + link->second.frames.buffered();
 }
 

@@ -47,7 +47,7 @@ inline constexpr size_t kNumOps = static_cast<size_t>(Op::kBarrier) + 1;
 
 const char* OpName(Op op);
 
-enum class Generation { kUnknown, kV1, kV2 };
+enum class Generation : uint8_t { kUnknown, kV1, kV2 };
 
 // What a string holds on the heap: its capacity, less the bytes an empty
 // string holds in itself (the short-string buffer).
@@ -82,7 +82,10 @@ class RequestParser {
  public:
   enum class Result { kRequest, kNeedMore, kError };
 
-  explicit RequestParser(Limits limits = {}) : limits_(limits) {}
+  // `known`: the generation of the connection's earlier requests, for a
+  // parser made again after one was released between requests.
+  explicit RequestParser(Limits limits = {}, Generation known = Generation::kUnknown)
+      : limits_(limits), generation_(known) {}
 
   // Appends bytes. Returns false (and sets error()) when the connection
   // would hold more than limits.max_buffered_bytes: unparsed bytes plus the

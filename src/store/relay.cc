@@ -64,8 +64,10 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     Acceptor::Callbacks cb;
     cb.open = [this] { return clients_.size(); };
     cb.make_room = [] { return false; };
-    cb.refuse = [](tcp::socket&, const asio::ip::address&) {};
-    cb.serve = [this](tcp::socket s, const asio::ip::address& peer) { Serve(std::move(s), peer); };
+    cb.refuse = [](Acceptor::Socket&, const asio::ip::address&) {};
+    cb.serve = [this](Acceptor::Socket s, const asio::ip::address& peer) {
+      Serve(std::move(s), peer);
+    };
     auto acceptor = Acceptor::Listen(io_, {options_.host, options_.port, "store relay", SIZE_MAX},
                                      std::move(cb));
     if (!acceptor.ok()) return acceptor.status();
@@ -143,7 +145,10 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     clients_.erase(it);
   }
 
-  void Spoke(const Connection&) override {}
+  void Spoke(Connection&) override {}
+  const Limits& limits() const override { return options_.limits; }
+  size_t max_pending_reply_bytes() const override { return kDefaultMaxBufferedBytes; }
+  std::array<char, 64 * 1024>& read_buf() override { return read_buf_; }
   bool LinkBytes(const std::shared_ptr<Connection>&, const char*, size_t) override { return false; }
 
  private:
@@ -190,7 +195,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     bool shared_ops = false;  // the ADDs' and GETs'
   };
 
-  void Serve(tcp::socket s, const asio::ip::address& peer) {
+  void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
     if (!linked_) {
       std::error_code ec;
       s.close(ec);
@@ -198,8 +203,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
-                                          kDefaultMaxBufferedBytes, ++last_client_, read_buf_);
+    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_client_);
     c->peer = peer;
     clients_[c->id].conn = c;
     ++stats_.clients;
@@ -459,7 +463,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   // ---- everything else: the client's own stream ------------------------------
 
   void Forward(Client& client, const Request& r) {
-    Generation g = client.conn->parser.generation();
+    Generation g = client.conn->generation();
     std::string o;
     if (client.stream == 0) {
       StreamUse use;

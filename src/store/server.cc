@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <set>
 #include <unordered_map>
 
 #include "common/acceptor.h"
@@ -32,6 +31,33 @@ std::array<std::atomic<uint64_t>, kNumOps> g_requests{};
 std::atomic<uint64_t> g_accepted{0}, g_closed{0}, g_dropped{0}, g_refused{0};
 }  // namespace
 
+// Connections in the order they were added, on their own list hooks
+// (connection.h): a store of thousands of silent clients pays two pointers
+// for each rather than a std::set node.
+class ConnectionList {
+ public:
+  Connection* front() const { return head_; }
+  void PushBack(Connection& c) {
+    c.list_prev = tail_;
+    c.list_next = nullptr;
+    (tail_ ? tail_->list_next : head_) = &c;
+    tail_ = &c;
+    c.listed = true;
+  }
+  // Takes `c` off the list; nothing where it is not on it.
+  void Erase(Connection& c) {
+    if (!c.listed) return;
+    (c.list_prev ? c.list_prev->list_next : head_) = c.list_next;
+    (c.list_next ? c.list_next->list_prev : tail_) = c.list_prev;
+    c.list_prev = c.list_next = nullptr;
+    c.listed = false;
+  }
+
+ private:
+  Connection* head_ = nullptr;
+  Connection* tail_ = nullptr;
+};
+
 class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>,
                           public KeyspaceListener,
                           public ConnectionHost,
@@ -52,8 +78,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     cb.admit = [this](const asio::ip::address& peer) { return AdmitPeer(peer); };
     cb.open = [this] { return connections_.size(); };
     cb.make_room = [this] { return MakeRoom(); };
-    cb.refuse = [this](tcp::socket&, const asio::ip::address& peer) { RefuseAtCap(peer); };
-    cb.serve = [this](tcp::socket s, const asio::ip::address& peer) { Serve(std::move(s), peer); };
+    cb.refuse = [this](Acceptor::Socket&, const asio::ip::address& peer) { RefuseAtCap(peer); };
+    cb.serve = [this](Acceptor::Socket s, const asio::ip::address& peer) {
+      Serve(std::move(s), peer);
+    };
     auto acceptor = Acceptor::Listen(
         io_, {options_.host, options_.port, "store", options_.max_connections}, std::move(cb));
     if (!acceptor.ok()) return acceptor.status();
@@ -66,6 +94,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     if (acceptor_) acceptor_->Close();
     partial_sweep_.cancel();
     for (auto& [id, c] : connections_) CloseSocket(*c);
+    silent_ = ConnectionList();
     connections_.clear();
     links_.Clear();
     observer_ = nullptr;
@@ -156,16 +185,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return false;
   }
 
-  void Serve(tcp::socket s, const asio::ip::address& peer) {
+  void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c =
-        std::make_shared<Connection>(shared_from_this(), std::move(s), options_.limits,
-                                     options_.max_pending_reply_bytes, ++last_conn_id_, read_buf_);
+    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_conn_id_);
     c->peer = peer;
     c->stranger = !members_.Contains(peer);
     connections_.emplace(c->id, c);
-    silent_.insert(c->id);
+    silent_.PushBack(*c);
     g_accepted.fetch_add(1, std::memory_order_relaxed);
     c->Start();
   }
@@ -178,8 +205,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // that fills the cap can close it, where it would otherwise meet EMFILE
   // with everyone else).
   bool MakeRoom() {
-    if (!silent_.empty()) {
-      auto oldest = connections_.find(*silent_.begin());
+    if (Connection* first = silent_.front()) {
+      auto oldest = connections_.find(first->id);
       if (oldest != connections_.end()) {
         Drop(oldest->second,
              fmt::format("{} connections, the store's cap (the open-file limit less a reserve "
@@ -250,9 +277,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         untrun = a.verdict == Verdict::kServeUntrun;
         return true;
       case Verdict::kAuthNonce: {
-        c->auth_nonce = NewAuthNonce();
+        c->auth_nonce = std::make_unique<std::string>(NewAuthNonce());
         std::string o;
-        PutBytes(o, c->auth_nonce);
+        PutBytes(o, *c->auth_nonce);
         c->Send(o);
         return false;
       }
@@ -298,9 +325,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // everything served are decided when the request is whole. Returns
   // false when `c` was closed.
   bool JudgePending(const std::shared_ptr<Connection>& c) {
-    const Request* p = c->parser.pending();
+    const Request* p = c->parser() ? c->parser()->pending() : nullptr;
     if (p == nullptr || p->args.size() == c->judged_args) return true;
-    c->judged_args = p->args.size();
+    c->judged_args = static_cast<uint32_t>(p->args.size());
     Admission a = Admit(*p, StandingOf(*c));
     if (a.verdict != Verdict::kRefuseTrunKeys && a.verdict != Verdict::kRefuseStranger) {
       return true;
@@ -357,7 +384,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // guess costs a connection.
   void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
     // A nonce is good for one proof: a replay, here or elsewhere, fails.
-    std::string nonce = std::exchange(c->auth_nonce, "");
+    std::string nonce = c->auth_nonce ? std::move(*c->auth_nonce) : "";
+    c->auth_nonce.reset();
     ProofAnswer a = AnswerProof(job_token_, nonce, r.args[1], r.args[2]);
     std::string o;
     PutBytes(o, a.answer);
@@ -423,7 +451,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       LogRefusal(Unmapped(address), why, fmt::format("store: dropped client {}: {}", name, why));
     }
     partial_.Remove(c->id);
-    silent_.erase(c->id);
+    silent_.Erase(*c);
     keys_.Forget(c->id);
     links_.Forget(c->id);
     CloseSocket(*c);
@@ -475,7 +503,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return JudgePending(c) && HoldPartial(c, arrived);
   }
 
-  void Spoke(const Connection& c) override { silent_.erase(c.id); }
+  void Spoke(Connection& c) override { silent_.Erase(c); }
+  const Limits& limits() const override { return options_.limits; }
+  size_t max_pending_reply_bytes() const override { return options_.max_pending_reply_bytes; }
+  std::array<char, 64 * 1024>& read_buf() override { return read_buf_; }
 
   // Closes `c`'s socket, counted once.
   static void CloseSocket(Connection& c) {
@@ -501,7 +532,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   asio::steady_timer partial_sweep_;
   bool partial_sweep_armed_ = false;
   PartialRequests partial_;
-  std::set<uint64_t> silent_;  // connections that sent nothing yet, oldest first
+  ConnectionList silent_;      // connections that sent nothing yet, oldest first
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
   Observer observer_;
