@@ -1,6 +1,7 @@
 """Shared helpers: run build/trun (and torch 1.13's torchrun) as a user would."""
 import os
 import pathlib
+import random
 import re
 import shutil
 import signal
@@ -178,10 +179,42 @@ def read_until_hangup(fd):
     return out.decode(errors="replace")
 
 
+def _ephemeral_low():
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# Ports free_port() may pick: below the kernel's ephemeral range, and below
+# 29400 (trun's and torch's default ports, which some tests leave as they are).
+_PORTS = range(20000, min(29000, _ephemeral_low()))
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a server a test starts later. Not one
+    from bind(0): the kernel hands those out again to any process's next
+    connect() or bind(0), so one could be taken before the test's server
+    binds it (seen in CI: srun's message socket took the port given as a job's
+    --rdzv_port, and its agents knocked on srun's door until the test gave
+    up). Picked at random from below the ephemeral range, where neither can
+    happen, and checked free on every address."""
+    if not _PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    while True:
+        port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 class Agent:

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT, TRUN
-from torchx_helpers import free_port, jobs, use_env  # noqa: F401 (fixture)
+from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, free_port
+from torchx_helpers import jobs, use_env  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(ROOT / "python"))
 from trun import specs  # noqa: E402

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT, TRUN, base_env, live_processes_with, run
-from torchx_helpers import Jobs, free_port, use_env
+from conftest import (EXAMPLES, FIXTURES, ROOT, TRUN, base_env, free_port, live_processes_with,
+                      run)
+from torchx_helpers import Jobs, use_env
 
 pytestmark = pytest.mark.once(
     "the subject is the slurm scheduler (sbatch, squeue, sacct, requeue); DDP is only its payload")

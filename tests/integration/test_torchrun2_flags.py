@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import (FIXTURES, TORCH2, TORCH_HAS_LIBUV, TORCHRUN, TRUN, base_env, torchrun,
-                      trun, worker)
+from conftest import (FIXTURES, TORCH2, TORCH_HAS_LIBUV, TORCHRUN, TRUN, base_env, free_port,
+                      torchrun, trun, worker)
 
 
 def run_dir(log_dir):
@@ -397,12 +397,6 @@ if __name__ == "__main__":
 
 needs_libuv_less_torch2 = pytest.mark.skipif(
     not TORCH2 or TORCH_HAS_LIBUV, reason="needs a torch 2.x built without libuv")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @needs_libuv_less_torch2

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, TRUN, live_processes_with, read_until_hangup
-from torchx_helpers import free_port, jobs  # noqa: F401 (fixture)
+from conftest import (EXAMPLES, FIXTURES, TRUN, free_port, live_processes_with,
+                      read_until_hangup)
+from torchx_helpers import jobs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.once(
     "the subject is the local scheduler and its supervisor; DDP is only its payload")

@@ -3,7 +3,6 @@ apps driven through the real binary, and cleanup of whatever is left."""
 import json
 import os
 import re
-import socket
 import time
 
 import pytest
@@ -11,12 +10,6 @@ import pytest
 from conftest import base_env, trun
 
 HANDLE = re.compile(r"^(local|slurm)://trun/[\w.-]+$", re.M)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def use_env(monkeypatch, env):
