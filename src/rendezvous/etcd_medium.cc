@@ -548,7 +548,7 @@ class EtcdMedium final : public Medium {
   // A worker of another node, still stopping, may write one more key after
   // this: that race is left, where the store-hosted coordinator has none.
   void ForgetWorkerKeys() override {
-    if (server_) server_->EraseAllBut(kTrunKeys);
+    if (server_) server_->ForgetLastRound(kTrunKeys);
   }
 
   // Group rank 0's agent hosts the round's workers' store, which serves

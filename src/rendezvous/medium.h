@@ -82,7 +82,7 @@ class Medium {
   virtual int WorkerStorePort() const { return 0; }
   // Loop thread, when this node asks for a new round, its workers stopped:
   // the store it hosts for its workers (WorkerStorePort) forgets their keys
-  // (StoreServer::EraseAllBut says why). A medium whose coordinator serves
+  // (StoreServer::ForgetLastRound says why). A medium whose coordinator serves
   // the workers does so when it closes a round instead.
   virtual void ForgetWorkerKeys() {}
   // Main thread: whether this node, at `group_rank`, needs the round's

@@ -55,8 +55,8 @@ class SingleNode final : public Rendezvous {
   void Ready() override {
     ++round_.number;
     // The last attempt's workers are gone; the next one's find no key of
-    // theirs (StoreServer::EraseAllBut says why).
-    server_->EraseAllBut(kTrunKeys);
+    // theirs (StoreServer::ForgetLastRound says why).
+    server_->ForgetLastRound(kTrunKeys);
     Deliver();
   }
 

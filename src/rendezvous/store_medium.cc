@@ -181,7 +181,7 @@ class StoreMedium final : public Medium {
       // stopped its own before it joined), and none of the new one has
       // started, as no node knows of the round yet. The workers' keys go.
       if (w.key.starts_with("round/")) {
-        server_->EraseAllBut(kTrunKeys);
+        server_->ForgetLastRound(kTrunKeys);
         // The store now serves the new round's hosts, and nobody else
         // beyond the rendezvous's keys: a host that left loses access.
         // Where agents prove the job token, a host is where its agent's

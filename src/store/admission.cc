@@ -80,6 +80,7 @@ Admission Admit(const Request& r, const Standing& s) {
   // Unreachable for a parsed request; refused rather than trusted.
   if (rule == nullptr) return {Verdict::kRefuseStranger, true};
   Admission out;
+  out.names_other_keys = rule->keys != KeyArgs::kWholeStore && !EveryKey(r, rule->keys, IsTrunKey);
   if (s.token_asked) {
     // The exchange itself is open to everyone, strangers too: it is how an
     // agent that is no member yet proves it may join.

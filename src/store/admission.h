@@ -73,6 +73,9 @@ struct Admission {
   // closes, rather than demotes, a member's connection that did this once
   // its host leaves the round).
   bool beyond_prefix = false;
+  // The request names a key outside trun's (/trun/): a worker's, never an
+  // agent's (the server closes such connections between rounds).
+  bool names_other_keys = false;
 };
 
 // The verdict on `r` from a connection standing as `s`. `r` must be a

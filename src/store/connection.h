@@ -100,9 +100,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Refused: its last answer is on its way, then it is closed, and nothing
   // more it sent is read.
   bool closing = false;
-  bool stranger = false;         // kept to the allowlist's strangers_prefix
-  bool used_other_keys = false;  // a request outside that prefix
-  bool proven = false;           // showed the job token (auth.h)
+  bool stranger = false;          // kept to the allowlist's strangers_prefix
+  bool used_other_keys = false;   // a request outside that prefix
+  bool used_worker_keys = false;  // a request outside trun's keys (admission.h)
+  bool proven = false;            // showed the job token (auth.h)
   // A relay's link (link.h): every byte after the handshake's answer is a
   // frame, for the host's LinkBytes.
   bool link = false;

@@ -118,7 +118,19 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return *v;
   }
 
-  size_t EraseAllBut(const std::string& keep_prefix) { return keys_.EraseAllBut(keep_prefix); }
+  size_t ForgetLastRound(const std::string& keep_prefix) {
+    // Closed before the erase, and unread: a worker that was killed, or
+    // exited, with requests still in its socket is reaped by the agent's
+    // loop (which is this one) before those bytes are read; read after
+    // the erase, its last SET would be the next round's stale key (gloo's
+    // peer address of a dead rank).
+    std::vector<std::shared_ptr<Connection>> workers;
+    for (const auto& [id, c] : connections_) {
+      if (c->used_worker_keys && !c->link) workers.push_back(c);
+    }
+    for (const auto& c : workers) Drop(c, "");
+    return keys_.EraseAllBut(keep_prefix);
+  }
 
   void LocalSet(const std::string& key, std::string value) {
     current_conn_ = 0;
@@ -274,6 +286,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         // A member's connection that used other keys is closed, not
         // demoted, once its host leaves the round.
         if (a.beyond_prefix) c->used_other_keys = true;
+        if (a.names_other_keys) c->used_worker_keys = true;
         untrun = a.verdict == Verdict::kServeUntrun;
         return true;
       case Verdict::kAuthNonce: {
@@ -564,8 +577,8 @@ void StoreServer::Observe(std::string prefix, Observer observer,
 std::optional<std::string> StoreServer::Get(const std::string& key) const {
   return impl_->Lookup(key);
 }
-size_t StoreServer::EraseAllBut(const std::string& keep_prefix) {
-  return impl_->EraseAllBut(keep_prefix);
+size_t StoreServer::ForgetLastRound(const std::string& keep_prefix) {
+  return impl_->ForgetLastRound(keep_prefix);
 }
 void StoreServer::RequireJobToken(std::string token) { impl_->RequireJobToken(std::move(token)); }
 std::optional<asio::ip::address> StoreServer::PeerOf(uint64_t conn) const {

@@ -104,13 +104,15 @@ class StoreServer {
   std::optional<std::string> Get(const std::string& key) const;
   void Set(const std::string& key, std::string value);
   std::string CompareSet(const std::string& key, const std::string& expected, std::string desired);
-  // Erases every key and queue whose name does not start with
-  // `keep_prefix`, without waking or telling anyone; returns how many.
-  // Between two rounds of a job: torch 2.x's workers use the agent's store
-  // without a per-attempt prefix (torch 1.13 put theirs under
-  // /worker/attempt_<N>), so a new round's workers would otherwise read the
-  // last round's keys, such as gloo's peer addresses.
-  size_t EraseAllBut(const std::string& keep_prefix);
+  // Between two rounds of a job, once the last round's workers are gone:
+  // closes every connection that used a key outside trun's (a worker's; a
+  // relay's link excepted) without reading what it sent since, then erases
+  // every key and queue whose name does not start with `keep_prefix`,
+  // without waking or telling anyone; returns how many keys. torch 2.x's
+  // workers use the agent's store without a per-attempt prefix (torch 1.13
+  // put theirs under /worker/attempt_<N>), so a new round's workers would
+  // otherwise read the last round's keys, such as gloo's peer addresses.
+  size_t ForgetLastRound(const std::string& keep_prefix);
   // nullopt (the default): everyone is served. Otherwise only as
   // `allowlist` says; connections already open from a peer it no longer
   // allows are closed (or, with a strangers_prefix, kept to that prefix

@@ -280,23 +280,42 @@ TEST_F(ServerTest, ALeavingMemberKeepsOnlyItsRendezvousConnection) {
 }
 
 // Between two rounds the agent erases the workers' keys (torch 2.x's use
-// no per-attempt prefix) and keeps the rendezvous's.
-TEST_F(ServerTest, EraseAllButKeepsOnlyThePrefix) {
-  StoreClient c = Connect();
-  ASSERT_TRUE(c.Set("/trun/rdzv/job/round/0", "r").ok());
-  ASSERT_TRUE(c.Set("/default_pg/0//cpu//0", "addr").ok());
-  ASSERT_TRUE(c.Set("/worker/attempt_0/k", "v").ok());
-  ASSERT_TRUE(c.QueuePush("/q", "item").ok());
+// no per-attempt prefix) and keeps the rendezvous's; the workers'
+// connections close, the agents' stay.
+TEST_F(ServerTest, ForgetLastRoundKeepsOnlyThePrefixAndClosesTheWorkers) {
+  StoreClient agent = Connect();
+  StoreClient worker = Connect();
+  ASSERT_TRUE(agent.Set("/trun/rdzv/job/round/0", "r").ok());
+  ASSERT_TRUE(worker.Set("/default_pg/0//cpu//0", "addr").ok());
+  ASSERT_TRUE(worker.Set("/worker/attempt_0/k", "v").ok());
+  ASSERT_TRUE(worker.QueuePush("/q", "item").ok());
   // SET and QUEUE_PUSH have no reply: a round trip makes sure the server
   // handled them before the loop erases.
-  ASSERT_EQ(*c.QueueLen("/q"), 1);
+  ASSERT_EQ(*worker.QueueLen("/q"), 1);
   size_t erased = 0;
-  server_->RunOnLoop([&](StoreServer& s) { erased = s.EraseAllBut("/trun/"); });
+  server_->RunOnLoop([&](StoreServer& s) { erased = s.ForgetLastRound("/trun/"); });
   EXPECT_EQ(erased, 3);
-  EXPECT_EQ(*c.NumKeys(), 1);
-  EXPECT_EQ(*c.Get("/trun/rdzv/job/round/0"), "r");
-  EXPECT_FALSE(*c.Check({"/default_pg/0//cpu//0"}));
-  EXPECT_EQ(*c.QueueLen("/q"), 0);
+  EXPECT_EQ(*agent.NumKeys(), 1);
+  EXPECT_EQ(*agent.Get("/trun/rdzv/job/round/0"), "r");
+  EXPECT_FALSE(*agent.Check({"/default_pg/0//cpu//0"}));
+  EXPECT_EQ(*agent.QueueLen("/q"), 0);
+  EXPECT_FALSE(worker.Ping().ok());
+}
+
+// A dead worker's last request, still unread in its socket when the agent
+// reaps it and starts the next round, never reaches the new round's keys.
+TEST_F(ServerTest, ForgetLastRoundDoesNotReadWhatAWorkerSentBeforeIt) {
+  StoreClient agent = Connect();
+  StoreClient worker = Connect();
+  ASSERT_TRUE(worker.Set("/default_pg/0//cpu//0", "round 0").ok());
+  ASSERT_TRUE(worker.Ping().ok());
+  server_->RunOnLoop([&](StoreServer& s) {
+    // The loop is here, so the SET waits in the socket, unread.
+    ASSERT_TRUE(worker.Set("/default_pg/0//cpu//1", "stale").ok());
+    s.ForgetLastRound("/trun/");
+  });
+  EXPECT_TRUE(agent.Ping().ok());
+  EXPECT_EQ(*agent.NumKeys(), 0);
 }
 
 TEST_F(ServerTest, WaitCompletesOnAnotherClientsSetAndAdd) {
