@@ -55,7 +55,7 @@ def main():
         with open(log, "w") as f:
             shards.append((i, log, subprocess.Popen([binary], stdout=f, stderr=subprocess.STDOUT,
                                                     env=env, cwd=binary.parent)))
-    ran = passed = 0
+    ran = passed = skipped = 0
     ok = True
     for i, log, proc in shards:
         code = proc.wait()
@@ -72,6 +72,10 @@ def main():
         ran += int(m.group(1))
         p = re.search(r"^\[  PASSED  \] (\d+) tests?\.", text, re.M)
         passed += int(p.group(1)) if p else 0
+        k = re.search(r"^\[  SKIPPED \] (\d+) tests?, listed below:", text, re.M)
+        skipped += int(k.group(1)) if k else 0
+        for name in re.findall(r"^\[  SKIPPED \] (\S+\.\S+)$", text, re.M):
+            print(f"unit test skipped: {name}")
         reports = [line for line in text.splitlines() if SANITIZER.search(line)]
         if reports:
             print(f"unit shard {i} of {n}: a sanitizer reported ({log}):\n" + "\n".join(reports[:20]))
@@ -82,7 +86,7 @@ def main():
     if ran != total:
         print(f"the shards ran {ran} tests; the binary lists {total}")
         ok = False
-    print(f"unit tests: {passed} of {total} passed, in {n} shards, "
+    print(f"unit tests: {passed} of {total} passed, {skipped} skipped, in {n} shards, "
           f"{time.monotonic() - t0:.1f} s")
     return 0 if ok else 1
 

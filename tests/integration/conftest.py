@@ -3,6 +3,7 @@ import os
 import pathlib
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -79,6 +80,33 @@ def pytest_collection_modifyitems(items):
                     raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs a reason")
     rank = {name: i for i, name in enumerate(HEAVY_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))
+
+
+def _cpu_seconds():
+    """CPU this pytest process and the children it reaped have used: a
+    test's trun and, through it, its workers (each reaps its own)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU (setup, call and teardown) as the property `cpu` of
+    the JUnit XML, beside its time: scripts/slowest-files.py sums both per
+    file, and the ratio says whether a pass waits or computes (issue 26).
+    Daemons a test leaves to others (slurmd's job steps) are not counted."""
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        item.user_properties.append(("cpu", f"{_cpu_seconds() - item.stash[_CPU_AT_SETUP]:.2f}"))
+    yield
 
 
 def pytest_terminal_summary(terminalreporter):

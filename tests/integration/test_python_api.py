@@ -481,7 +481,7 @@ def f():
     return (dist.get_rank(), int(t.item()))
 
 r = trun.launch(f, hostnames=["trun-host-1", "trun-unreachable", "trun-host-2"],
-                workers_per_host=2, backend="gloo", min_hosts=2, agent_timeout=5,
+                workers_per_host=2, backend="gloo", min_hosts=2, agent_timeout=10,
                 ssh_config_file={str(cfg)!r}, python={REMOTE_PYTHON!r}, trun_path={TRUN!r})
 print("RESULT", sorted(r.results), r.by_ranks(), [r.rank(i)[0] for i in range(4)])
 """, timeout=180)

@@ -305,7 +305,9 @@ def test_zsh_completion_loads(tmp_path):
     path.write_text(completion("zsh"))
     prog = (f"autoload -Uz compinit && compinit -u -d {tmp_path}/zcompdump && source {path} "
             "&& print -r -- $_comps[trun] && whence -w _trun")
-    r = subprocess.run(["zsh", "-f", "-c", prog], capture_output=True, text=True, timeout=30)
+    # compinit reads every completion function Debian ships, byte by byte:
+    # 1.7 s of CPU, 15-30 s on a loaded machine (the parallel pass).
+    r = subprocess.run(["zsh", "-f", "-c", prog], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     assert r.stdout.splitlines() == ["_trun", "_trun: function"]
