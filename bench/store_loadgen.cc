@@ -36,7 +36,8 @@
 // set, CHECK answers READY, ADD counts); a wrong reply or a dropped
 // connection ends the run with exit status 1 and says which. With
 // --server-pid, the server's CPU time (and for load, its RSS growth over the
-// idle connections) is read from /proc. --json prints one JSON object.
+// idle connections and its CPU while they open) is read from /proc. --json
+// prints one JSON object (load's has this process's CPU while they open).
 //
 // --source-hosts K binds the connections, in turn, to K loopback addresses
 // (127.1.0.1, 127.1.0.2, ...; IPv4 only) before they connect, as a real
@@ -540,9 +541,13 @@ struct LoadOptions {
 int RunLoad(const Common& o, const LoadOptions& lo) {
   Generator g = MakeGenerator(o, lo.conns);
   const int64_t rss0 = o.server_pid ? RssKib(o.server_pid) : 0;
+  const Sched open_self0 = SchedOf(getpid()), open_server0 = SchedOf(o.server_pid);
   int64_t t0 = NowNs();
   g.Open(lo.conns, o.connect_concurrency);
   const double open_s = static_cast<double>(NowNs() - t0) / 1e9;
+  // Who had the CPUs while they opened: this process and the server.
+  const Sched open_self = SchedOf(getpid()) - open_self0;
+  const Sched open_server = SchedOf(o.server_pid) - open_server0;
   const int64_t rss1 = o.server_pid ? RssKib(o.server_pid) : 0;
   if (o.server_pid && rss0 == 0) Die(fmt::format("cannot read /proc/{}/status", o.server_pid));
 
@@ -672,6 +677,7 @@ int RunLoad(const Common& o, const LoadOptions& lo) {
     json j = {{"mode", "load"},
               {"conns", lo.conns},
               {"open_seconds", open_s},
+              {"open_loadgen_cpu_seconds", open_self.run},
               {"rate", lo.rate},
               {"seconds", wall},
               {"ops_per_second", static_cast<double>(total) / wall},
@@ -685,6 +691,7 @@ int RunLoad(const Common& o, const LoadOptions& lo) {
       j["server_rss_kib_before"] = rss0;
       j["server_rss_kib_open"] = rss1;
       j["server_kib_per_idle_conn"] = per_conn_kib;
+      j["open_server_cpu_seconds"] = open_server.run;
       j["server_cpu_us_per_op"] = server.run * 1e6 / static_cast<double>(total);
       j["server_cpu_fraction"] = server.run / wall;
       j["server_wait_fraction"] = server.wait / wall;

@@ -20,6 +20,10 @@ Result<std::shared_ptr<Acceptor>> Acceptor::Listen(asio::io_context& io, Options
   TRUN_RETURN_IF_ERROR(
       ListenTcp(a->acceptor_, a->options_.host, a->options_.port, a->options_.what));
   a->port_ = a->acceptor_.local_endpoint().port();
+  // TakeWaiting's accepts must fail rather than wait once the backlog is
+  // empty.
+  std::error_code ec;
+  a->acceptor_.non_blocking(true, ec);
   a->Accept();
   return a;
 }
@@ -33,11 +37,12 @@ void Acceptor::Close() {
 
 void Acceptor::Accept() {
   acceptor_.async_accept(
-      io_.get_executor(), [self = shared_from_this()](std::error_code ec, Socket s) {
+      io_.get_executor(), peer_, [self = shared_from_this()](std::error_code ec, Socket s) {
         if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
         if (!ec) {
           self->out_of_descriptors_ = false;
           self->Take(std::move(s));
+          self->TakeWaiting();
           if (self->acceptor_.is_open()) self->Accept();
           return;
         }
@@ -60,11 +65,23 @@ void Acceptor::Accept() {
       });
 }
 
+// In a storm of connects, the clients already in the backlog are taken in
+// the same turn, up to kBatch of them, rather than each after a trip
+// through the event loop. Any error, running out of waiting clients
+// included, ends the batch: the asynchronous accept that follows meets it
+// again and handles it.
+void Acceptor::TakeWaiting() {
+  for (int i = 0; i < kBatch && acceptor_.is_open(); ++i) {
+    Socket s(io_);
+    std::error_code ec;
+    acceptor_.accept(s, peer_, ec);
+    if (ec) return;
+    Take(std::move(s));
+  }
+}
+
 void Acceptor::Take(Socket client) {
-  std::error_code ec;
-  auto ep = client.remote_endpoint(ec);
-  if (ec) return;  // gone already; the socket closes with `client`
-  auto peer = Unmapped(ep.address());
+  auto peer = Unmapped(peer_.address());
   if (callbacks_.admit && !callbacks_.admit(peer)) return;
   if (callbacks_.open() >= options_.max_connections && !callbacks_.make_room()) {
     callbacks_.refuse(client, peer);

@@ -4,6 +4,9 @@
 // whether there is room under the connection cap (else whether an open
 // connection gives way to it), and finally to serve it.
 //
+// In a storm of connects it takes up to 64 waiting clients per turn of the
+// event loop, each with the address accept gave (no getpeername).
+//
 // Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), accepting again at
 // once would spin, as the waiting client stays in the backlog: the loop
 // waits 100 ms and tries again, with one log line per episode.
@@ -66,7 +69,11 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
 
  private:
   Acceptor(asio::io_context& io, Options options, Callbacks callbacks);
+  static constexpr int kBatch = 64;
+
   void Accept();
+  void TakeWaiting();
+  // Serves `client`, whose address is peer_.
   void Take(Socket client);
 
   asio::io_context& io_;
@@ -74,6 +81,7 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
   Callbacks callbacks_;
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer retry_;
+  asio::ip::tcp::endpoint peer_;  // the last client's, as accept gave it
   bool out_of_descriptors_ = false;
   int port_ = 0;
 };

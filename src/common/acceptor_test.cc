@@ -70,6 +70,40 @@ TEST(AcceptorTest, AdmitsThenMakesRoomThenRefusesAtTheCap) {
   EXPECT_FALSE((*a)->is_open());
 }
 
+// Clients that wait in the backlog together are taken in batches; each is
+// served with its own address, the one accept gave for it.
+TEST(AcceptorTest, AStormIsServedEachWithItsOwnAddress) {
+  asio::io_context io;
+  std::vector<std::pair<tcp::socket, asio::ip::address>> served;
+  Acceptor::Callbacks cb;
+  cb.open = [&] { return served.size(); };
+  cb.make_room = [] { return false; };
+  cb.refuse = [](Acceptor::Socket&, const asio::ip::address&) { ADD_FAILURE() << "refused"; };
+  cb.serve = [&](tcp::socket s, const asio::ip::address& peer) {
+    served.emplace_back(std::move(s), peer);
+  };
+  auto a = Acceptor::Listen(io, {"127.0.0.1", 0, "test server", SIZE_MAX}, std::move(cb));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>((*a)->port()));
+
+  // Every connect completes in the kernel's backlog before the loop runs,
+  // from five source addresses in turn.
+  constexpr size_t kClients = 200;
+  std::vector<tcp::socket> clients;
+  for (size_t i = 0; i < kClients; ++i) {
+    clients.emplace_back(io);
+    clients.back().open(tcp::v4());
+    clients.back().bind(
+        tcp::endpoint(asio::ip::address_v4(static_cast<uint32_t>(0x7F000001u + i % 5)), 0));
+    clients.back().connect(ep);
+  }
+  ASSERT_TRUE(RunUntil(io, [&] { return served.size() == kClients; }));
+  for (const auto& [socket, peer] : served) {
+    EXPECT_EQ(peer, socket.remote_endpoint().address());
+  }
+  (*a)->Close();
+}
+
 TEST(AcceptorTest, ABadHostIsNamed) {
   asio::io_context io;
   auto a = Acceptor::Listen(io, {"not-an-ip", 0, "test server", 1}, {});

@@ -2,11 +2,29 @@
 
 #include <fmt/format.h>
 
+#include "common/net.h"
+
 namespace trun::store {
 
-Connection::Connection(std::shared_ptr<ConnectionHost> keep_host, Acceptor::Socket socket,
-                       uint64_t id)
-    : id(id), host_(std::move(keep_host)), socket_(std::move(socket)) {}
+// What an idle connection costs is mostly here (bench/RESULTS.md): this
+// object, asio's state for its socket, and its pending wait's operation.
+static_assert(sizeof(void*) != 8 || sizeof(Connection) <= 120,
+              "a Connection outgrows the allocator's 128-byte chunk");
+
+ConnectionPtr Connection::Make(ConnectionHost& host, Acceptor::Socket socket, uint64_t id,
+                               const asio::ip::address& peer) {
+  return ConnectionPtr(new Connection(host, std::move(socket), id, peer));
+}
+
+Connection::Connection(ConnectionHost& host, Acceptor::Socket socket, uint64_t id,
+                       const asio::ip::address& peer)
+    : id(id),
+      host_(host),
+      socket_(std::move(socket)),
+      peer_(peer.is_v4() ? asio::ip::make_address_v6(asio::ip::v4_mapped, peer.to_v4())
+                         : peer.to_v6()) {}
+
+asio::ip::address Connection::peer() const { return Unmapped(peer_); }
 
 void Connection::Start() {
   // Reads happen when the socket is readable (Read) and must fail rather
@@ -17,16 +35,20 @@ void Connection::Start() {
 }
 
 void Connection::Read() {
-  socket_.async_wait(Acceptor::Socket::wait_read, [self = shared_from_this()](std::error_code ec) {
-    if (ec) return self->OnReadError(ec);
-    self->OnReadable();
-  });
+  socket_.async_wait(Acceptor::Socket::wait_read, OnWait{ConnectionPtr(this)});
+}
+
+// A closed connection's handlers return at once: its host may be gone.
+void Connection::OnWait::operator()(std::error_code ec) const {
+  if (self->closed) return;
+  if (ec) return self->OnReadError(ec);
+  self->OnReadable();
 }
 
 void Connection::OnReadError(std::error_code ec) {
   bool quiet = ec == asio::error::eof || ec == asio::error::operation_aborted ||
                ec == asio::error::connection_reset;
-  host_->Drop(shared_from_this(), quiet ? "" : ec.message());
+  host_.Drop(ConnectionPtr(this), quiet ? "" : ec.message());
 }
 
 // A connection has no read buffer of its own: it waits until its socket is
@@ -34,9 +56,9 @@ void Connection::OnReadError(std::error_code ec) {
 // socket is empty, or for at most 16 of those reads (1 MiB) before the
 // other connections get their turn. An idle connection then holds only its
 // object and asio's state, which is what thousands of them mostly are
-// (about 0.6 KiB each, bench/RESULTS.md).
+// (about 0.44 KiB each, bench/RESULTS.md).
 void Connection::OnReadable() {
-  std::array<char, 64 * 1024>& buf = host_->read_buf();
+  std::array<char, 64 * 1024>& buf = host_.read_buf();
   for (int turn = 0; turn < 16; ++turn) {
     std::error_code ec;
     size_t k = socket_.read_some(asio::buffer(buf), ec);
@@ -53,11 +75,11 @@ bool Connection::Consume(const char* data, size_t n) {
   if (closed || closing) return false;
   if (!spoke_) {
     spoke_ = true;
-    host_->Spoke(*this);
+    host_.Spoke(*this);
   }
-  if (link) return host_->LinkBytes(shared_from_this(), data, n);
-  if (!parser_) parser_ = std::make_unique<RequestParser>(host_->limits(), generation_);
-  if (!Parse(data, n) || !host_->AfterRead(shared_from_this(), n)) return false;
+  if (link) return host_.LinkBytes(ConnectionPtr(this), data, n);
+  if (!parser_) parser_ = std::make_unique<RequestParser>(host_.limits(), generation_);
+  if (!Parse(data, n) || !host_.AfterRead(ConnectionPtr(this), n)) return false;
   // Between requests the parser holds nothing but the generation.
   if (parser_->pending() == nullptr && parser_->buffered() == 0) {
     generation_ = parser_->generation();
@@ -70,7 +92,7 @@ bool Connection::Consume(const char* data, size_t n) {
 // the connection is gone.
 bool Connection::Parse(const char* data, size_t n) {
   if (!parser_->Append(data, n)) {
-    host_->Drop(shared_from_this(), parser_->error());
+    host_.Drop(ConnectionPtr(this), parser_->error());
     return false;
   }
   Request req;
@@ -78,17 +100,17 @@ bool Connection::Parse(const char* data, size_t n) {
     auto r = parser_->Next(&req);
     if (r == RequestParser::Result::kNeedMore) return true;
     if (r == RequestParser::Result::kError) {
-      host_->Drop(shared_from_this(), parser_->error());
+      host_.Drop(ConnectionPtr(this), parser_->error());
       return false;
     }
     judged_args = 0;
-    host_->Handle(shared_from_this(), req);
+    host_.Handle(ConnectionPtr(this), req);
     if (closed || closing) return false;
     if (link) {
       // The relay sends its first frame after the handshake's answer, so
       // nothing may follow the handshake in what it sent before.
       if (parser_->buffered() == 0) return true;
-      host_->Drop(shared_from_this(), "bytes after the link's handshake, before its answer");
+      host_.Drop(ConnectionPtr(this), "bytes after the link's handshake, before its answer");
       return false;
     }
   }
@@ -98,7 +120,7 @@ bool Connection::CanQueue(size_t n) const { return n <= ReplyRoom(); }
 
 size_t Connection::ReplyRoom() const {
   size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
-  size_t max = host_->max_pending_reply_bytes();
+  size_t max = host_.max_pending_reply_bytes();
   return queued < max ? max - queued : 0;
 }
 
@@ -106,7 +128,7 @@ size_t Connection::ReplyRoom() const {
 // out in the next one.
 void Connection::Send(std::string_view bytes) {
   if (closed) return;
-  if (!CanQueue(bytes.size())) return host_->Drop(shared_from_this(), "too many unread replies");
+  if (!CanQueue(bytes.size())) return host_.Drop(ConnectionPtr(this), "too many unread replies");
   if (!outbox_) outbox_ = std::make_unique<Outbox>();
   outbox_->out.append(bytes);
   if (!writing_) Flush();
@@ -117,24 +139,27 @@ void Connection::Flush() {
   writing_ = true;
   outbox_->sending.swap(outbox_->out);
   outbox_->out.clear();
-  asio::async_write(socket_, asio::buffer(outbox_->sending),
-                    [self = shared_from_this()](std::error_code ec, size_t) {
-                      self->writing_ = false;
-                      // Idle connections hold no buffer.
-                      if (self->outbox_->out.empty()) {
-                        self->outbox_.reset();
-                      } else {
-                        std::string().swap(self->outbox_->sending);
-                      }
-                      if (ec) {
-                        bool quiet = ec == asio::error::operation_aborted ||
-                                     ec == asio::error::broken_pipe ||
-                                     ec == asio::error::connection_reset;
-                        return self->host_->Drop(self, quiet ? "" : ec.message());
-                      }
-                      if (self->closing && !self->Sending()) return self->host_->Drop(self, "");
-                      self->Flush();
-                    });
+  asio::async_write(
+      socket_, asio::buffer(outbox_->sending),
+      [self = ConnectionPtr(this)](std::error_code ec, size_t) { self->OnWritten(ec); });
+}
+
+void Connection::OnWritten(std::error_code ec) {
+  writing_ = false;
+  // Idle connections hold no buffer.
+  if (outbox_->out.empty()) {
+    outbox_.reset();
+  } else {
+    std::string().swap(outbox_->sending);
+  }
+  if (closed) return;
+  if (ec) {
+    bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
+                 ec == asio::error::connection_reset;
+    return host_.Drop(ConnectionPtr(this), quiet ? "" : ec.message());
+  }
+  if (closing && !Sending()) return host_.Drop(ConnectionPtr(this), "");
+  Flush();
 }
 
 void Connection::Close() {

@@ -5,8 +5,16 @@
 // write in flight at a time. What a request means, and whether it is
 // allowed, is the host's business; this file only moves bytes.
 //
+// Ownership: a Connection is counted by ConnectionPtr, a reference whose
+// count lives in the object. Its host holds one while it serves it, and
+// its pending wait and write each hold one, so that a connection the host
+// dropped lives until asio has run (or destroyed) their handlers. The
+// connection does not keep its host alive: a host closes every connection
+// it holds before it goes (Close), and a closed connection's handlers never
+// reach its host.
+//
 // Thread-safety: every method, and every handler it starts, runs on the
-// io_context's one thread.
+// io_context's one thread; the count is not atomic.
 #pragma once
 
 #include <array>
@@ -15,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/acceptor.h"
 #include "store/parser.h"
@@ -23,24 +32,51 @@ namespace trun::store {
 
 class Connection;
 
+// A counted reference to a Connection (see Ownership above). 8 bytes, where
+// a shared_ptr is 16 and costs the object a control block and
+// enable_shared_from_this's weak pointer (32 bytes more).
+class ConnectionPtr {
+ public:
+  ConnectionPtr() = default;
+  // A new reference to `c` (or none).
+  explicit ConnectionPtr(Connection* c);
+  ConnectionPtr(const ConnectionPtr& o) : ConnectionPtr(o.c_) {}
+  ConnectionPtr(ConnectionPtr&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+  ConnectionPtr& operator=(ConnectionPtr o) noexcept {
+    std::swap(c_, o.c_);
+    return *this;
+  }
+  ~ConnectionPtr();
+
+  using element_type = Connection;
+
+  Connection* get() const { return c_; }
+  Connection* operator->() const { return c_; }
+  Connection& operator*() const { return *c_; }
+  explicit operator bool() const { return c_ != nullptr; }
+
+ private:
+  Connection* c_ = nullptr;
+};
+
 // What a Connection needs of the server that accepted it.
 class ConnectionHost {
  public:
   virtual ~ConnectionHost() = default;
   // A whole request arrived.
-  virtual void Handle(const std::shared_ptr<Connection>& c, Request& r) = 0;
+  virtual void Handle(const ConnectionPtr& c, Request& r) = 0;
   // After each read, once its whole requests were handled: `arrived` bytes
   // came. False when `c` was closed (its unfinished request refused, or
   // over the budget of unfinished requests).
-  virtual bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) = 0;
+  virtual bool AfterRead(const ConnectionPtr& c, size_t arrived) = 0;
   // Closes `c` and forgets it; `why` ("" for an ordinary end) is logged.
-  virtual void Drop(const std::shared_ptr<Connection>& c, const std::string& why) = 0;
+  virtual void Drop(const ConnectionPtr& c, const std::string& why) = 0;
   // The first byte `c` sent since accept.
   virtual void Spoke(Connection& c) = 0;
   // Bytes of a connection that became a relay's link (link.h): frames, not
   // requests. False when `c` was closed. Only the store's connections
   // become links.
-  virtual bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) = 0;
+  virtual bool LinkBytes(const ConnectionPtr& c, const char* data, size_t n) = 0;
   // What every connection of the host shares, asked for here rather than
   // kept in each: the limits on what one may make the host hold (parser.h,
   // and the reply bytes one may have queued), and the buffer their reads
@@ -55,12 +91,16 @@ class ConnectionHost {
 // pays per client (bench/RESULTS.md), so everything a connection needs only
 // now and then lives outside the object until then: the parser while a
 // request is on its way (an idle connection that has spoken holds none), the
-// reply buffers while a reply is, the job token's nonce until it is used.
-class Connection : public std::enable_shared_from_this<Connection> {
+// reply buffers while a reply is; the job token's nonce is the server's.
+// The rest is packed (the peer's address as 20 bytes, the flags as bits) to
+// fit the allocator's 128-byte chunk.
+class Connection {
  public:
-  // `keep_host` keeps the host alive for handlers still queued after the
-  // server is destroyed.
-  Connection(std::shared_ptr<ConnectionHost> keep_host, Acceptor::Socket socket, uint64_t id);
+  // A connection of `host`, which must close it (Close) before it goes.
+  static ConnectionPtr Make(ConnectionHost& host, Acceptor::Socket socket, uint64_t id,
+                            const asio::ip::address& peer);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   // Starts reading.
   void Start();
@@ -83,51 +123,78 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const RequestParser* parser() const { return parser_.get(); }
   // The protocol generation its bytes so far are in.
   Generation generation() const { return parser_ ? parser_->generation() : generation_; }
+  // Where it comes from, as accept saw it (IPv4 unmapped), for the server's
+  // admission (admission.h, auth.h).
+  asio::ip::address peer() const;
 
   const uint64_t id;
-  // What the server's admission keeps for it (admission.h, auth.h).
-  asio::ip::address peer;    // where it comes from, set at accept
-  uint32_t judged_args = 0;  // args of the unfinished request already judged
-  // The job token's nonce, from when it is asked for until it is used.
-  std::unique_ptr<std::string> auth_nonce;
   // The host's intrusive list of connections (the store's: those that sent
   // nothing yet, oldest first), two pointers here rather than a node of a
   // container per connection.
   Connection* list_prev = nullptr;
   Connection* list_next = nullptr;
-  bool listed = false;
-  bool closed = false;
-  // Refused: its last answer is on its way, then it is closed, and nothing
-  // more it sent is read.
-  bool closing = false;
-  bool stranger = false;          // kept to the allowlist's strangers_prefix
-  bool used_other_keys = false;   // a request outside that prefix
-  bool used_worker_keys = false;  // a request outside trun's keys (admission.h)
-  bool proven = false;            // showed the job token (auth.h)
-  // A relay's link (link.h): every byte after the handshake's answer is a
-  // frame, for the host's LinkBytes.
-  bool link = false;
 
+  // The fields are in order of alignment, the public ones among them, so
+  // that there is no padding: 120 bytes, the allocator's 128-byte chunk.
  private:
+  friend class ConnectionPtr;
+
   // Replies queued (`out`) and the one write in flight (`sending`).
   struct Outbox {
     std::string out, sending;
   };
+  // The handler of the pending wait: one reference, so that asio's
+  // operation holds 8 bytes of it.
+  struct OnWait {
+    ConnectionPtr self;
+    void operator()(std::error_code ec) const;
+  };
 
+  Connection(ConnectionHost& host, Acceptor::Socket socket, uint64_t id,
+             const asio::ip::address& peer);
   void Read();
   void OnReadError(std::error_code ec);
   void OnReadable();
+  void OnWritten(std::error_code ec);
   bool Consume(const char* data, size_t n);
   bool Parse(const char* data, size_t n);
   void Flush();
 
-  std::shared_ptr<ConnectionHost> host_;
+  ConnectionHost& host_;
   Acceptor::Socket socket_;
   std::unique_ptr<RequestParser> parser_;
   std::unique_ptr<Outbox> outbox_;
+  asio::ip::address_v6 peer_;  // an IPv4 peer as IPv4-mapped
+  uint32_t refs_ = 0;
+
+ public:
+  // What the server's admission keeps for it (admission.h, auth.h).
+  uint32_t judged_args = 0;  // args of the unfinished request already judged
+  bool listed : 1 = false;   // on the host's list (list_prev, list_next)
+  bool closed : 1 = false;
+  // Refused: its last answer is on its way, then it is closed, and nothing
+  // more it sent is read.
+  bool closing : 1 = false;
+  bool stranger : 1 = false;          // kept to the allowlist's strangers_prefix
+  bool used_other_keys : 1 = false;   // a request outside that prefix
+  bool used_worker_keys : 1 = false;  // a request outside trun's keys (admission.h)
+  bool proven : 1 = false;            // showed the job token (auth.h)
+  // A relay's link (link.h): every byte after the handshake's answer is a
+  // frame, for the host's LinkBytes.
+  bool link : 1 = false;
+
+ private:
   Generation generation_ = Generation::kUnknown;  // while parser_ is null
-  bool writing_ = false;
-  bool spoke_ = false;  // sent a byte since accept
+  bool writing_ : 1 = false;
+  bool spoke_ : 1 = false;  // sent a byte since accept
 };
+
+inline ConnectionPtr::ConnectionPtr(Connection* c) : c_(c) {
+  if (c_) ++c_->refs_;
+}
+
+inline ConnectionPtr::~ConnectionPtr() {
+  if (c_ && --c_->refs_ == 0) delete c_;
+}
 
 }  // namespace trun::store

@@ -20,7 +20,7 @@ void SendFrame(Connection& c, FrameKind kind, uint32_t stream, std::string_view 
 }
 }  // namespace
 
-void LinkHost::Open(const std::shared_ptr<Connection>& c, const Request& r) {
+void LinkHost::Open(const ConnectionPtr& c, const Request& r) {
   if (!r.args[1].empty() || r.args[2] != kLinkVersion) {
     return server_.Drop(c, fmt::format("asked for a link of version \"{}\"; this store speaks {}",
                                        r.args[2], kLinkVersion));
@@ -33,7 +33,7 @@ void LinkHost::Open(const std::shared_ptr<Connection>& c, const Request& r) {
   g_links_opened.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool LinkHost::Bytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) {
+bool LinkHost::Bytes(const ConnectionPtr& c, const char* data, size_t n) {
   auto it = links_.find(c->id);
   if (it == links_.end()) return false;
   Link& link = it->second;
@@ -92,7 +92,7 @@ size_t LinkHost::HeldBy(const Connection& c) const {
   return link->second.held + link->second.frames.buffered();
 }
 
-void LinkHost::OnFrame(const std::shared_ptr<Connection>& c, Link& link, Frame& f) {
+void LinkHost::OnFrame(const ConnectionPtr& c, Link& link, Frame& f) {
   auto it = link.streams.find(f.stream);
   switch (f.kind) {
     case FrameKind::kClose:
@@ -132,8 +132,8 @@ void LinkHost::OnFrame(const std::shared_ptr<Connection>& c, Link& link, Frame& 
 }
 
 // nullptr (and the link dropped) past kMaxLinkStreams.
-LinkHost::Stream* LinkHost::OpenStream(const std::shared_ptr<Connection>& c, Link& link,
-                                       uint32_t id, bool shared) {
+LinkHost::Stream* LinkHost::OpenStream(const ConnectionPtr& c, Link& link, uint32_t id,
+                                       bool shared) {
   if (link.streams.size() >= kMaxLinkStreams) {
     server_.Drop(c, fmt::format("more than {} streams open on one link", kMaxLinkStreams));
     return nullptr;
@@ -157,11 +157,10 @@ void LinkHost::ForgetStream(Link& link, Streams::iterator it) {
 // A stream that broke the protocol, a limit or the admission rule is
 // closed as its connection would be; the link and its other streams go
 // on.
-void LinkHost::CloseStream(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
-                           const std::string& why) {
-  server_.StreamDropped(c->peer, why,
+void LinkHost::CloseStream(const ConnectionPtr& c, Link& link, Stream& s, const std::string& why) {
+  server_.StreamDropped(c->peer(), why,
                         fmt::format("store: closed stream {} of the relay at {}: {}", s.id,
-                                    c->peer.to_string(), why));
+                                    c->peer().to_string(), why));
   uint32_t id = s.id;
   SendFrame(*c, FrameKind::kClose, id, "");
   if (!c->closed) ForgetStream(link, link.streams.find(id));
@@ -170,8 +169,7 @@ void LinkHost::CloseStream(const std::shared_ptr<Connection>& c, Link& link, Str
 // A stream's request, judged as a connection without the job token is
 // (a relay's clients are torch's workers, which never prove it). False
 // when the stream, or its link, was closed.
-bool LinkHost::HandleStreamRequest(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
-                                   Request& r) {
+bool LinkHost::HandleStreamRequest(const ConnectionPtr& c, Link& link, Stream& s, Request& r) {
   Admission a = server_.AdmitStreamRequest(r);
   if (a.verdict != Verdict::kServe && a.verdict != Verdict::kServeUntrun) {
     CloseStream(

@@ -39,10 +39,9 @@ class LinkServer {
   virtual Admission AdmitStreamRequest(const Request& r) = 0;
   // Handles an admitted request for keyspace owner `owner`, carried by
   // link `c` (handlers.h).
-  virtual Outcome HandleFor(const std::shared_ptr<Connection>& c, uint64_t owner, Request& r,
-                            bool untrun) = 0;
+  virtual Outcome HandleFor(const ConnectionPtr& c, uint64_t owner, Request& r, bool untrun) = 0;
   // Closes the link's connection `c` and forgets it; `why` is logged.
-  virtual void Drop(const std::shared_ptr<Connection>& c, const std::string& why) = 0;
+  virtual void Drop(const ConnectionPtr& c, const std::string& why) = 0;
   // A stream was closed for `why`: counted among the dropped clients, and
   // `line` logged as the server limits its refusal lines.
   virtual void StreamDropped(const asio::ip::address& peer, const std::string& why,
@@ -59,10 +58,10 @@ class LinkHost {
   // The handshake's last step: a connection that proved the job token
   // (where the store asks for one; the server's admission refused it
   // otherwise) asks to become a link.
-  void Open(const std::shared_ptr<Connection>& c, const Request& r);
+  void Open(const ConnectionPtr& c, const Request& r);
   // `n` bytes of link `c`, which are frames. False when `c` was closed or
   // is no link.
-  bool Bytes(const std::shared_ptr<Connection>& c, const char* data, size_t n);
+  bool Bytes(const ConnectionPtr& c, const char* data, size_t n);
   // The link whose connection `conn` was dropped: its streams' WAITs and
   // watches are forgotten with it. Nothing where `conn` was no link.
   void Forget(uint64_t conn);
@@ -100,12 +99,11 @@ class LinkHost {
     size_t held = 0;  // bytes its streams' parsers hold
   };
 
-  void OnFrame(const std::shared_ptr<Connection>& c, Link& link, Frame& f);
-  Stream* OpenStream(const std::shared_ptr<Connection>& c, Link& link, uint32_t id, bool shared);
+  void OnFrame(const ConnectionPtr& c, Link& link, Frame& f);
+  Stream* OpenStream(const ConnectionPtr& c, Link& link, uint32_t id, bool shared);
   void ForgetStream(Link& link, Streams::iterator it);
-  void CloseStream(const std::shared_ptr<Connection>& c, Link& link, Stream& s,
-                   const std::string& why);
-  bool HandleStreamRequest(const std::shared_ptr<Connection>& c, Link& link, Stream& s, Request& r);
+  void CloseStream(const ConnectionPtr& c, Link& link, Stream& s, const std::string& why);
+  bool HandleStreamRequest(const ConnectionPtr& c, Link& link, Stream& s, Request& r);
   std::pair<Connection*, Stream*> StreamOf(uint64_t owner);
 
   LinkServer& server_;

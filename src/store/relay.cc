@@ -92,7 +92,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   // ---- ConnectionHost: the relay's clients -----------------------------------
 
-  void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
+  void Handle(const ConnectionPtr& c, Request& r) override {
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
     Client& client = it->second;
@@ -129,11 +129,12 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
   }
 
-  bool AfterRead(const std::shared_ptr<Connection>& c, size_t) override { return !c->closed; }
+  bool AfterRead(const ConnectionPtr& c, size_t) override { return !c->closed; }
 
-  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) override {
+  void Drop(const ConnectionPtr& c, const std::string& why) override {
     if (c->closed) return;
-    if (!why.empty()) log::Warning("store relay: dropped client {}: {}", c->peer.to_string(), why);
+    if (!why.empty())
+      log::Warning("store relay: dropped client {}: {}", c->peer().to_string(), why);
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -149,7 +150,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   const Limits& limits() const override { return options_.limits; }
   size_t max_pending_reply_bytes() const override { return kDefaultMaxBufferedBytes; }
   std::array<char, 64 * 1024>& read_buf() override { return read_buf_; }
-  bool LinkBytes(const std::shared_ptr<Connection>&, const char*, size_t) override { return false; }
+  bool LinkBytes(const ConnectionPtr&, const char*, size_t) override { return false; }
 
  private:
   // A local WAIT: released when each of its keys' upstream WAITs is
@@ -161,7 +162,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     bool done = false;
   };
   struct Client {
-    std::shared_ptr<Connection> conn;
+    ConnectionPtr conn;
     uint32_t stream = 0;  // its own stream on the link; 0 until it needs one
     // A BARRIER forwarded and not answered: a CANCEL_WAIT goes up then.
     bool upstream_wait = false;
@@ -203,8 +204,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_client_);
-    c->peer = peer;
+    ConnectionPtr c = Connection::Make(*this, std::move(s), ++last_client_, peer);
     clients_[c->id].conn = c;
     ++stats_.clients;
     c->Start();
@@ -587,7 +587,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
                options_.store_host, options_.store_port, why, clients_.size());
     std::error_code ec;
     link_.close(ec);
-    std::vector<std::shared_ptr<Connection>> all;
+    std::vector<ConnectionPtr> all;
     for (auto& [id, c] : clients_) all.push_back(c.conn);
     for (auto& c : all) Drop(c, "");
   }

@@ -13,6 +13,7 @@
 #include "store/admission.h"
 #include "store/auth.h"
 #include "store/connection.h"
+#include "store/connection_table.h"
 #include "store/encode.h"
 #include "store/handlers.h"
 #include "store/keyspace.h"
@@ -93,9 +94,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     closed_ = true;
     if (acceptor_) acceptor_->Close();
     partial_sweep_.cancel();
-    for (auto& [id, c] : connections_) CloseSocket(*c);
+    connections_.ForEach([](const ConnectionPtr& c) { CloseSocket(*c); });
     silent_ = ConnectionList();
-    connections_.clear();
+    connections_.Clear();
+    nonces_.clear();
     links_.Clear();
     observer_ = nullptr;
     on_disconnect_ = nullptr;
@@ -124,10 +126,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     // loop (which is this one) before those bytes are read; read after
     // the erase, its last SET would be the next round's stale key (gloo's
     // peer address of a dead rank).
-    std::vector<std::shared_ptr<Connection>> workers;
-    for (const auto& [id, c] : connections_) {
+    std::vector<ConnectionPtr> workers;
+    connections_.ForEach([&](const ConnectionPtr& c) {
       if (c->used_worker_keys && !c->link) workers.push_back(c);
-    }
+    });
     for (const auto& c : workers) Drop(c, "");
     return keys_.EraseAllBut(keep_prefix);
   }
@@ -145,7 +147,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   size_t connection_buffer_bytes() const {
     size_t n = 0;
-    for (const auto& [id, c] : connections_) n += c->BufferBytes();
+    connections_.ForEach([&](const ConnectionPtr& c) { n += c->BufferBytes(); });
     return n;
   }
 
@@ -155,7 +157,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void WaitDone(uint64_t owner, bool by_push) override {
     std::string o;
     PutU8(o, kWaitStopWaiting);
-    if (auto it = connections_.find(owner); it != connections_.end()) return it->second->Send(o);
+    if (Connection* c = connections_.Find(owner)) return c->Send(o);
     links_.WaitDone(owner, by_push, o);
   }
 
@@ -168,9 +170,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     PutBytes(o, new_value);
     for (uint64_t id : watchers) {
       // A send may drop another watcher's connection: look each one up.
-      auto it = connections_.find(id);
-      if (it != connections_.end()) {
-        it->second->Send(o);
+      if (Connection* c = connections_.Find(id)) {
+        c->Send(o);
       } else {
         links_.SendTo(id, o);
       }
@@ -200,10 +201,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
     std::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ++last_conn_id_);
-    c->peer = peer;
+    ConnectionPtr c = Connection::Make(*this, std::move(s), ++last_conn_id_, peer);
     c->stranger = !members_.Contains(peer);
-    connections_.emplace(c->id, c);
+    connections_.Add(c);
     silent_.PushBack(*c);
     g_accepted.fetch_add(1, std::memory_order_relaxed);
     c->Start();
@@ -217,10 +217,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // that fills the cap can close it, where it would otherwise meet EMFILE
   // with everyone else).
   bool MakeRoom() {
-    if (Connection* first = silent_.front()) {
-      auto oldest = connections_.find(first->id);
-      if (oldest != connections_.end()) {
-        Drop(oldest->second,
+    if (Connection* oldest = silent_.front()) {
+      if (connections_.Find(oldest->id) == oldest) {
+        Drop(ConnectionPtr(oldest),
              fmt::format("{} connections, the store's cap (the open-file limit less a reserve "
                          "for the process's own work): the oldest that sent nothing gives way",
                          options_.max_connections));
@@ -242,22 +241,22 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   size_t SetAllowlist(std::optional<Allowlist> allow) {
     members_.Set(std::move(allow));
     if (!members_.allowlist()) {
-      for (const auto& [id, c] : connections_) c->stranger = false;
+      connections_.ForEach([](const ConnectionPtr& c) { c->stranger = false; });
       return 0;
     }
-    std::vector<std::shared_ptr<Connection>> gone;
-    for (const auto& [id, c] : connections_) {
-      if (members_.Contains(c->peer)) {
+    std::vector<ConnectionPtr> gone;
+    connections_.ForEach([&](const ConnectionPtr& c) {
+      if (members_.Contains(c->peer())) {
         c->stranger = false;
       } else if (members_.StrangersServed() && !c->used_other_keys) {
         c->stranger = true;
       } else {
         gone.push_back(c);
       }
-    }
+    });
     for (const auto& c : gone) {
       log::Info("store: closed the connection of {}: no longer a host of the job's current round",
-                c->peer.to_string());
+                c->peer().to_string());
       CountRefusal();
       Drop(c, "");
     }
@@ -269,16 +268,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void RequireJobToken(std::string token) { job_token_ = std::move(token); }
 
   std::optional<asio::ip::address> PeerOf(uint64_t conn) const {
-    auto it = connections_.find(conn);
-    if (it == connections_.end()) return std::nullopt;
-    return it->second->peer;
+    Connection* c = connections_.Find(conn);
+    if (c == nullptr) return std::nullopt;
+    return c->peer();
   }
 
  private:
   // The admission rule's verdict on `r` (admission.h). Returns false when
   // the request was answered here (the job token's exchange) or refused;
   // `untrun` says to leave trun's keys out of the answer.
-  bool Admitted(const std::shared_ptr<Connection>& c, const Request& r, bool& untrun) {
+  bool Admitted(const ConnectionPtr& c, const Request& r, bool& untrun) {
     Admission a = Admit(r, StandingOf(*c));
     switch (a.verdict) {
       case Verdict::kServe:
@@ -290,9 +289,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         untrun = a.verdict == Verdict::kServeUntrun;
         return true;
       case Verdict::kAuthNonce: {
-        c->auth_nonce = std::make_unique<std::string>(NewAuthNonce());
+        std::string& nonce = nonces_[c->id] = NewAuthNonce();
         std::string o;
-        PutBytes(o, *c->auth_nonce);
+        PutBytes(o, nonce);
         c->Send(o);
         return false;
       }
@@ -316,18 +315,18 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return s;
   }
 
-  void RefuseRequest(const std::shared_ptr<Connection>& c, Verdict verdict, Op op) {
+  void RefuseRequest(const ConnectionPtr& c, Verdict verdict, Op op) {
     if (verdict == Verdict::kRefuseTrunKeys) {
       Refuse(c, "trun's keys",
              fmt::format("store: refused {} from {}: trun's keys need the job token, which "
                          "this client has not shown; every agent of the job needs the same "
                          "TRUN_JOB_TOKEN",
-                         OpName(op), c->peer.to_string()));
+                         OpName(op), c->peer().to_string()));
     } else {
       Refuse(c, "stranger",
              fmt::format("store: refused {} from {}: not a host of the job's current round, "
                          "which may use only the rendezvous's keys; {}",
-                         OpName(op), c->peer.to_string(), members_.allowlist()->widen_hint));
+                         OpName(op), c->peer().to_string(), members_.allowlist()->widen_hint));
     }
   }
 
@@ -337,7 +336,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // trun's keys. Only refusals are final here; the token's exchange and
   // everything served are decided when the request is whole. Returns
   // false when `c` was closed.
-  bool JudgePending(const std::shared_ptr<Connection>& c) {
+  bool JudgePending(const ConnectionPtr& c) {
     const Request* p = c->parser() ? c->parser()->pending() : nullptr;
     if (p == nullptr || p->args.size() == c->judged_args) return true;
     c->judged_args = static_cast<uint32_t>(p->args.size());
@@ -352,15 +351,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // Books what `c`'s unfinished request holds after `arrived` bytes, and
   // closes connections while unfinished requests hold more than the
   // budget (pressure.h). Returns false when `c` was closed.
-  bool HoldPartial(const std::shared_ptr<Connection>& c, size_t arrived) {
+  bool HoldPartial(const ConnectionPtr& c, size_t arrived) {
     partial_.Update(c->id, arrived, links_.HeldBy(*c), Clock::now());
     while (auto victim = partial_.OverBudget()) {
-      auto it = connections_.find(*victim);
-      if (it == connections_.end()) {
+      Connection* v = connections_.Find(*victim);
+      if (v == nullptr) {
         partial_.Remove(*victim);
         continue;
       }
-      Drop(it->second,
+      Drop(ConnectionPtr(v),
            fmt::format("unfinished requests held more than the store's budget of {} bytes, and "
                        "this client's waited longest for its next byte",
                        options_.max_partial_bytes));
@@ -378,14 +377,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       self->partial_sweep_armed_ = false;
       if (ec || self->closed_) return;
       for (uint64_t id : self->partial_.Stalled(Clock::now())) {
-        auto it = self->connections_.find(id);
-        if (it == self->connections_.end()) {
+        Connection* c = self->connections_.Find(id);
+        if (c == nullptr) {
           self->partial_.Remove(id);
           continue;
         }
-        self->Drop(it->second, fmt::format("its unfinished request got under {} bytes in {} s, the "
-                                           "floor for a request that is not whole",
-                                           kPartialFloorBytes, kPartialWindow.count()));
+        self->Drop(ConnectionPtr(c),
+                   fmt::format("its unfinished request got under {} bytes in {} s, the "
+                               "floor for a request that is not whole",
+                               kPartialFloorBytes, kPartialWindow.count()));
       }
       if (self->partial_.size() > 0) self->SweepPartial();
     });
@@ -395,10 +395,13 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // connection's nonce, and its own nonce, which the store's answer proves
   // the token with. A refusal is answered, then the connection closed: a
   // guess costs a connection.
-  void CheckProof(const std::shared_ptr<Connection>& c, const Request& r) {
+  void CheckProof(const ConnectionPtr& c, const Request& r) {
     // A nonce is good for one proof: a replay, here or elsewhere, fails.
-    std::string nonce = c->auth_nonce ? std::move(*c->auth_nonce) : "";
-    c->auth_nonce.reset();
+    std::string nonce;
+    if (auto it = nonces_.find(c->id); it != nonces_.end()) {
+      nonce = std::move(it->second);
+      nonces_.erase(it);
+    }
     ProofAnswer a = AnswerProof(job_token_, nonce, r.args[1], r.args[2]);
     std::string o;
     PutBytes(o, a.answer);
@@ -410,7 +413,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     const std::string& answer = a.answer;
     Refuse(c, answer,
            fmt::format("store: {} from {}; every agent of the job needs the same TRUN_JOB_TOKEN",
-                       answer, c->peer.to_string()));
+                       answer, c->peer().to_string()));
   }
 
   void CountRefusal() {
@@ -420,10 +423,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
 
   // Closes `c` once what it was last answered is sent, counts the refusal,
   // and logs `line` as LogRefusal allows.
-  void Refuse(const std::shared_ptr<Connection>& c, const std::string& reason,
-              const std::string& line) {
+  void Refuse(const ConnectionPtr& c, const std::string& reason, const std::string& line) {
     CountRefusal();
-    LogRefusal(c->peer, reason, line);
+    LogRefusal(c->peer(), reason, line);
     if (c->Sending()) {
       c->closing = true;
     } else {
@@ -453,7 +455,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     }
   }
 
-  void Drop(const std::shared_ptr<Connection>& c, const std::string& why) override {
+  void Drop(const ConnectionPtr& c, const std::string& why) override {
     if (c->closed) return;
     if (!why.empty()) {
       g_dropped.fetch_add(1, std::memory_order_relaxed);
@@ -467,15 +469,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     silent_.Erase(*c);
     keys_.Forget(c->id);
     links_.Forget(c->id);
+    nonces_.erase(c->id);
     CloseSocket(*c);
-    connections_.erase(c->id);
+    connections_.Erase(c->id);
     if (on_disconnect_) {
       asio::post(io_, [cb = on_disconnect_, id = c->id] { cb(id); });
     }
   }
 
   // A whole request: admitted (admission.h), then its handler (handlers.h).
-  void Handle(const std::shared_ptr<Connection>& c, Request& r) override {
+  void Handle(const ConnectionPtr& c, Request& r) override {
     bool untrun = false;
     if (!Admitted(c, r, untrun)) return;
     if (r.op == Op::kCompareSet && r.args[0] == kLinkKey) return links_.Open(c, r);
@@ -485,8 +488,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   // LinkServer: what a relay's streams need of the server (link_host.h).
-  Outcome HandleFor(const std::shared_ptr<Connection>& c, uint64_t owner, Request& r,
-                    bool untrun) override {
+  Outcome HandleFor(const ConnectionPtr& c, uint64_t owner, Request& r, bool untrun) override {
     current_conn_ = c->id;
     g_requests[static_cast<size_t>(r.op)].fetch_add(1, std::memory_order_relaxed);
     return HandleRequest(keys_, r, {owner, untrun, c->ReplyRoom()});
@@ -508,11 +510,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     LogRefusal(peer, why, line);
   }
 
-  bool LinkBytes(const std::shared_ptr<Connection>& c, const char* data, size_t n) override {
+  bool LinkBytes(const ConnectionPtr& c, const char* data, size_t n) override {
     return links_.Bytes(c, data, n) && HoldPartial(c, n);
   }
 
-  bool AfterRead(const std::shared_ptr<Connection>& c, size_t arrived) override {
+  bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
     return JudgePending(c) && HoldPartial(c, arrived);
   }
 
@@ -535,7 +537,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   asio::io_context& io_;
   std::shared_ptr<Acceptor> acceptor_;
   bool closed_ = false;
-  std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
+  ConnectionTable<ConnectionPtr> connections_;
+  // The job token's nonces (auth.h) from when each is asked for until it is
+  // used, by connection: a few agents' connections at a time, not a field
+  // of every connection.
+  std::unordered_map<uint64_t, std::string> nonces_;
   Keyspace keys_;
   uint64_t last_conn_id_ = 0;
   Members members_;
