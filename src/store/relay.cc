@@ -109,6 +109,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
         if (r.word != kValidationMagic) Drop(c, "bad VALIDATE magic");
         return;
       case Op::kPing: {
+        if (!Settled(client)) return Forward(client, r);
         std::string o;
         PutU32(o, r.word);
         return c->Send(o);
@@ -121,7 +122,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
         return Get(client, r.args[0]);
       case Op::kWait:
         ++stats_.local_waits;
-        return Wait(client, std::move(r.args));
+        return Wait(client, r);
       case Op::kCancelWait:
         return CancelWait(client, r);
       default:
@@ -161,33 +162,52 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     size_t missing = 0;
     bool done = false;
   };
+  struct AddQueue {
+    bool in_flight = false;
+    bool due = false;  // in adds_due_
+    std::vector<std::pair<uint64_t, int64_t>> queued;
+  };
+  using AddQueues = std::unordered_map<std::string, AddQueue>;
   struct Client {
     ConnectionPtr conn;
     uint32_t stream = 0;  // its own stream on the link; 0 until it needs one
-    // A BARRIER forwarded and not answered: a CANCEL_WAIT goes up then.
+    // A WAIT or BARRIER went up on its own stream (ever): its CANCEL_WAITs
+    // go up too, since only the store can cancel those.
     bool upstream_wait = false;
     std::vector<std::shared_ptr<LocalWait>> waits;
+    // Where its requests stand (the order rule, relay.h): the link's
+    // sequence number of its latest request that went up, or of the one
+    // it rode on, and its ADD that waits in a key's batch, if one does
+    // (at most one: any later request of the client sends it up first).
+    uint64_t up_seq = 0;
+    AddQueues::value_type* held_add = nullptr;
   };
   // The upstream WAIT of one key, on a shared stream of its own.
   struct KeyWait {
     uint32_t stream = 0;
     std::deque<std::shared_ptr<LocalWait>> waiters;
+    uint64_t seq = 0;  // its WAIT's sequence number on the link
   };
   // Requests on the shared stream that carries ADDs and GETs, answered in
   // order.
   struct GetBatch {
     uint64_t epoch = 0;
+    uint64_t seq = 0;
     std::vector<uint64_t> clients;
   };
   struct Pending {
+    enum class Kind : uint8_t { kAdd, kGet, kCancel };
+    Kind kind = Kind::kAdd;
+    uint64_t seq = 0;  // its frame's sequence number on the link
     std::string key;
-    std::vector<std::pair<uint64_t, int64_t>> adds;  // (client, delta); empty for a GET
+    std::vector<std::pair<uint64_t, int64_t>> adds;  // (client, delta)
     std::shared_ptr<GetBatch> get;
-  };
-  struct AddQueue {
-    bool in_flight = false;
-    bool due = false;  // in adds_due_
-    std::vector<std::pair<uint64_t, int64_t>> queued;
+    // A CANCEL_WAIT sent for `canceller`: when its answer comes, these of
+    // its local WAITs that were not released meanwhile are cancelled, and
+    // WAIT_CANCELED is its answer where `answer_cancel`.
+    uint64_t canceller = 0;
+    bool answer_cancel = false;
+    std::vector<std::shared_ptr<LocalWait>> cancels;
   };
   // What a stream of the link is for.
   struct StreamUse {
@@ -223,14 +243,51 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   // ---- what is shared -------------------------------------------------------
 
+  // Whether the client's requests so far are all answered (or took effect
+  // before something that was), and the store is known to hold the
+  // upstream WAITs of its local WAITs unanswered (one that went up, or was
+  // joined, after the latest answer came may have been answered at once,
+  // the answer on its way down), so that an answer the relay gives itself
+  // (PING, CANCEL_WAIT) comes after theirs, as the store would send it.
+  bool Settled(const Client& client) const {
+    return client.held_add == nullptr && client.up_seq <= confirmed_ &&
+           std::all_of(client.waits.begin(), client.waits.end(),
+                       [this](const auto& w) { return w->done || Registered(*w); });
+  }
+
   // An ADD waits for the end of the loop's turn (or for the next frame to
   // go up, whichever comes first), so that the ADDs of one key that arrive
   // in one batch of readable clients go up as one, as do those that came
   // while one was on its way.
   void Add(Client& client, const std::string& key, int64_t delta) {
-    AddQueue& q = adds_[key];
-    q.queued.emplace_back(client.conn->id, delta);
-    MarkDue(key, q);
+    Unhold(client);
+    auto& entry = *adds_.try_emplace(key).first;
+    entry.second.queued.emplace_back(client.conn->id, delta);
+    client.held_add = &entry;
+    MarkDue(entry.first, entry.second);
+  }
+
+  // The client's ADD that waits in its key's batch goes up now, before the
+  // client's next request: with its batch where none of the key is on its
+  // way, else alone on the client's own stream (the batch waits for the
+  // answer of the one on its way, and the client's next request may not).
+  void Unhold(Client& client) {
+    if (client.held_add == nullptr) return;
+    auto& [key, q] = *client.held_add;
+    client.held_add = nullptr;
+    if (!q.in_flight) {
+      q.due = false;
+      return SendAdds(key, q);
+    }
+    uint64_t id = client.conn->id;
+    auto mine = std::find_if(q.queued.begin(), q.queued.end(),
+                             [id](const auto& add) { return add.first == id; });
+    Request r;
+    r.op = Op::kAdd;
+    r.args = {key};
+    r.number = mine->second;
+    q.queued.erase(mine);
+    Forward(client, r);
   }
 
   void MarkDue(const std::string& key, AddQueue& q) {
@@ -267,14 +324,23 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     r.args = {key};
     r.number = sum;
     SendShared(r);
+    p.seq = sent_;
+    for (const auto& [id, d] : p.adds) {
+      if (Client* c = ClientOf(id)) {
+        c->held_add = nullptr;
+        c->up_seq = sent_;
+      }
+    }
     pending_.push_back(std::move(p));
     ++stats_.upstream_adds;
   }
 
   void Get(Client& client, const std::string& key) {
+    Unhold(client);
     auto it = gets_.find(key);
     if (it != gets_.end() && it->second->epoch == epoch_) {
       it->second->clients.push_back(client.conn->id);
+      client.up_seq = std::max(client.up_seq, it->second->seq);
       return;
     }
     Request r;
@@ -283,9 +349,13 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     SendShared(r);
     auto batch = std::make_shared<GetBatch>();
     batch->epoch = epoch_;
+    batch->seq = sent_;
     batch->clients.push_back(client.conn->id);
     gets_[key] = batch;
+    client.up_seq = sent_;
     Pending p;
+    p.kind = Pending::Kind::kGet;
+    p.seq = sent_;
     p.key = key;
     p.get = std::move(batch);
     pending_.push_back(std::move(p));
@@ -314,16 +384,27 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     size_t at = 0;
     while (!pending_.empty()) {
       Pending& p = pending_.front();
-      if (shared_in_.size() - at < 8) break;
+      size_t left = shared_in_.size() - at;
+      if (p.kind == Pending::Kind::kCancel) {
+        if (left < 1) break;
+        at += 1;
+        confirmed_ = std::max(confirmed_, p.seq);
+        AnswerCancel(p);
+        pending_.pop_front();
+        continue;
+      }
+      if (left < 8) break;
       int64_t v = 0;
       std::memcpy(&v, shared_in_.data() + at, 8);
-      if (p.get) {
-        if (shared_in_.size() - at - 8 < static_cast<uint64_t>(v)) break;
+      if (p.kind == Pending::Kind::kGet) {
+        if (left - 8 < static_cast<uint64_t>(v)) break;
         std::string reply = shared_in_.substr(at, 8 + static_cast<size_t>(v));
         at += reply.size();
+        confirmed_ = std::max(confirmed_, p.seq);
         AnswerGet(p, reply);
       } else {
         at += 8;
+        confirmed_ = std::max(confirmed_, p.seq);
         AnswerAdds(p, v);
       }
       pending_.pop_front();
@@ -361,19 +442,29 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   // The store closed the shared stream (an ADD to a value that is no
   // integer, which closes a direct client too): every client whose request
-  // was on it goes, and the next request opens a new one.
+  // was on it goes. The ADDs that waited in their keys' batches were not
+  // refused: they go up on a new shared stream, which the next request
+  // opens, as they would have reached the store after the refused one.
   void SharedStreamClosed() {
     std::vector<uint64_t> gone;
     for (const auto& p : pending_) {
       for (const auto& [id, d] : p.adds) gone.push_back(id);
       if (p.get) gone.insert(gone.end(), p.get->clients.begin(), p.get->clients.end());
+      if (p.kind == Pending::Kind::kCancel) gone.push_back(p.canceller);
     }
     pending_.clear();
-    adds_.clear();
-    adds_due_.clear();
     gets_.clear();
     streams_.erase(shared_stream_);
     shared_stream_ = 0;
+    for (auto it = adds_.begin(); it != adds_.end();) {
+      it->second.in_flight = false;
+      if (it->second.queued.empty()) {
+        it = adds_.erase(it);
+        continue;
+      }
+      MarkDue(it->first, it->second);
+      ++it;
+    }
     for (uint64_t id : gone) {
       if (Client* c = ClientOf(id)) {
         Drop(c->conn, "the store refused a request shared with it (see the store's log)");
@@ -381,16 +472,32 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
   }
 
-  void Wait(Client& client, std::vector<std::string> keys) {
-    if (keys.empty()) return client.conn->Send(OneByte(kWaitStopWaiting));
-    auto w = std::make_shared<LocalWait>();
-    w->client = client.conn->id;
-    w->missing = keys.size();
-    w->keys = std::move(keys);
-    client.waits.push_back(w);
-    std::vector<std::string> distinct = w->keys;
+  // A WAIT joins the upstream WAIT of each of its keys, or opens one. An
+  // upstream WAIT that went up before the client's latest request may have
+  // been answered already (the answer on its way down) and the key deleted
+  // since, before that request took effect: it stands for this WAIT only
+  // where that request was answered, or something sent after it was. Else
+  // the WAIT goes up on the client's own stream.
+  void Wait(Client& client, Request& r) {
+    Unhold(client);
+    if (r.args.empty()) {
+      if (!Settled(client)) return Forward(client, r);
+      return client.conn->Send(OneByte(kWaitStopWaiting));
+    }
+    std::vector<std::string> distinct = r.args;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    if (client.up_seq > confirmed_) {
+      for (const auto& key : distinct) {
+        auto it = key_waits_.find(key);
+        if (it != key_waits_.end() && it->second.seq < client.up_seq) return Forward(client, r);
+      }
+    }
+    auto w = std::make_shared<LocalWait>();
+    w->client = client.conn->id;
+    w->missing = r.args.size();
+    w->keys = std::move(r.args);
+    client.waits.push_back(w);
     for (const auto& key : distinct) {
       KeyWait& kw = key_waits_[key];
       kw.waiters.push_back(w);
@@ -400,6 +507,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
         kw.stream = NewStream(std::move(use));
         SendUp(FrameKind::kOpenShared, kw.stream, "");
         SendWaitUp(kw.stream, key);
+        kw.seq = sent_;
       }
     }
   }
@@ -421,6 +529,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     auto it = key_waits_.find(key);
     if (it == key_waits_.end()) return;
     KeyWait& kw = it->second;
+    confirmed_ = std::max(confirmed_, kw.seq);
     std::vector<std::shared_ptr<LocalWait>> released;
     while (!kw.waiters.empty()) {
       auto w = std::move(kw.waiters.front());
@@ -451,18 +560,57 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
   }
 
-  // CANCEL_WAIT: the client's local WAITs are forgotten and answered here,
-  // unless it waits upstream (a BARRIER), where the store answers it.
+  // CANCEL_WAIT: the client's local WAITs are forgotten and answered here
+  // where the client is settled (above). Otherwise they are
+  // cancelled when the store answers a CANCEL_WAIT sent after the client's
+  // requests on the shared stream (which holds no WAIT, so it cancels
+  // nothing there): where the store would have released one of them
+  // before, its answer came first. A client that waits on its own stream
+  // (a BARRIER) has its CANCEL_WAIT go up there, where the store answers it.
   void CancelWait(Client& client, const Request& r) {
-    for (auto& w : client.waits) w->done = true;
+    Unhold(client);
+    bool settled = Settled(client);
+    std::vector<std::shared_ptr<LocalWait>> waits = std::move(client.waits);
     client.waits.clear();
-    if (client.upstream_wait) return Forward(client, r);
-    client.conn->Send(OneByte(kWaitCanceled));
+    if (client.upstream_wait) {
+      Forward(client, r);
+      if (waits.empty()) return;
+    } else if (settled) {
+      for (auto& w : waits) w->done = true;
+      return client.conn->Send(OneByte(kWaitCanceled));
+    }
+    Request cancel;
+    cancel.op = Op::kCancelWait;
+    SendShared(cancel);
+    Pending p;
+    p.kind = Pending::Kind::kCancel;
+    p.seq = sent_;
+    p.canceller = client.conn->id;
+    p.answer_cancel = !client.upstream_wait;
+    p.cancels = std::move(waits);
+    pending_.push_back(std::move(p));
+    client.up_seq = sent_;
+  }
+
+  // Whether the store took the upstream WAIT of each of `w`'s keys still
+  // waited on before an answer that came down since.
+  bool Registered(const LocalWait& w) const {
+    return std::all_of(w.keys.begin(), w.keys.end(), [this](const std::string& key) {
+      auto it = key_waits_.find(key);
+      return it == key_waits_.end() || it->second.seq <= confirmed_;
+    });
+  }
+
+  void AnswerCancel(const Pending& p) {
+    for (const auto& w : p.cancels) w->done = true;
+    if (!p.answer_cancel) return;
+    if (Client* c = ClientOf(p.canceller)) c->conn->Send(OneByte(kWaitCanceled));
   }
 
   // ---- everything else: the client's own stream ------------------------------
 
   void Forward(Client& client, const Request& r) {
+    Unhold(client);
     Generation g = client.conn->generation();
     std::string o;
     if (client.stream == 0) {
@@ -474,9 +622,10 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     // The parser made `r` from the client's bytes in its generation, so it
     // has an encoding there.
     EncodeRequest(g, r, o);
-    if (r.op == Op::kBarrier) client.upstream_wait = true;
+    if (r.op == Op::kBarrier || r.op == Op::kWait) client.upstream_wait = true;
     ++stats_.forwarded;
     SendUp(FrameKind::kData, client.stream, o);
+    client.up_seq = sent_;
   }
 
   // ---- the link ---------------------------------------------------------------
@@ -490,6 +639,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     // it came here.
     if (!adds_due_.empty()) SendDueAdds();
     ++epoch_;
+    ++sent_;
     PutFrames(up_out_, kind, stream, payload);
     ScheduleFlush();
   }
@@ -562,7 +712,6 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
       c->stream = 0;
       return Drop(c->conn, "the store closed its stream (its log says why)");
     }
-    c->upstream_wait = false;
     c->conn->Send(f.payload);
   }
 
@@ -606,6 +755,11 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   // Counts every frame sent or received: a GET joins one on its way only
   // if nothing crossed the link since that one was sent.
   uint64_t epoch_ = 0;
+  // Frames sent up, each request's frame numbered by it, and the number of
+  // the latest request whose answer came down: every frame sent before it
+  // took effect, and their answers came down before it.
+  uint64_t sent_ = 0;
+  uint64_t confirmed_ = 0;
   uint64_t last_client_ = 0;
   uint32_t next_stream_ = 1;
   std::unordered_map<uint64_t, Client> clients_;
@@ -613,7 +767,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   uint32_t shared_stream_ = 0;
   std::string shared_in_;
   std::deque<Pending> pending_;
-  std::unordered_map<std::string, AddQueue> adds_;
+  AddQueues adds_;
   std::vector<std::string> adds_due_;  // keys whose queued ADDs may go up
   std::unordered_map<std::string, std::shared_ptr<GetBatch>> gets_;
   std::unordered_map<std::string, KeyWait> key_waits_;

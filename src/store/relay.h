@@ -20,6 +20,36 @@
 //   was sent (so a client that learned of a newer value through the store,
 //   a WAIT answered for instance, never reads an older one).
 //
+// Order. A client's requests take effect in the store in the order it sent
+// them, and their answers reach it in the store's order, whether it waits
+// for each answer (torch's clients) or sends its next request first
+// (pipelines). The link is one ordered byte stream each way, and the store
+// takes its frames one after the other and answers each request as it
+// takes it, so whatever goes up at once needs no more; the rule is kept
+// where the relay delays, shares or answers a request itself:
+// - a client's ADD that waits in its key's batch goes up before the
+//   client's next request, whatever that is: with its batch if no ADD of
+//   the key is on its way, else alone on the client's own stream;
+// - a GET shares an earlier one's answer only if nothing crossed the link
+//   since that one went up (so none of the client's requests went up
+//   after it);
+// - a WAIT shares an upstream WAIT only if the client's latest request
+//   went up before it, or was answered, or went up before a request that
+//   was (an upstream WAIT's answer may be on its way down and the key gone
+//   again by the time the client's request takes effect); otherwise it
+//   goes up on the client's own stream;
+// - PING, a WAIT of no keys and CANCEL_WAIT are answered by the relay only
+//   when every earlier request of the client is settled in that sense;
+//   otherwise PING and the empty WAIT go up on the client's own stream,
+//   and CANCEL_WAIT's answer waits for one the store gives on the shared
+//   stream after the client's earlier requests (a local WAIT released
+//   meanwhile gets its answer first, as the store would send it).
+// A client that batches nothing pipelined keeps every benefit: torch's
+// clients send one request and wait for its answer (SET, which has none,
+// aside). The one exception: a client the relay closes (a request naming
+// trun's keys, a bad VALIDATE) is closed at once, its answers still on
+// their way lost, where the store would send them first.
+//
 // The relay applies the store's admission rule to its clients itself: it
 // listens on the loopback address only (the node's own processes; no other
 // host reaches it, which is what the store's allow-list would decide for

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -212,6 +214,50 @@ class RelayTest : public ::testing::Test {
     });
     held.get_future().wait();
     return release;
+  }
+  // Holds the store's loop until Release (or destruction): what the relay
+  // sends meanwhile waits in the link, unanswered, "on its way".
+  class StoreHold {
+   public:
+    explicit StoreHold(StoreServerThread& store) {
+      thread_ = std::thread([this, &store, go = release_.get_future().share()] {
+        store.RunOnLoop([&](StoreServer&) {
+          held_.set_value();
+          go.wait();
+        });
+      });
+      held_.get_future().wait();
+    }
+    ~StoreHold() { Release(); }
+    void Release() {
+      if (!thread_.joinable()) return;
+      release_.set_value();
+      thread_.join();
+    }
+
+   private:
+    std::promise<void> held_, release_;
+    std::thread thread_;
+  };
+  // A v2 client of the relay that sends `pipelined` (its requests, one
+  // write, the first an ADD of 1 to "k") while another client's ADD of 1 to
+  // "k" is on its way, so that its own ADD waits in the key's batch. The
+  // store is released once `read` says the relay has read the requests.
+  RawSocket PipelineWhileAnAddIsOnItsWay(const std::string& pipelined,
+                                         const std::function<bool(const RelayStats&)>& read) {
+    RelayStats before = Stats();
+    RawSocket other(relay_->port()), client(relay_->port());
+    EXPECT_TRUE(other.Send(V2("")));
+    EXPECT_TRUE(client.Send(V2("")));
+    EXPECT_TRUE(Eventually([&] { return Stats().clients == before.clients + 2; }));
+    StoreHold hold(*store_);
+    EXPECT_TRUE(other.Send(Op1(v2::kAdd) + Str("k") + U64(1)));
+    EXPECT_TRUE(Eventually([&] { return Stats().upstream_adds == before.upstream_adds + 1; }));
+    EXPECT_TRUE(client.Send(pipelined));
+    EXPECT_TRUE(Eventually([&] { return read(Stats()); }));
+    hold.Release();
+    EXPECT_EQ(other.Recv(8).size(), 8u);
+    return client;
   }
   size_t StoreConnections() {
     size_t n = 0;
@@ -456,6 +502,217 @@ TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
   RawSocket raw(store_->port());
   ASSERT_TRUE(raw.Send(V2(Op1(v2::kCompareSet) + Str(kLinkKey) + Str("") + Str(kLinkVersion))));
   EXPECT_TRUE(raw.Closed());
+}
+
+// ---- one client's requests in order (issue 31) ------------------------------
+
+const std::string kAddK = Op1(v2::kAdd) + Str("k") + U64(1);
+
+// The bug: the second ADD waited in the key's batch for the first's answer,
+// and the GET went up at once and read the count without it.
+TEST_F(RelayTest, APipelinedAddAddGetTakeEffectInOrder) {
+  std::vector<RawSocket> clients = V2Clients(1);
+  RawSocket& a = clients[0];
+  {
+    StoreHold hold(*store_);
+    ASSERT_TRUE(a.Send(kAddK));
+    ASSERT_TRUE(Eventually([&] { return Stats().upstream_adds == 1; }));
+    ASSERT_TRUE(a.Send(kAddK + Op1(v2::kGet) + Str("k")));
+    ASSERT_TRUE(Eventually([&] { return Stats().local_gets == 1; }));
+  }
+  EXPECT_EQ(a.Recv(8 + 8 + 9), U64(1) + U64(2) + Str("2"));
+}
+
+TEST_F(RelayTest, AnAddHeldInItsBatchGoesUpBeforeTheClientsNextRequest) {
+  // ADD, DELETE, CHECK: the DELETE must not remove the key before the ADD.
+  RawSocket a = PipelineWhileAnAddIsOnItsWay(
+      kAddK + Op1(v2::kDeleteKey) + Str("k") + Op1(v2::kCheck) + U64(1) + Str("k"),
+      [](const RelayStats& s) { return s.forwarded >= 2; });
+  EXPECT_EQ(a.Recv(8 + 8 + 1), U64(2) + U64(1) + Op1(kCheckNotReady));
+}
+
+TEST_F(RelayTest, AnAddHeldInItsBatchIsAppliedBeforeTheClientsSet) {
+  // ADD, SET, GET: the ADD is applied to the count, not to the SET's text
+  // (which would close the client).
+  RawSocket a = PipelineWhileAnAddIsOnItsWay(
+      kAddK + Op1(v2::kSet) + Str("k") + Str("text") + Op1(v2::kGet) + Str("k"),
+      [](const RelayStats& s) { return s.local_gets == 1; });
+  EXPECT_EQ(a.Recv(8 + 12), U64(2) + Str("text"));
+}
+
+TEST_F(RelayTest, AWaitAfterAHeldAddIsAnsweredAfterIt) {
+  // The key waited on exists: the store answers the WAIT at once, after
+  // the ADD's answer.
+  ASSERT_TRUE(Direct().Set("ready", "1").ok());
+  RawSocket a =
+      PipelineWhileAnAddIsOnItsWay(kAddK + Op1(v2::kWait) + U64(1) + Str("ready"),
+                                   [](const RelayStats& s) { return s.local_waits == 1; });
+  EXPECT_EQ(a.Recv(8 + 1), U64(2) + Op1(kWaitStopWaiting));
+  // A WAIT of the ADD's own key: the ADD made it.
+  RawSocket b =
+      PipelineWhileAnAddIsOnItsWay(kAddK + Op1(v2::kWait) + U64(1) + Str("k"),
+                                   [](const RelayStats& s) { return s.local_waits == 2; });
+  EXPECT_EQ(b.Recv(8 + 1), U64(4) + Op1(kWaitStopWaiting));
+}
+
+TEST_F(RelayTest, TheRelaysOwnAnswersWaitForTheClientsEarlierOnes) {
+  // PING, CANCEL_WAIT and a WAIT of no keys are answered by the relay
+  // itself, but not before the held ADD's answer.
+  RawSocket a = PipelineWhileAnAddIsOnItsWay(
+      kAddK + Op1(v2::kPing) + U32(7) + Op1(v2::kCancelWait) + Op1(v2::kWait) + U64(0),
+      [](const RelayStats& s) { return s.local_waits == 1; });
+  EXPECT_EQ(a.Recv(8 + 4 + 1 + 1), U64(2) + U32(7) + Op1(kWaitCanceled) + Op1(kWaitStopWaiting));
+}
+
+TEST_F(RelayTest, AGetDoesNotShareAnAnswerThatPrecedesTheClientsOwnAdd) {
+  // b's GET is on its way; a's ADD waits for the end of the loop's turn,
+  // and a's GET must read the count with it, not share b's answer.
+  ASSERT_TRUE(Direct().Set("k", "10").ok());
+  std::vector<RawSocket> clients = V2Clients(2);
+  RawSocket &a = clients[0], &b = clients[1];
+  {
+    StoreHold hold(*store_);
+    ASSERT_TRUE(b.Send(Op1(v2::kGet) + Str("k")));
+    ASSERT_TRUE(Eventually([&] { return Stats().upstream_gets == 1; }));
+    ASSERT_TRUE(a.Send(kAddK + Op1(v2::kGet) + Str("k")));
+    ASSERT_TRUE(Eventually([&] { return Stats().local_gets == 2; }));
+  }
+  EXPECT_EQ(b.Recv(8 + 2), Str("10"));
+  EXPECT_EQ(a.Recv(8 + 8 + 2), U64(11) + Str("11"));
+}
+
+TEST_F(RelayTest, AWaitAfterTheClientsOwnSetDoesNotRideOnAnOlderAnsweredWait) {
+  // b waits on "k" upstream. Then, while the relay is held, a sends SET x
+  // and WAIT k, and another client sets "k" and deletes it again: the
+  // upstream WAIT's answer is on its way to the relay, but when a's SET
+  // takes effect "k" is gone, so a's WAIT must go on waiting.
+  std::vector<RawSocket> clients = V2Clients(2);
+  RawSocket &a = clients[0], &b = clients[1];
+  ASSERT_TRUE(b.Send(Op1(v2::kWait) + U64(1) + Str("k")));
+  ASSERT_TRUE(Eventually([&] { return Stats().upstream_waits == 1; }));
+  StoreClient sync = ViaRelay();  // the store has taken b's WAIT once this is answered
+  EXPECT_FALSE(*sync.Check({"k"}));
+  {
+    auto release = HoldRelay();
+    ASSERT_TRUE(a.Send(Op1(v2::kSet) + Str("x") + Str("1") + Op1(v2::kWait) + U64(1) + Str("k")));
+    StoreClient d = Direct();
+    ASSERT_TRUE(d.Set("k", "1").ok());
+    EXPECT_TRUE(*d.DeleteKey("k"));
+    release.set_value();
+  }
+  EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
+  EXPECT_EQ(a.Recv(1, 300), "");
+  ASSERT_TRUE(Direct().Set("k", "2").ok());
+  EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));
+}
+
+TEST_F(RelayTest, ACancelWaitAfterABarrierAndOtherAnswersStillCancelsIt) {
+  std::vector<RawSocket> clients = V2Clients(1);
+  RawSocket& a = clients[0];
+  ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("b") + U64(2)));
+  ASSERT_TRUE(a.Send(Op1(v2::kCheck) + U64(1) + Str("y")));
+  EXPECT_EQ(a.Recv(1), Op1(kCheckNotReady));
+  ASSERT_TRUE(a.Send(Op1(v2::kCancelWait)));
+  EXPECT_EQ(a.Recv(1), Op1(kWaitCanceled));
+  // a's arrival counts; its wait was cancelled, so the barrier's end
+  // sends it nothing.
+  EXPECT_TRUE(ViaRelay().Barrier("b", 2, milliseconds(10000)).ok());
+  EXPECT_EQ(a.Recv(1, 300), "");
+}
+
+TEST_F(RelayTest, AnAddHeldBehindARefusedOneIsStillSent) {
+  // b's ADD of a key that is no integer is refused; a's, held behind it in
+  // the batch, reaches the store after it and is refused too: a is closed,
+  // not left waiting for an answer.
+  ASSERT_TRUE(Direct().Set("k", "text").ok());
+  std::vector<RawSocket> clients = V2Clients(2);
+  RawSocket &a = clients[0], &b = clients[1];
+  {
+    StoreHold hold(*store_);
+    ASSERT_TRUE(b.Send(kAddK));
+    ASSERT_TRUE(Eventually([&] { return Stats().upstream_adds == 1; }));
+    ASSERT_TRUE(a.Send(kAddK));
+    ASSERT_TRUE(Eventually([&] { return Stats().local_adds == 2; }));
+  }
+  EXPECT_TRUE(b.Closed());
+  EXPECT_TRUE(a.Closed());
+  EXPECT_TRUE(relay_->linked());
+}
+
+// One client that pipelines random requests on a few keys, its bytes cut
+// anywhere: through the relay it gets exactly the bytes a direct
+// connection gets.
+TEST_F(RelayTest, PipelinedRandomRequestsGetTheStoresOwnAnswers) {
+  std::mt19937 rng(31);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  for (int round = 0; round < 40; ++round) {
+    std::string p = "r" + std::to_string(round) + "/";
+    const std::vector<std::string> counts = {p + "a", p + "b"}, texts = {p + "s", p + "t"};
+    auto any = [&] { return pick(2) ? counts[pick(2)] : texts[pick(2)]; };
+    std::string wire;
+    for (int i = 0; i < 30; ++i) {
+      switch (pick(12)) {
+        case 0:
+        case 1:
+          wire += Op1(v2::kAdd) + Str(counts[pick(2)]) + U64(static_cast<uint64_t>(pick(7) - 3));
+          break;
+        case 2:
+          wire += Op1(v2::kGet) + Str(any());
+          break;
+        case 3:
+          wire += Op1(v2::kSet) + Str(texts[pick(2)]) + Str(std::to_string(i));
+          break;
+        case 4:
+          wire += Op1(v2::kDeleteKey) + Str(any());
+          break;
+        case 5:
+          wire += Op1(v2::kCheck) + U64(1) + Str(any());
+          break;
+        case 6:
+          wire += Op1(v2::kWait) + U64(2) + Str(any()) + Str(any());
+          break;
+        case 7:
+          wire += Op1(v2::kCancelWait);
+          break;
+        case 8:
+          wire += Op1(v2::kPing) + U32(static_cast<uint32_t>(i));
+          break;
+        case 9:
+          wire += Op1(v2::kAppend) + Str(texts[pick(2)]) + Str("+");
+          break;
+        case 10:
+          wire += Op1(v2::kCompareSet) + Str(texts[pick(2)]) + Str("") + Str("new");
+          break;
+        default:
+          wire += Op1(v2::kMultiGet) + U64(2) + Str(any()) + Str(any());
+          break;
+      }
+    }
+    const std::string end = U32(0xC0FFEE00 + static_cast<uint32_t>(round));
+    wire += Op1(v2::kPing) + end;
+    auto run = [&](int port) {
+      RawSocket s(port);
+      std::string bytes = V2(wire);
+      for (size_t at = 0; at < bytes.size();) {
+        size_t n = std::min(bytes.size() - at, static_cast<size_t>(1 + pick(80)));
+        EXPECT_TRUE(s.Send(bytes.substr(at, n)));
+        at += n;
+        if (pick(4) == 0) std::this_thread::sleep_for(std::chrono::microseconds(pick(2000)));
+      }
+      std::string got;
+      while (got.size() < end.size() || got.compare(got.size() - end.size(), end.size(), end)) {
+        std::string more = s.Recv(1);
+        if (more.empty()) break;
+        got += more;
+      }
+      return got;
+    };
+    std::string direct = run(store_->port());
+    // The relay's run starts from the keys as the direct run began.
+    for (const auto& k : counts) (void)Direct().DeleteKey(k);
+    for (const auto& k : texts) (void)Direct().DeleteKey(k);
+    EXPECT_EQ(run(relay_->port()), direct) << "round " << round;
+  }
 }
 
 // ---- hostile links (the store's side) --------------------------------------
