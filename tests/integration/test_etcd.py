@@ -85,8 +85,8 @@ def test_etcd_v2_name_and_restart_budget(agents, etcd, tmp_path):
 @pytest.mark.parametrize("victim", ["ordinary", "coordinator"])
 def test_kill_9_of_an_agent_and_the_survivor_carries_on(agents, etcd, tmp_path, victim):
     args = elastic(etcd, f"kill-{victim}", tmp_path / "ckpt.pt")
-    survivor, m, recovered = kill_one_of_two(agents, args, "coordinating job",
-                                             "ordinary" if victim == "ordinary" else "host")
+    survivor, m, recovered, startup = kill_one_of_two(agents, args, "coordinating job",
+                                                      "ordinary" if victim == "ordinary" else "host")
     assert survivor.wait() == 0, survivor.text()
     out = survivor.text()
     assert "RESULT world=1 steps=40" in out
@@ -97,8 +97,9 @@ def test_kill_9_of_an_agent_and_the_survivor_carries_on(agents, etcd, tmp_path, 
             or "restarting without spending a restart (0 of 0 spent)" in out), out
     if victim == "coordinator":
         assert "coordinating job" in out, out
-    # The lease's expiry (2 s) plus the workers' start-up.
-    assert recovered < 2 + 10, recovered
+    # The lease's expiry (2 s) plus the workers' start-up: 10 s, or twice
+    # what the first round's took if this machine is slower now.
+    assert recovered < 2 + max(10, 2 * startup), (recovered, startup)
 
 
 def test_a_third_agent_joining_restarts_the_job_at_world_3(agents, etcd, tmp_path):

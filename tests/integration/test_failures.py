@@ -13,7 +13,7 @@ def test_first_failure_stops_siblings_and_prints_the_table():
     t0 = time.monotonic()
     r = trun("--nproc-per-node", 3, "--failure-lines", 2,
              *worker("print:p1@1", "print:p2@1", "print:p3@1", "eprint:e1@1", "exit:3@1",
-                     "sleep:60"), timeout=60)
+                     "sleep:300"), timeout=150)
     elapsed = time.monotonic() - t0
     assert r.returncode == 1, r.err
     # The failed rank's last words (2 lines of each stream), then the table,
@@ -25,7 +25,7 @@ def test_first_failure_stops_siblings_and_prints_the_table():
     assert r.err.rstrip("\n").endswith("=" * 60), r.err[-300:]
     # Through trun's pipe, each line reached the console whole.
     assert re.findall(r"^p\d$", r.out, re.M) == ["p1", "p2", "p3"], r.out
-    assert elapsed < 20, elapsed  # the siblings' 60 s sleep was cut short
+    assert elapsed < 120, elapsed  # the siblings' 300 s sleep was cut short
     assert re.search(r"^=+$", r.err, re.M)
     assert re.search(r"worker\.py FAILED$", r.err, re.M)
     assert "Root Cause (first observed failure):" in r.err

@@ -116,8 +116,8 @@ def elastic(port, nnodes, ckpt, *extra):
 @pytest.mark.parametrize("victim", ["ordinary", "store_host"])
 def test_kill_9_of_an_agent_and_the_survivor_finishes_alone(agents, tmp_path, victim):
     args = elastic(free_port(), "1:2", tmp_path / "ckpt.pt")
-    survivor, m, recovered = kill_one_of_two(agents, args, "hosting the store",
-                                             "ordinary" if victim == "ordinary" else "host")
+    survivor, m, recovered, startup = kill_one_of_two(agents, args, "hosting the store",
+                                                      "ordinary" if victim == "ordinary" else "host")
     assert survivor.wait() == 0, survivor.text()
     out = survivor.text()
     assert "RESULT world=1 steps=40" in out
@@ -126,8 +126,9 @@ def test_kill_9_of_an_agent_and_the_survivor_finishes_alone(agents, tmp_path, vi
     assert "restarting the worker group: membership" in out
     if victim == "store_host":
         assert "took over the store" in out
-    # Within the heartbeat timeout (3 s), plus the workers' start-up.
-    assert recovered < 3 + 10, recovered
+    # Within the heartbeat timeout (3 s), plus the workers' start-up: 10 s, or
+    # twice what the first round's took if this machine is slower now.
+    assert recovered < 3 + max(10, 2 * startup), (recovered, startup)
 
 
 def test_a_third_agent_joining_restarts_the_job_at_world_3(agents, tmp_path):
