@@ -152,6 +152,36 @@ def test_exit_codes_and_tracebacks_as_cold(action, code, err):
         assert "trun-warm" not in runs[1].err and "runpy" not in runs[1].err
 
 
+def test_the_end_of_a_worker_as_cold(tmp):
+    # A warm worker ends with _exit once Python is finalized, skipping the
+    # C++ destructors of what the warm process loaded (docs/cli.md, "Warm
+    # starts"): what C's exit() would have flushed (a FILE that is never
+    # closed), Python's atexit functions and the finalizers of what the
+    # script left behind still come out, in a cold worker's order, and the
+    # worker's status is its own.
+    script = tmp / "w.py"
+    script.write_text(
+        "import atexit, ctypes, sys\n"
+        "libc = ctypes.CDLL(None)\n"
+        "libc.fopen.restype = ctypes.c_void_p\n"
+        "libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]\n"
+        "libc.fputs(b'buffered by C', libc.fopen(sys.argv[1].encode(), b'w'))\n"
+        "class Last:\n"
+        "    def __del__(self):\n"
+        "        print('finalized', flush=True)\n"
+        "last = Last()\n"
+        "atexit.register(print, 'atexit', flush=True)\n"
+        "print('python', flush=True)\n"
+        "sys.exit(7)\n")
+    env = base_env(TRUN_WARM_IMPORTS="ctypes")
+    for name, flags in (("cold", ()), ("warm", WARM)):
+        r = trun(*flags, script, tmp / f"{name}.c", env=env)
+        assert r.returncode == 1, r.err
+        assert "failed (exitcode: 7) local_rank: 0" in r.err, r.err
+        assert r.out == "python\natexit\nfinalized\n", (name, r.out)
+        assert (tmp / f"{name}.c").read_text() == "buffered by C", name
+
+
 def test_no_python_is_refused():
     r = trun(*WARM, "--no-python", "true")
     assert r.returncode == 2
