@@ -266,6 +266,14 @@ NOTES = """
   ... kill`, `--nnodes N-1:N`); its connections close, the coordinator ends
   the round, and each other agent asks for the next at once (it runs no
   workers to stop); to the moment all of them have it.
+  "A worker failure on one of N agents": `rdzv_scale ... fail`, every agent
+  in the round with `--max-restarts 3`; one agent (not the host) does what
+  an agent whose worker exited non-zero with restarts left does (Failed(),
+  then Ready() once its workers are stopped: here at once, as it runs
+  none); every other agent hears that the round ended and asks for the
+  next at once; the coordinator counts the failure once all are back and
+  closes the next round; to the moment every agent has it (each would
+  start its workers then).
 - recovery: median of 5; from the signal to the survivor's new worker's
   first instruction (its clock_gettime). kill -9 closes the dead agent's
   connections, so the store's host knows at once; SIGSTOP leaves them open

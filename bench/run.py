@@ -431,6 +431,8 @@ def bench_store2(a, tmp):
 
 
 NOTES = """
+## How to read these
+
 - relay fan-in: `build/relay_scale RANKS PROCESSES` (bench/relay_scale.cc):
   one store, RANKS/8 relays (store/relay.h, the agent's own) spread over
   PROCESSES processes, 8 connections per relay, each sending torch 2.x's
@@ -445,8 +447,6 @@ NOTES = """
   The CPU seconds are the phase's, in the store's thread and in the
   processes of relays and ranks: on a loaded machine they, not the wall
   time, tell what the code costs.
-## How to read these
-
 - torchrun 2.x: Debian's python3-torch 2.14.1 from the torch2 root
   (tools/torch2-python), with USE_LIBUV=0 as its libuv-less build needs;
   its Python is 3.14 where 1.13's is 3.11, which is part of why it starts
