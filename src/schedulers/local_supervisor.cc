@@ -149,8 +149,7 @@ class Supervisor {
       log::Error("{}/{}: {}", req_.roles[rep.role].name, req.id, s.message());
       rep.state->state = AppState::kFailed;
       rep.state->exitcode = 127;
-      rep.failure = {.timestamp = static_cast<int64_t>(local::Now()),
-                     .rank = static_cast<int>(rep.index)};
+      rep.failure = {.timestamp = static_cast<int64_t>(local::Now()), .rank = failures_seen_++};
       failure_msgs_[&rep] = s.message();
       pending_failures_.push_back(&rep);
       return;
@@ -263,7 +262,7 @@ class Supervisor {
       if (!error.empty()) rep.state->structured_error_msg = error;
       rep.failure = {.timestamp = written_at.value_or(static_cast<int64_t>(local::Now())),
                      .has_error_file = !error.empty(),
-                     .rank = static_cast<int>(rep.index)};
+                     .rank = failures_seen_++};
       failure_msgs_[&rep] =
           code < 0 ? fmt::format("replica {} was killed by {}", name, proc::SignalName(-code))
                    : fmt::format("replica {} exited with {}", name, code);
@@ -469,6 +468,11 @@ class Supervisor {
   std::vector<const Replica*> failing_;
   std::vector<Replica*> pending_failures_;
   std::map<const Replica*, std::string> failure_msgs_;
+  // The order in which failures were seen: within one second (the error
+  // files' resolution), the one seen first is the root cause, not the
+  // lower replica. A replica whose workers failed because another's died
+  // (gloo's "Connection closed by peer") is seen after that one.
+  int failures_seen_ = 0;
   int devnull_ = -1;
 };
 

@@ -173,5 +173,24 @@ TEST_F(LocalSupervisorTest, RootCauseIsTheFirstFailureByTime) {
   EXPECT_EQ(st.roles[0].replicas[2].state, AppState::kCancelled);
 }
 
+// Within one second, the failure seen first is the root cause, not the
+// lower replica: replica 0 failed because replica 1 had (its peer gone).
+TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFailureSeenFirst) {
+  local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
+  WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
+  WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
+  pid_t first = 0;
+  local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
+    if (replica == 0) first = pid;
+    if (replica == 1) {
+      t.Exit(pid, 1);
+      t.Exit(first, 1);
+    }
+  });
+  EXPECT_EQ(st.state, AppState::kFailed);
+  EXPECT_NE(st.structured_error_msg.find("boom"), std::string::npos) << st.structured_error_msg;
+  EXPECT_NE(st.msg.find("replica trainer/1 exited with 1"), std::string::npos) << st.msg;
+}
+
 }  // namespace
 }  // namespace trun::schedulers
