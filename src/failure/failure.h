@@ -15,7 +15,9 @@
 // stopping the process, the earliest; a failure is dated by its error file's
 // timestamp, else by when trun saw it (both in whole seconds, as torch
 // dates them). Within one second, a failure with an error file comes first
-// (it says why), then the lowest rank. Only when every failure was a
+// (it says why), then the lowest rank (among the local scheduler's
+// replicas: the one seen first, as a replica failing because its peer died
+// is seen after it). Only when every failure was a
 // stopped one is the earliest of those the root cause.
 //
 // Thread-safety: pure functions, plus file I/O.

@@ -164,8 +164,9 @@ def torchrun(*args, timeout=180, env=None):
         # its python (torchrun 2.x names a failed job after PYTHON_EXEC when
         # that differs from sys.executable).
         env.pop("PYTHON_EXEC", None)
+    cmd = [*TORCHRUN, *map(str, args)]
     try:
-        r = run([*TORCHRUN, *map(str, args)], timeout=timeout, env=env)
+        r = run(cmd, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
         # The peer, not trun: torch 1.13's torchrun --standalone once stayed
         # 180 s after its workers had printed their results, hosting its own
@@ -173,7 +174,7 @@ def torchrun(*args, timeout=180, env=None):
         # once more, and says so.
         print(f"torchrun {' '.join(map(str, args))}: no exit in {timeout} s; once more. "
               f"Its output: {e.stdout!r} {e.stderr!r}", file=sys.stderr)
-        r = run([*TORCHRUN, *map(str, args)], timeout=timeout, env=env)
+        r = run(cmd, timeout=timeout, env=env)
     r.out = r.stdout.decode(errors="replace")
     r.err = r.stderr.decode(errors="replace")
     return r

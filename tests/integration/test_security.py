@@ -35,6 +35,15 @@ except Exception as e:
 """
 
 
+def stranger(hosts, tmp_path):
+    """Runs STRANGER on host 3 against host 1's store, then ends the jobs'
+    wait (their --hurry file)."""
+    r = subprocess.run([*hosts.run(3), PYTHON, "-c", STRANGER, "10.200.0.1", "29400"],
+                       capture_output=True, text=True, timeout=60, env=base_env(), cwd=tmp_path)
+    (tmp_path / "hurry").touch()
+    return r
+
+
 def test_a_host_outside_the_round_is_refused_while_the_workers_train(agents, hosts, tmp_path):
     args = ["--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "c10d",
             "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "sec",
@@ -43,9 +52,7 @@ def test_a_host_outside_the_round_is_refused_while_the_workers_train(agents, hos
     h1.wait_for("hosting the store")
     h2 = agents("h2", *args, "--ckpt", tmp_path / "c2.pt", prefix=hosts.run(2))
     h1.wait_for(r"attempt 0 world 2 step 3")
-    r = subprocess.run([*hosts.run(3), PYTHON, "-c", STRANGER, "10.200.0.1", "29400"],
-                       capture_output=True, text=True, timeout=60, env=base_env(), cwd=tmp_path)
-    (tmp_path / "hurry").touch()
+    r = stranger(hosts, tmp_path)
     assert "REFUSED" in r.stdout, r.stdout + r.stderr
     assert [x.wait(timeout=180) for x in (h1, h2)] == [0, 0], h1.text() + h2.text()
     # One line names the stranger and the switch that would let it in.
@@ -64,9 +71,7 @@ def test_store_allow_any_lets_a_stranger_in(agents, hosts, tmp_path):
             "--ckpt", tmp_path / "c.pt"]
     h1 = agents("h1", *args, prefix=hosts.run(1))
     h1.wait_for(r"attempt 0 world 1 step 3")
-    r = subprocess.run([*hosts.run(3), PYTHON, "-c", STRANGER, "10.200.0.1", "29400"],
-                       capture_output=True, text=True, timeout=60, env=base_env(), cwd=tmp_path)
-    (tmp_path / "hurry").touch()
+    r = stranger(hosts, tmp_path)
     assert "SERVED" in r.stdout, r.stdout + r.stderr + h1.text()
     assert h1.wait(timeout=180) == 0, h1.text()
 
