@@ -20,8 +20,24 @@ PYTHON = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
 TRUN = os.environ.get("TRUN", str(ROOT / "build" / "trun"))
 
 
+PROBED = "TRUN_TESTS_TORCH_PROBED"
+
+
 def _probe_torch():
-    """(major, minor) of PYTHON's torch, and whether its TCPStore has libuv."""
+    """(major, minor) of PYTHON's torch, and whether its TCPStore has libuv.
+    Asked once per run: pytest-xdist's workers, started by the process that
+    asked first, find the answer in their environment (a torch 2.x import is
+    3 s of CPU, four times over at the start of a pass)."""
+    known = os.environ.get(PROBED, "").split(" ", 2)
+    if len(known) == 3 and known[2] == PYTHON:
+        version, uv, _ = known
+    else:
+        version, uv = _ask_torch().split()
+        os.environ[PROBED] = f"{version} {uv} {PYTHON}"
+    return tuple(int(x) for x in version.split(".")[:2]), uv == "1"
+
+
+def _ask_torch():
     code = ("import datetime, torch, torch.distributed as d\n"
             "try:\n"
             "    d.TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5), use_libuv=True)\n"
@@ -32,8 +48,7 @@ def _probe_torch():
     r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:  # say why, or CI's log shows only an exit status
         raise RuntimeError(f"{PYTHON} cannot run torch (exit {r.returncode}):\n{r.stderr}")
-    version, uv = r.stdout.split()
-    return tuple(int(x) for x in version.split(".")[:2]), uv == "1"
+    return r.stdout.strip()
 
 
 # The suite runs once per torch generation (Makefile: integration-test), each
@@ -135,6 +150,7 @@ def base_env(**extra):
     # process that makes a TCPStore through env:// or torchrun's static store:
     # what docs/cli.md tells users to set. Tests of that failure unset it.
     env.pop("USE_LIBUV", None)
+    env.pop(PROBED, None)
     if TORCH2 and not TORCH_HAS_LIBUV:
         env["USE_LIBUV"] = "0"
     # Tests run side by side (pytest-xdist): torch 1.13's torchrun takes its

@@ -258,6 +258,10 @@ def test_a_one_node_c10d_job_given_no_token_makes_its_own(tmp_path):
     assert "RESULT world=1 steps=30" in out and "restarting the worker group" not in out, out
 
 
+@pytest.mark.once(
+    "the outsider's requests are raw bytes, the same in both passes, judged by trun's store; "
+    "the job's workers are only its payload (a stranger's torch client, of each generation, "
+    "is test_security's)")
 def test_a_host_outside_the_job_gets_nothing_and_named_addresses_grant_nothing(hosts, tmp_path):
     # h2 has a second address and names it (--local-addr): the store serves
     # h2's workers by the address its agent's proven connection came from,
@@ -402,6 +406,10 @@ print("same" if same else f"different: step {state['step']} {dict(state['model']
 """
 
 
+@pytest.mark.once(
+    "each attack is raw bytes of both generations' protocols (keyed_v1, keyed_v2), the same in "
+    "both passes, judged by trun's store; the job's workers are only its payload (torch's own "
+    "clients against the token are test_security's, in both passes)")
 class TestOneTokenJobUnderAttack:
     """The attacks that share one job (the class-scoped fixture `job`)."""
 
@@ -809,6 +817,9 @@ HEALTH_ATTACKS = {
 }
 
 
+@pytest.mark.once(
+    "raw HTTP against trun's health server, the same in both passes; the job's workers are "
+    "only its payload")
 @pytest.mark.parametrize("attack", sorted(HEALTH_ATTACKS))
 def test_health_port_attack_leaves_the_job_unchanged(tmp_path, trained, attack):
     """Oversized, truncated and slow requests on the agent's health port:

@@ -23,6 +23,10 @@ def single_node_loss(world):
     return re.search(r"RESULT world=\d+ loss=(\S+)", r.out).group(1)
 
 
+@pytest.mark.once(
+    "the ranks, the log prefixes and 2 x 2 equal to 1 x 4 are trun's own logic; the same 2 x 2 "
+    "c10d DDP job under this generation's torch is test_two_c10d_agents_train_the_same_"
+    "parameters_as_torchrun's, compared bit for bit with that generation's torchrun")
 def test_two_c10d_agents_run_one_ddp_job_of_world_4(agents):
     port = free_port()
     a = [agents(f"n{i}", *c10d(port, 2, 2), "--tee", 3, DDP, "--steps", 3) for i in range(2)]
@@ -80,6 +84,9 @@ def test_a_rendezvous_timeout_names_the_missing_nodes(agents):
     assert "1 more node that never joined" in r.err, r.err
 
 
+@pytest.mark.once(
+    "one budget for the whole job is the rendezvous coordinator's logic, trun's own; a multi-node "
+    "restart with this generation's workers is test_one_failure_restarts_every_node_once's")
 def test_the_restart_budget_is_the_jobs_not_each_agents(agents, tmp_path):
     port = free_port()
     # Rank 3 (node 1) fails on every attempt; --max-restarts 1 allows one

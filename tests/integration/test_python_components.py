@@ -39,6 +39,10 @@ def write(jobs, name, source):
     return path
 
 
+@pytest.mark.once(
+    "two apps of 2 x 2 through the local scheduler and the runner (in pytest's interpreter, the "
+    "same in both passes) are trun's own logic, their DDP only a payload; the component loader "
+    "under this generation's interpreter is the file's other tests'")
 def test_ddp_2x2_through_trun_run_and_the_runner(jobs, runner):
     # Both apps at once: a TorchX component file through the command line and
     # through trun.runner, two agents of two workers each.

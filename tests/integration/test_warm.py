@@ -1,6 +1,7 @@
 """Warm starts (--start-method forkserver): a worker forked from one warm
 Python process sees what a cold `python -u script.py` would, and the
 existing worker-contract tests pass unchanged with it on."""
+import functools
 import json
 import os
 import pathlib
@@ -36,12 +37,34 @@ from test_launch import (  # noqa: F401
     test_static_env_values, test_worker_env_matches_torchrun_standalone,
     test_worker_env_matches_torchrun_static_one_node)
 from test_logs import (  # noqa: F401
-    test_crash_keeps_the_tail, test_local_ranks_filter, test_partial_lines_and_raw_bytes_survive,
-    test_prefix_template, test_redirect_all_writes_files_and_nothing_to_console,
-    test_tee_map_per_rank, test_tee_prefixes_console_and_keeps_files_raw)
+    test_crash_keeps_the_tail, test_partial_lines_and_raw_bytes_survive)
 from test_signals import (  # noqa: F401
     test_kill_9_of_trun_leaves_no_worker_and_no_grandchild, test_signals_to_handle_narrows_the_set,
     test_signal_is_forwarded_and_trun_exits_128_plus)
+
+
+def once_here(test, reason):
+    """A borrowed test that runs here in the torch 1.13 pass only: a copy of
+    it carries the mark, so the original, in its own file, keeps both passes."""
+    @functools.wraps(test)
+    def copy(*args, **kwargs):
+        return test(*args, **kwargs)
+    return pytest.mark.once(reason)(copy)
+
+
+# Where each line goes once it has left the worker (files, console, tee,
+# prefixes, the filter) is trun's own logic: warm or cold, the worker writes
+# to the same pipes. How a warm worker writes (streams, partial lines, the
+# end) stays in both passes, above and below.
+ROUTING = ("where a line goes once it has left the worker is trun's own logic, warm or cold; "
+           "test_logs runs it in both passes, and how a warm worker writes is tested in both")
+test_redirect_all_writes_files_and_nothing_to_console = once_here(
+    test_logs.test_redirect_all_writes_files_and_nothing_to_console, ROUTING)
+test_tee_prefixes_console_and_keeps_files_raw = once_here(
+    test_logs.test_tee_prefixes_console_and_keeps_files_raw, ROUTING)
+test_tee_map_per_rank = once_here(test_logs.test_tee_map_per_rank, ROUTING)
+test_local_ranks_filter = once_here(test_logs.test_local_ranks_filter, ROUTING)
+test_prefix_template = once_here(test_logs.test_prefix_template, ROUTING)
 
 WARM = ("--start-method", "forkserver")
 PROBE = FIXTURES / "warm_probe.py"
