@@ -66,8 +66,10 @@ def test_two_agents_run_one_ddp_job_of_world_4(agents, etcd):
 
 @pytest.mark.once(
     "the backend's second name and the job-wide budget are trun's own logic; etcd rendezvous with "
-    "this generation's DDP workers is test_two_agents_run_one_ddp_job_of_world_4's and "
-    "test_a_third_agent_joining_restarts_the_job_at_world_3's")
+    "this generation's DDP workers, and a restart of them, is test_two_agents_run_one_ddp_job_of_"
+    "world_4's and test_a_third_agent_joining_restarts_the_job_at_world_3's; a multi-node job "
+    "that a worker's exception ends is test_multinode's test_the_restart_budget_is_the_jobs_not_"
+    "each_agents's, in both passes")
 def test_etcd_v2_name_and_restart_budget(agents, etcd, tmp_path):
     # Rank 3 fails on every attempt: one restart of the whole job, then the
     # budget of the job (not of each agent) is spent.

@@ -84,9 +84,6 @@ def test_a_rendezvous_timeout_names_the_missing_nodes(agents):
     assert "1 more node that never joined" in r.err, r.err
 
 
-@pytest.mark.once(
-    "one budget for the whole job is the rendezvous coordinator's logic, trun's own; a multi-node "
-    "restart with this generation's workers is test_one_failure_restarts_every_node_once's")
 def test_the_restart_budget_is_the_jobs_not_each_agents(agents, tmp_path):
     port = free_port()
     # Rank 3 (node 1) fails on every attempt; --max-restarts 1 allows one
