@@ -52,19 +52,13 @@ def once_here(test, reason):
     return pytest.mark.once(reason)(copy)
 
 
-# Where each line goes once it has left the worker (files, console, tee,
-# prefixes, the filter) is trun's own logic: warm or cold, the worker writes
-# to the same pipes. How a warm worker writes (streams, partial lines, the
-# end) stays in both passes, above and below.
+# test_logs's tests of where a line goes once it has left the worker.
 ROUTING = ("where a line goes once it has left the worker is trun's own logic, warm or cold; "
            "test_logs runs it in both passes, and how a warm worker writes is tested in both")
-test_redirect_all_writes_files_and_nothing_to_console = once_here(
-    test_logs.test_redirect_all_writes_files_and_nothing_to_console, ROUTING)
-test_tee_prefixes_console_and_keeps_files_raw = once_here(
-    test_logs.test_tee_prefixes_console_and_keeps_files_raw, ROUTING)
-test_tee_map_per_rank = once_here(test_logs.test_tee_map_per_rank, ROUTING)
-test_local_ranks_filter = once_here(test_logs.test_local_ranks_filter, ROUTING)
-test_prefix_template = once_here(test_logs.test_prefix_template, ROUTING)
+for _name in ("test_redirect_all_writes_files_and_nothing_to_console",
+              "test_tee_prefixes_console_and_keeps_files_raw", "test_tee_map_per_rank",
+              "test_local_ranks_filter", "test_prefix_template"):
+    globals()[_name] = once_here(getattr(test_logs, _name), ROUTING)
 
 WARM = ("--start-method", "forkserver")
 PROBE = FIXTURES / "warm_probe.py"
