@@ -181,6 +181,17 @@ Result<AppDef> Ddp(const ComponentArgs& a, const std::string& trun) {
   return AppDef{run, {std::move(role)}, a.Dict("metadata")};
 }
 
+// `-j NODES` on the named host `h`: one process per GPU of it, so NODES x
+// its GPUs; a host without GPUs leaves the count to the user.
+Result<long long> GpusPerNode(const std::string& j, const std::string& h,
+                              const specs::Resource& host) {
+  if (host.gpu > 0) return static_cast<long long>(host.gpu);
+  return Status::InvalidArgument(
+      fmt::format("-j {}: the processes per node cannot be taken from the GPU count, '{}' "
+                  "has no GPUs; give -j {}xNPROC",
+                  j, h, j));
+}
+
 Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
   const std::string h = a.Str("h");
   auto host = specs::NamedResource(h);
@@ -194,13 +205,9 @@ Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
   }
   long long nproc = 0;
   if (parts.size() == 1) {
-    if (host->gpu <= 0) {
-      return Status::InvalidArgument(
-          fmt::format("-j {}: the processes per node cannot be taken from the GPU count, '{}' "
-                      "has no GPUs; give -j {}xNPROC",
-                      j, h, *nnodes));
-    }
-    nproc = host->gpu;
+    auto gpus = GpusPerNode(j, h, *host);
+    if (!gpus.ok()) return gpus.status();
+    nproc = *gpus;
   } else {
     nproc = *ParseInt(parts[1]);
     if (nproc != host->gpu) {
@@ -218,6 +225,27 @@ Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
   ddp.values["rdzv_conf"] = CfgValue();
   ddp.values["tee"] = 3LL;
   return Ddp(ddp, trun);
+}
+
+// TorchX's newer dist.torchrun: dist.ddp's arguments and defaults, except
+// that with a named host (-h) a bare -j (`2`, `1:4`) counts nodes, each
+// running one process per GPU of the host, as dist.spmd reads it; without
+// one, -j N is N processes on one node, as dist.ddp reads it.
+Result<AppDef> Torchrun(const ComponentArgs& a, const std::string& trun) {
+  const std::string j = a.Str("j");
+  if (a.IsNone("h") || j.find('x') != std::string::npos) return Ddp(a, trun);
+  const std::string h = a.Str("h");
+  auto host = specs::NamedResource(h);
+  if (!host.ok()) return Status::InvalidArgument("-h: " + host.status().message());
+  auto gpus = GpusPerNode(j, h, *host);
+  if (!gpus.ok()) return gpus.status();
+  ComponentArgs nodes = a;
+  nodes.values["j"] = fmt::format("{}x{}", j, *gpus);
+  if (!ParseJ(nodes.Str("j")).ok()) {
+    return Status::InvalidArgument(fmt::format(
+        "-j: with -h, expected [MIN:]NODES or [MIN:]NODESxNPROC, e.g. 2, 1:4 or 2x8, got '{}'", j));
+  }
+  return Ddp(nodes, trun);
 }
 
 Role SimpleRole(std::string name, std::string image, std::string entrypoint,
@@ -444,6 +472,22 @@ std::vector<Component> Builtins(const std::string& trun_path) {
                  "(-j nxm), n hosts\nand m processes each; -j n alone runs one process per GPU "
                  "of the host type -h.",
                  spmd_params, [trun_path](const ComponentArgs& a) { return Spmd(a, trun_path); }});
+
+  std::vector<Param> torchrun_params = ddp_params;
+  for (Param& p : torchrun_params) {
+    if (p.name == "j") {
+      p.help =
+          "[{min_nnodes}:]{nnodes}x{nproc_per_node}; with -h, [{min_nnodes}:]{nnodes} alone "
+          "runs one process per GPU of the host; without, {nproc_per_node} alone is one node";
+    }
+  }
+  out.push_back({"dist.torchrun",
+                 "dist.ddp whose -j N with a named host (-h) is N nodes of one worker per GPU",
+                 "TorchX's newer name for distributed jobs under torchrun's flags: dist.ddp's "
+                 "arguments and\ndefaults; with -h, a bare -j counts nodes and each runs one "
+                 "process per GPU of the host.",
+                 torchrun_params,
+                 [trun_path](const ComponentArgs& a) { return Torchrun(a, trun_path); }});
 
   out.push_back(
       {"utils.binary", "runs a program with arguments",

@@ -6,6 +6,8 @@
 //                 host (${rank0_env}, expanded by bash) at --rdzv_port
 //   dist.spmd     dist.ddp with the workers per node taken from the named
 //                 resource's GPUs (-j 2 on gpu.small is -j 2x1)
+//   dist.torchrun TorchX's newer name: dist.ddp, except that with a named
+//                 resource (-h) a bare -j counts nodes of one worker per GPU
 //   utils.echo, utils.touch, utils.sh, utils.python, utils.binary,
 //   utils.copy    small programs, for tutorials and glue
 //
@@ -43,7 +45,7 @@ struct JSpec {
 };
 Result<JSpec> ParseJ(std::string_view j);
 
-// Every builtin, sorted by name. dist.ddp and dist.spmd run `trun_path`.
+// Every builtin, sorted by name. The dist.* components run `trun_path`.
 std::vector<Component> Builtins(const std::string& trun_path);
 
 // A builtin by name, or a component file (a path to .yaml, .yml or .json;

@@ -176,6 +176,55 @@ TEST(SpmdTest, ProcessesPerNodeFromTheHostsGpus) {
   EXPECT_NE(cpu.status().message().find("has no GPUs"), std::string::npos);
 }
 
+TEST(TorchrunTest, DdpsReadingWithoutAHostAndSpmdsWithOne) {
+  // Without -h: dist.ddp's app, bare -j included (processes on one node).
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {"-j", "2x4", "--script", "t.py", "a"},
+           {"-j", "4", "--script", "t.py"},
+           {"-j", "1:3x2", "--cpu", "8", "-m", "pkg.train", "--rdzv_port", "29600"}}) {
+    auto torchrun = Build("dist.torchrun", argv);
+    auto ddp = Build("dist.ddp", argv);
+    ASSERT_TRUE(torchrun.ok()) << torchrun.status().message();
+    ASSERT_TRUE(ddp.ok());
+    EXPECT_EQ(Command(*torchrun), Command(*ddp));
+    EXPECT_EQ(torchrun->roles[0].num_replicas, ddp->roles[0].num_replicas);
+    EXPECT_EQ(torchrun->roles[0].resource.cpu, ddp->roles[0].resource.cpu);
+  }
+  auto defaults = Build("dist.torchrun", {"--script", "t.py"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_NE(Command(*defaults).find("--nnodes 1 --nproc_per_node 2"), std::string::npos);
+  EXPECT_EQ(defaults->roles[0].resource.cpu, 2);
+  EXPECT_EQ(defaults->roles[0].resource.gpu, 0);
+  EXPECT_EQ(defaults->roles[0].resource.mem_mb, 1024);
+
+  // With -h: a bare -j counts nodes of one process per GPU; NxP stays.
+  auto nodes = Build("dist.torchrun", {"-j", "2", "-h", "aws_p4d.24xlarge", "--script", "t.py"});
+  ASSERT_TRUE(nodes.ok()) << nodes.status().message();
+  EXPECT_NE(Command(*nodes).find("--nnodes 2 --nproc_per_node 8"), std::string::npos);
+  EXPECT_EQ(nodes->roles[0].num_replicas, 2);
+  EXPECT_EQ(nodes->roles[0].resource.gpu, 8);
+  auto elastic = Build("dist.torchrun", {"-j", "1:4", "-h", "gpu.small", "--script", "t.py"});
+  ASSERT_TRUE(elastic.ok()) << elastic.status().message();
+  EXPECT_NE(Command(*elastic).find("--nnodes 1:4 --nproc_per_node 1"), std::string::npos);
+  EXPECT_EQ(elastic->roles[0].min_replicas, 1);
+  EXPECT_EQ(elastic->roles[0].num_replicas, 4);
+  auto given = Build("dist.torchrun", {"-j", "1x2", "-h", "gpu.small", "--script", "t.py"});
+  ASSERT_TRUE(given.ok());
+  EXPECT_NE(Command(*given).find("--nnodes 1 --nproc_per_node 2"), std::string::npos);
+
+  for (const auto& [argv, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"-j", "2", "-h", "aws_trn1.32xlarge", "--script", "t.py"},
+            "has no GPUs; give -j 2xNPROC"},
+           {{"-j", "two", "-h", "gpu.small", "--script", "t.py"}, "with -h, expected [MIN:]NODES"},
+           {{"-j", "2", "-h", "gpu.smal", "--script", "t.py"}, "did you mean 'gpu.small'"},
+           {{"-j", "2", "-h", "gpu.small"}, "exactly one of --script and -m"}}) {
+    auto app = Build("dist.torchrun", argv);
+    ASSERT_FALSE(app.ok()) << needle;
+    EXPECT_EQ(app.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(app.status().message().find(needle), std::string::npos) << app.status().message();
+  }
+}
+
 TEST(UtilsTest, EveryBuiltinBuilds) {
   auto echo = Build("utils.echo", {"--msg", "hi there"});
   ASSERT_TRUE(echo.ok());

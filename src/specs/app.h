@@ -90,7 +90,7 @@ struct Role {
   bool operator==(const Role&) const = default;
 };
 
-// A role whose replicas run trun's agent (dist.ddp and dist.spmd set it):
+// A role whose replicas run trun's agent (the dist.* builtins set it):
 // role metadata {"trun.job_token": true}. Only such a role's replicas get
 // the job token (docs/cli.md, "The job token"); another role's program has
 // no use for it, and a secret given to it could leak from there.

@@ -127,11 +127,11 @@ def test_the_torchx_alias_serves_trun_only_without_torchx(tmp_path):
         print(trun.alias.install())
         import torchx, torchx.specs as s, torchx.specs.api as api
         from torchx import specs as s2
-        from torchx.components.dist import ddp
+        from torchx.components.dist import ddp, torchrun
         from torchx.components import utils
         from torchx.runner import get_runner
         import torchrunx, trun
-        print(s is trun.specs, api is trun.specs.api, s2 is s, callable(ddp),
+        print(s is trun.specs, api is trun.specs.api, s2 is s, callable(ddp) and callable(torchrun),
               torchrunx.Launcher is trun.Launcher, s.__file__ == trun.specs.__file__,
               bool(torchx.__file__), sys.argv[1:])
         import torchx.apps.utils.booth_main as booth, trun.apps.utils.booth_main
@@ -505,6 +505,14 @@ def test_torchx_components_and_schedulers_additions(monkeypatch):
         with pytest.raises(ValueError, match="Invalid format for -j"):
             dist.parse_nnodes(bad)
     assert dist.get_role_name(None, "pkg.train") == "train"
+    # dist.torchrun (TorchX's newer name): dist.ddp's app, but with a named
+    # host a bare -j counts nodes of one process per GPU.
+    assert dist.torchrun("a", script="t.py", j="2x2") == dist.ddp("a", script="t.py", j="2x2")
+    nodes = dist.torchrun(script="t.py", h="gpu.large", j="2").roles[0]
+    assert nodes.num_replicas == 2 and nodes.resource.gpu == 4
+    assert "--nnodes 2 --nproc_per_node 4" in nodes.args[1]
+    with pytest.raises(ValueError, match="has no GPUs; give -j 2xNPROC"):
+        dist.torchrun(script="t.py", h="cpu.small", j="2")
     from trun.components.structured_arg import StructuredJArgument, StructuredNameArgument
     name = StructuredNameArgument.parse_from
     assert (str(name("exp/", script="a/train.py")), str(name("run", m="pkg.mod"))) == \

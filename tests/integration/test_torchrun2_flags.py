@@ -276,7 +276,7 @@ def test_bash_completion_completes(tmp_path):
     assert c("ru") == ["run", "runopts"]
     assert "local-supervisor" not in c("")
     # Builtin components after `trun run`, also after its flags.
-    assert c("run", "dist.") == ["dist.ddp", "dist.spmd"]
+    assert c("run", "dist.") == ["dist.ddp", "dist.spmd", "dist.torchrun"]
     assert c("run", "-s", "local", "utils.e") == ["utils.echo"]
     assert c("run", "--sch") == ["--scheduler", "--scheduler-args", "--scheduler_args"]
     # After a flag's value, flags again; after the script, the script's own.
@@ -295,7 +295,8 @@ def test_bash_completion_names_every_subcommand_and_builtin(tmp_path):
     r = trun("builtins")
     assert r.returncode == 0, r.err
     components = complete_in_bash(tmp_path, script, ["trun", "run", ""])
-    for name in ["dist.ddp", "dist.spmd", "utils.echo", "utils.sh", "utils.python"]:
+    for name in ["dist.ddp", "dist.spmd", "dist.torchrun", "utils.echo", "utils.sh",
+                 "utils.python"]:
         assert name in components and name in r.out
 
 
@@ -343,7 +344,7 @@ def test_zsh_completion_completes(tmp_path):
     answers = [a.split("\n") for a in r.stdout.split("---\n")[:-1]]
     assert answers == [["--nproc-per-node", "--nproc_per_node", ""],
                        ["store", "status", "stack", "<files>", ""],
-                       ["dist.ddp", "dist.spmd", "<files>", ""],
+                       ["dist.ddp", "dist.spmd", "dist.torchrun", "<files>", ""],
                        ["utils.echo", "<files>", ""],
                        ["--standalone", ""],
                        ["<files>", ""]]

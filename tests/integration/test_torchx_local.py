@@ -260,8 +260,8 @@ def test_dryrun_builtins_runopts_configure(jobs):
     assert not (jobs.tmp / "state").exists()  # nothing submitted
     assert "--script SCRIPT" in jobs.trun("run", "dist.ddp", "--help").out
     builtins = jobs.trun("builtins").out
-    assert builtins.startswith("Found 9 builtin components:")
-    for name in ("dist.ddp", "dist.spmd", "utils.echo", "utils.touch", "utils.sh",
+    assert builtins.startswith("Found 10 builtin components:")
+    for name in ("dist.ddp", "dist.spmd", "dist.torchrun", "utils.echo", "utils.touch", "utils.sh",
                  "utils.python", "utils.binary", "utils.copy", "utils.booth"):
         assert name in builtins
     resources = jobs.trun("builtins", "--resources").out

@@ -62,3 +62,19 @@ def spmd(*args: str, script: Optional[str] = None, m: Optional[str] = None,
     return builtin("dist.spmd", args, dict(
         script=script, m=m, image=image, name=name, h=h, j=j, env=env, metadata=metadata,
         max_retries=max_retries, mounts=mounts, debug=debug))
+
+
+def torchrun(*script_args: str, script: Optional[str] = None, m: Optional[str] = None,
+             image: Optional[str] = None, name: str = "/", h: Optional[str] = None,
+             cpu: int = 2, gpu: int = 0, memMB: int = 1024, j: str = "1x2",
+             env: Optional[Dict[str, str]] = None, metadata: Optional[Dict[str, str]] = None,
+             max_retries: int = 0, rdzv_port: int = 29500, rdzv_backend: str = "c10d",
+             rdzv_conf: Optional[str] = None, mounts: Optional[List[str]] = None,
+             debug: bool = False, tee: int = 3) -> specs.AppDef:
+    """TorchX's newer ``dist.torchrun``: ``ddp``'s arguments and defaults, except that
+    with a named host ``h`` a bare ``j`` (``"2"``, ``"1:4"``) counts nodes, each running
+    one process per GPU of the host. See ``trun run dist.torchrun --help``."""
+    return builtin("dist.torchrun", script_args, dict(
+        script=script, m=m, image=image, name=name, h=h, cpu=cpu, gpu=gpu, memMB=memMB, j=j,
+        env=env, metadata=metadata, max_retries=max_retries, rdzv_port=rdzv_port,
+        rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts, debug=debug, tee=tee))
