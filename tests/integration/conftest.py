@@ -24,17 +24,18 @@ PROBED = "TRUN_TESTS_TORCH_PROBED"
 
 
 def _probe_torch():
-    """(major, minor) of PYTHON's torch, and whether its TCPStore has libuv.
-    Asked once per run: pytest-xdist's workers, started by the process that
-    asked first, find the answer in their environment (a torch 2.x import is
-    3 s of CPU, four times over at the start of a pass)."""
-    known = os.environ.get(PROBED, "").split(" ", 2)
-    if len(known) == 3 and known[2] == PYTHON:
-        version, uv, _ = known
+    """(major, minor) of PYTHON's torch, whether its TCPStore has libuv, and
+    whether it sees a CUDA device and NCCL. Asked once per run: pytest-xdist's
+    workers, started by the process that asked first, find the answer in
+    their environment (a torch 2.x import is 3 s of CPU, four times over at
+    the start of a pass)."""
+    known = os.environ.get(PROBED, "").split(" ", 3)
+    if len(known) == 4 and known[3] == PYTHON:
+        version, uv, cuda, _ = known
     else:
-        version, uv = _ask_torch().split()
-        os.environ[PROBED] = f"{version} {uv} {PYTHON}"
-    return tuple(int(x) for x in version.split(".")[:2]), uv == "1"
+        version, uv, cuda = _ask_torch().split()
+        os.environ[PROBED] = f"{version} {uv} {cuda} {PYTHON}"
+    return tuple(int(x) for x in version.split(".")[:2]), uv == "1", cuda == "1"
 
 
 def _ask_torch():
@@ -44,7 +45,8 @@ def _ask_torch():
             "    uv = 1\n"
             "except (RuntimeError, TypeError):  # 1.13: no use_libuv argument at all\n"
             "    uv = 0\n"
-            "print(torch.__version__.split('+')[0], uv)")
+            "cuda = int(torch.cuda.is_available() and d.is_nccl_available())\n"
+            "print(torch.__version__.split('+')[0], uv, cuda)")
     r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:  # say why, or CI's log shows only an exit status
         raise RuntimeError(f"{PYTHON} cannot run torch (exit {r.returncode}):\n{r.stderr}")
@@ -54,7 +56,7 @@ def _ask_torch():
 # The suite runs once per torch generation (Makefile: integration-test), each
 # time with PYTHON_EXEC naming that generation's interpreter; tests that must
 # differ by generation read TORCH_VERSION.
-TORCH_VERSION, TORCH_HAS_LIBUV = _probe_torch()
+TORCH_VERSION, TORCH_HAS_LIBUV, TORCH_HAS_CUDA_NCCL = _probe_torch()
 TORCH2 = TORCH_VERSION >= (2, 0)
 # torch 1.13's torchrun needs a patch on Python 3.11 (tools/torchrun113).
 TORCHRUN = ([PYTHON, "-m", "torch.distributed.run"] if TORCH2

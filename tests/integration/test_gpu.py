@@ -6,17 +6,11 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, ROOT, TRUN, base_env
+from conftest import PYTHON, ROOT, TORCH_HAS_CUDA_NCCL, TRUN, base_env
 
 
-def _has_cuda():
-    probe = ("import torch, torch.distributed as d; "
-             "print(int(torch.cuda.is_available() and d.is_nccl_available()))")
-    r = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True)
-    return r.stdout.strip() == "1"
-
-
-@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device and NCCL under PYTHON_EXEC")
+@pytest.mark.skipif(not TORCH_HAS_CUDA_NCCL,
+                    reason="needs a CUDA device and NCCL under PYTHON_EXEC")
 def test_a_rank_blocked_on_its_gpu_is_reported_with_its_flight_recorder(tmp_path):
     r = subprocess.run([PYTHON, str(ROOT / "tests" / "gpu" / "hang_check.py"), TRUN,
                         str(tmp_path)], env=base_env(), capture_output=True, text=True,
