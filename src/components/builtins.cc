@@ -183,13 +183,13 @@ Result<AppDef> Ddp(const ComponentArgs& a, const std::string& trun) {
 
 // `-j NODES` on the named host `h`: one process per GPU of it, so NODES x
 // its GPUs; a host without GPUs leaves the count to the user.
-Result<long long> GpusPerNode(const std::string& j, const std::string& h,
+Result<long long> GpusPerNode(const std::string& nodes, const std::string& h,
                               const specs::Resource& host) {
   if (host.gpu > 0) return static_cast<long long>(host.gpu);
   return Status::InvalidArgument(
       fmt::format("-j {}: the processes per node cannot be taken from the GPU count, '{}' "
                   "has no GPUs; give -j {}xNPROC",
-                  j, h, j));
+                  nodes, h, nodes));
 }
 
 Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
@@ -205,7 +205,7 @@ Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
   }
   long long nproc = 0;
   if (parts.size() == 1) {
-    auto gpus = GpusPerNode(j, h, *host);
+    auto gpus = GpusPerNode(std::to_string(*nnodes), h, *host);
     if (!gpus.ok()) return gpus.status();
     nproc = *gpus;
   } else {
@@ -230,21 +230,27 @@ Result<AppDef> Spmd(const ComponentArgs& a, const std::string& trun) {
 // TorchX's newer dist.torchrun: dist.ddp's arguments and defaults, except
 // that with a named host (-h) a bare -j (`2`, `1:4`) counts nodes, each
 // running one process per GPU of the host, as dist.spmd reads it; without
-// one, -j N is N processes on one node, as dist.ddp reads it.
+// one (an empty -h is none, as in dist.ddp), -j N is N processes on one
+// node, as dist.ddp reads it.
 Result<AppDef> Torchrun(const ComponentArgs& a, const std::string& trun) {
-  const std::string j = a.Str("j");
-  if (a.IsNone("h") || j.find('x') != std::string::npos) return Ddp(a, trun);
-  const std::string h = a.Str("h");
+  const std::string j = a.Str("j"), h = a.Str("h");
+  if (h.empty() || j.find('x') != std::string::npos) return Ddp(a, trun);
+  static const std::regex kNodes(R"(\d+(:\d+)?)");
+  if (!std::regex_match(j, kNodes)) {
+    return Status::InvalidArgument(fmt::format(
+        "-j: with -h, expected [MIN:]NODES or [MIN:]NODESxNPROC, e.g. 2, 1:4 or 2x8, got '{}'", j));
+  }
+  // The nodes' range first (ParseJ's message), then the host's GPUs.
+  if (auto nodes = ParseJ(j + "x1"); !nodes.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("-j {}: needs 1 <= MIN <= MAX <= {} nodes", j, kMaxJ));
+  }
   auto host = specs::NamedResource(h);
   if (!host.ok()) return Status::InvalidArgument("-h: " + host.status().message());
   auto gpus = GpusPerNode(j, h, *host);
   if (!gpus.ok()) return gpus.status();
   ComponentArgs nodes = a;
   nodes.values["j"] = fmt::format("{}x{}", j, *gpus);
-  if (!ParseJ(nodes.Str("j")).ok()) {
-    return Status::InvalidArgument(fmt::format(
-        "-j: with -h, expected [MIN:]NODES or [MIN:]NODESxNPROC, e.g. 2, 1:4 or 2x8, got '{}'", j));
-  }
   return Ddp(nodes, trun);
 }
 
@@ -380,8 +386,11 @@ Result<JSpec> ParseJ(std::string_view j) {
   std::string s(j);
   std::smatch m;
   JSpec out;
+  // A count beyond kMaxJ (or beyond a long long) is refused below, not
+  // clamped: --nnodes gets the text as written.
   auto num = [](const std::string& x) {
-    return static_cast<int>(std::min(*ParseInt(x), 1000000LL));
+    auto n = ParseInt(x);
+    return n && *n <= kMaxJ ? static_cast<int>(*n) : kMaxJ + 1;
   };
   if (std::regex_match(s, m, kElastic)) {
     out.min_nodes = num(m.str(1));
@@ -398,6 +407,10 @@ Result<JSpec> ParseJ(std::string_view j) {
   } else {
     return Status::InvalidArgument(
         fmt::format("-j: expected [MIN:]MAXxNPROC or NPROC, e.g. 1:2x4, 2x4 or 4, got '{}'", j));
+  }
+  if (out.max_nodes > kMaxJ || out.min_nodes > kMaxJ || out.nproc_per_node > kMaxJ) {
+    return Status::InvalidArgument(
+        fmt::format("-j {}: at most {} nodes and {} processes per node", j, kMaxJ, kMaxJ));
   }
   if (out.min_nodes < 1 || out.max_nodes < out.min_nodes || out.nproc_per_node < 1) {
     return Status::InvalidArgument(

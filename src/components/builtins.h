@@ -36,7 +36,10 @@ namespace trun::components {
 // images; remote schedulers need one with trun and the job's Python.
 std::string DefaultImage();
 
-// `-j`: "[MIN:]MAX x NPROC" ("2x4", "1:3x8") or "NPROC" (one node).
+// `-j`: "[MIN:]MAX x NPROC" ("2x4", "1:3x8") or "NPROC" (one node). Each
+// count is at most kMaxJ: a larger one is a typo, and every node is a
+// replica that the scheduler is asked for (and the local one starts).
+inline constexpr int kMaxJ = 100000;
 struct JSpec {
   int min_nodes = 1;
   int max_nodes = 1;

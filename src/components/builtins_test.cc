@@ -27,8 +27,12 @@ TEST(ParseJTest, TorchXsThreeForms) {
   EXPECT_EQ(one->max_nodes, 1);
   EXPECT_EQ(one->nproc_per_node, 8);
   EXPECT_EQ(one->nnodes, "1");
+  auto most = ParseJ("100000x100000");
+  ASSERT_TRUE(most.ok());
+  EXPECT_EQ(most->max_nodes, kMaxJ);
   for (const char* bad : {"", "x", "2x", "x4", "1:x4", "2:1x4", "0x4", "2x0", "1x2x3", "a1x2",
-                          " 2x2", "-1x2", "1.5x2"}) {
+                          " 2x2", "-1x2", "1.5x2", "100001x1", "1x100001", "1:100001x1",
+                          "99999999999999999999x1", "1x99999999999999999999"}) {
     auto r = ParseJ(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -208,6 +212,10 @@ TEST(TorchrunTest, DdpsReadingWithoutAHostAndSpmdsWithOne) {
   EXPECT_NE(Command(*elastic).find("--nnodes 1:4 --nproc_per_node 1"), std::string::npos);
   EXPECT_EQ(elastic->roles[0].min_replicas, 1);
   EXPECT_EQ(elastic->roles[0].num_replicas, 4);
+  // An empty -h is no host, as in dist.ddp.
+  auto empty = Build("dist.torchrun", {"-j", "2", "-h", "", "--script", "t.py"});
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+  EXPECT_NE(Command(*empty).find("--nnodes 1 --nproc_per_node 2"), std::string::npos);
   auto given = Build("dist.torchrun", {"-j", "1x2", "-h", "gpu.small", "--script", "t.py"});
   ASSERT_TRUE(given.ok());
   EXPECT_NE(Command(*given).find("--nnodes 1 --nproc_per_node 2"), std::string::npos);
@@ -217,7 +225,16 @@ TEST(TorchrunTest, DdpsReadingWithoutAHostAndSpmdsWithOne) {
             "has no GPUs; give -j 2xNPROC"},
            {{"-j", "two", "-h", "gpu.small", "--script", "t.py"}, "with -h, expected [MIN:]NODES"},
            {{"-j", "2", "-h", "gpu.smal", "--script", "t.py"}, "did you mean 'gpu.small'"},
-           {{"-j", "2", "-h", "gpu.small"}, "exactly one of --script and -m"}}) {
+           {{"-j", "2", "-h", "gpu.small"}, "exactly one of --script and -m"},
+           // The nodes' form and range before the host's GPUs.
+           {{"-j", "0", "-h", "gpu.small", "--script", "t.py"}, "needs 1 <= MIN <= MAX <= 100000"},
+           {{"-j", "2:1", "-h", "gpu.small", "--script", "t.py"}, "needs 1 <= MIN <= MAX"},
+           {{"-j", "0", "-h", "aws_trn1.32xlarge", "--script", "t.py"}, "needs 1 <= MIN"},
+           {{"-j", "two", "-h", "aws_trn1.32xlarge", "--script", "t.py"}, "expected [MIN:]NODES"},
+           {{"-j", "200000", "-h", "gpu.small", "--script", "t.py"}, "<= 100000 nodes"},
+           {{"-j", "99999999999999999999", "-h", "gpu.small", "--script", "t.py"},
+            "<= 100000 nodes"},
+           {{"-j", "99999999999999999999x1", "--script", "t.py"}, "at most 100000 nodes"}}) {
     auto app = Build("dist.torchrun", argv);
     ASSERT_FALSE(app.ok()) << needle;
     EXPECT_EQ(app.status().code(), StatusCode::kInvalidArgument);
