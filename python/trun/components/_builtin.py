@@ -42,7 +42,8 @@ def builtin(name: str, args: Sequence[str], options: dict[str, Any]) -> specs.Ap
     # The call is TorchX's Python function, which reads no .torchxconfig.
     r = _binary.run(argv, no_config=True)
     if r.returncode != 0:
-        lines = [ln.removeprefix("trun: error: ") for ln in r.stderr.strip().splitlines()]
+        lines = [ln.removeprefix("trun: error: ").removeprefix(f"{name}: ")
+                 for ln in r.stderr.strip().splitlines()]
         raise ValueError(f"{name}: " + "\n".join(lines))
     app = json.loads(r.stdout)["app"]
     # `trun run` adds the handle variable to every role; the outer run will.
