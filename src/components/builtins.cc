@@ -240,8 +240,8 @@ Result<AppDef> Torchrun(const ComponentArgs& a, const std::string& trun) {
     return Status::InvalidArgument(fmt::format(
         "-j: with -h, expected [MIN:]NODES or [MIN:]NODESxNPROC, e.g. 2, 1:4 or 2x8, got '{}'", j));
   }
-  // The nodes' range first (ParseJ's message), then the host's GPUs.
-  if (auto nodes = ParseJ(j + "x1"); !nodes.ok()) {
+  // The nodes' range first, then the host's GPUs.
+  if (!ParseJ(j + "x1").ok()) {
     return Status::InvalidArgument(
         fmt::format("-j {}: needs 1 <= MIN <= MAX <= {} nodes", j, kMaxJ));
   }

@@ -65,6 +65,8 @@ def schemas():
         ("v1", "Service"): json_schema("service-v1.json.gz"),
         ("v1", "Secret"): json_schema("secret-v1.json.gz"),
     }
+
+
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
