@@ -294,7 +294,7 @@ TEST(FindComponentTest, SuggestsABuiltin) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("did you mean 'dist.ddp'"), std::string::npos);
   auto names = Builtins(kTrun);
-  ASSERT_EQ(names.size(), 9u);
+  ASSERT_EQ(names.size(), 10u);
   EXPECT_EQ(names[0].name, "dist.ddp");
 }
 
