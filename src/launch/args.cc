@@ -977,7 +977,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
         "--master-port 0: node 0's store listens on a free port that no other node knows, as "
         "under torchrun; give every node the same port (e.g. --master-port 29500)");
   }
-  for (const auto& w : RdzvConfWarnings(rdzv_conf)) log::Warning("{}", w);
+  for (const auto& w : RdzvConfWarnings(rdzv_conf, c)) log::Warning("{}", w);
   c.rdzv = ParseRdzvSettings(rdzv_conf, c, p);
   // trun's own store guards its keys (/trun/) with the job token. A
   // standalone agent, or the one agent a job of one node admits, shares that

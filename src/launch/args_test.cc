@@ -436,14 +436,14 @@ TEST(ArgsTest, StoreRelay) {
 TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {
   auto p = Parse({"--nnodes", "x", "--max-restarts", "-1", "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", "[::1", "--rdzv-conf",
-                  "timeout=abc,join_timeout=soon,is_host=maybe", "--no-python", "true"});
+                  "last_call_timeout=abc,join_timeout=soon,is_host=maybe", "--no-python", "true"});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   const std::string& m = p.status().message();
   for (const char* needle :
        {"--nnodes: expected N or MIN:MAX", "--max-restarts: expected a whole number",
         "--rdzv-endpoint '[::1': an IPv6 address needs its closing ']'",
-        "--rdzv-conf timeout=abc: expected seconds > 0",
+        "--rdzv-conf last_call_timeout=abc: expected seconds > 0",
         "--rdzv-conf join_timeout=soon: expected seconds > 0",
         "--rdzv-conf is_host=maybe: expected true or false"}) {
     EXPECT_NE(m.find(needle), std::string::npos) << needle << " not in:\n" << m;
@@ -451,14 +451,29 @@ TEST(ArgsTest, EveryProblemOfTheCommandLineAtOnce) {
   EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 5) << m;
 }
 
-// The example of issue 16: a one-node job runs c10d (implicitly
-// --standalone), and its `timeout` is checked all the same.
+// Issue 16: a one-node job's two mistakes in one run. (Its example was
+// `timeout=abc`; a one-node job runs c10d, implicitly --standalone as under
+// torchrun 2.x, and c10d reads no `timeout`: torchrun 2.x runs that line.)
 TEST(ArgsTest, TwoMistakesOfOneNodeInOneRun) {
-  auto p = Parse({"--nnodes=x", "--rdzv-conf", "timeout=abc", "--no-python", "true"});
+  auto p = Parse({"--nnodes=x", "--rdzv-conf", "join_timeout=abc", "--no-python", "true"});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
             "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got 'x'\n"
-            "--rdzv-conf timeout=abc: expected seconds > 0");
+            "--rdzv-conf join_timeout=abc: expected seconds > 0");
+  EXPECT_TRUE(Parse({"--rdzv-conf", "timeout=abc", "--no-python", "true"}).ok());
+}
+
+// torch's own launcher test (test/distributed/launcher/test_run.py,
+// test_launch_elastic) quotes inside the value, which torchrun runs: c10d
+// reads no `timeout` and no `'join_timeout`.
+TEST(ArgsTest, TorchsElasticTestCommandLineRuns) {
+  auto p = Parse({"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                  "--rdzv-endpoint=localhost:29400",
+                  "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "--rdzv-id=7",
+                  "--monitor-interval=1", "--start-method=spawn", "train.py"});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->config.rdzv.last_call_timeout, std::chrono::seconds(1));
+  EXPECT_EQ(p->config.rdzv.join_timeout, std::chrono::seconds(600));
 }
 
 // The observability flags and the variables behind them.

@@ -150,6 +150,15 @@ void ParseIsHost(const std::string& value, rendezvous::Settings& s, Problems& p)
   }
 }
 
+// torch reads `timeout` in its static and etcd backends alone (int() of the
+// text: a bad one fails the launch); c10d and etcd-v2 wait join_timeout and
+// never look at it, so a value there, even one torch could not parse (its own
+// launcher tests pass `timeout=5'`), must not stop the job. A one-node job
+// runs c10d (--standalone, or implied as torchrun 2.x implies it: args.cc).
+bool ReadsTimeout(const LaunchConfig& c) {
+  return c.rdzv_backend == "static" || c.rdzv_backend == "etcd";
+}
+
 }  // namespace
 
 void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
@@ -222,9 +231,17 @@ std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems
   return items;
 }
 
-std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items) {
+std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items,
+                                          const LaunchConfig& c) {
   std::vector<std::string> warnings;
   for (const auto& [key, value] : items) {
+    if (key == "timeout" && !ReadsTimeout(c)) {
+      warnings.push_back(fmt::format(
+          "--rdzv-conf timeout: the {} backend{} does not read it and ignores it, as torchrun's "
+          "does; its join timeout is join_timeout",
+          c.rdzv_backend, c.standalone ? " of a standalone one-node job" : ""));
+      continue;
+    }
     bool known = std::find(kReadKeys.begin(), kReadKeys.end(), key) != kReadKeys.end();
     if (known || kIgnoredTorchKeys.count(key)) continue;
     std::string guess = ClosestMatch(key, kReadKeys);
@@ -263,12 +280,11 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
   }
 
   // static's and etcd's "timeout" is their join timeout; torchrun's default
-  // for it is 900 s. c10d waits only join_timeout, as torch's does, but a bad
-  // timeout is a mistake there too: a one-node job that is implicitly
-  // --standalone runs c10d, and its timeout must not pass unchecked.
-  Ms timeout(900'000);
-  Seconds(items, "timeout", timeout, p);
-  if (c.rdzv_backend != "c10d") s.join_timeout = timeout;
+  // for it is 900 s.
+  if (ReadsTimeout(c)) {
+    s.join_timeout = Ms(900'000);
+    Seconds(items, "timeout", s.join_timeout, p);
+  }
   Seconds(items, "join_timeout", s.join_timeout, p);
   Seconds(items, "last_call_timeout", s.last_call_timeout, p);
   Seconds(items, "close_timeout", s.close_timeout, p);

@@ -34,9 +34,11 @@ void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Se
                    Problems& p);
 
 // One warning per key of `items` that trun does not read but that is close to
-// one it does; names the key and the likely one, never the value (it may be a
-// secret).
-std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items);
+// one it does, and for a `timeout` that c's backend does not read (c10d's and
+// etcd-v2's wait is join_timeout); names the key and the likely one, never
+// the value (it may be a secret).
+std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items,
+                                          const LaunchConfig& c);
 
 // `items` and the endpoint `c` names (c.rdzv_backend as --standalone left it,
 // c.rdzv_endpoint, c.master_addr, c.master_port), typed for c's backend. Each

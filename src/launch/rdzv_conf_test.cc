@@ -1,5 +1,6 @@
 #include "launch/rdzv_conf.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,7 +78,8 @@ TEST(RdzvConfTest, EachBackendsDefaults) {
   EXPECT_EQ(etcd.etcd.endpoints, (std::vector<std::string>{"http://e1:2379", "https://e2:7"}));
   EXPECT_EQ(etcd.etcd_prefix, "/mine");
   EXPECT_EQ(etcd.etcd.cacert, "ca.pem");
-  EXPECT_EQ(etcd.join_timeout, seconds(900));
+  // etcd-v2 is torch's dynamic rendezvous over etcd: join_timeout, 600 s.
+  EXPECT_EQ(etcd.join_timeout, seconds(600));
 }
 
 TEST(RdzvConfTest, TimeoutIsStaticsAndEtcdsJoinTimeout) {
@@ -85,15 +87,39 @@ TEST(RdzvConfTest, TimeoutIsStaticsAndEtcdsJoinTimeout) {
   EXPECT_EQ(Settings({{"timeout", "1.5"}}, Backend("static"), &problems).join_timeout,
             std::chrono::milliseconds(1500));
   EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("etcd", "e"), &problems).join_timeout, seconds(7));
-  // join_timeout wins; c10d waits no `timeout`, as torch's does not, but
-  // checks it.
+  // join_timeout wins.
   EXPECT_EQ(Settings({{"timeout", "7"}, {"join_timeout", "3"}}, Backend("static"), &problems)
                 .join_timeout,
             seconds(3));
-  EXPECT_EQ(Settings({{"timeout", "7"}}, Backend("c10d"), &problems).join_timeout, seconds(600));
   EXPECT_EQ(problems, "");
-  Settings({{"timeout", "abc"}}, Backend("c10d"), &problems);
+  Settings({{"timeout", "abc"}}, Backend("etcd", "e"), &problems);
   EXPECT_EQ(problems, "--rdzv-conf timeout=abc: expected seconds > 0");
+}
+
+// c10d and etcd-v2 wait join_timeout and never read `timeout`, as torch's
+// do: torch's own launcher test (test/distributed/launcher/test_run.py)
+// passes --rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5', quotes
+// and all, and torchrun runs it; so does a one-node job, which runs c10d.
+TEST(RdzvConfTest, C10dAndEtcdV2IgnoreTimeoutAsTorchDoes) {
+  std::string problems;
+  for (const char* backend : {"c10d", "etcd-v2"}) {
+    LaunchConfig c = Backend(backend, "localhost:2379");
+    EXPECT_EQ(Settings({{"timeout", "5'"}}, c, &problems).join_timeout, seconds(600)) << backend;
+    EXPECT_EQ(problems, "") << backend;
+    auto w = RdzvConfWarnings({{"timeout", "5'"}}, c);
+    ASSERT_EQ(w.size(), 1u) << backend;
+    EXPECT_EQ(w[0], fmt::format("--rdzv-conf timeout: the {} backend does not read it and ignores "
+                                "it, as torchrun's does; its join timeout is join_timeout",
+                                backend));
+  }
+  LaunchConfig standalone = Backend("c10d", "localhost:0");
+  standalone.standalone = true;
+  Settings({{"timeout", "abc"}}, standalone, &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(RdzvConfWarnings({{"timeout", "abc"}}, standalone),
+            std::vector<std::string>{
+                "--rdzv-conf timeout: the c10d backend of a standalone one-node job does not "
+                "read it and ignores it, as torchrun's does; its join timeout is join_timeout"});
 }
 
 TEST(RdzvConfTest, KeepAliveThenHeartbeat) {
@@ -201,7 +227,8 @@ TEST(RdzvConfTest, UnknownKeysWarnOnlyWhenLikelyTypos) {
                              {"password", "hunter2"},
                              {"rank", "1"},
                              {"read_timeout", "60"},
-                             {"join_timeout", "5"}});
+                             {"join_timeout", "5"}},
+                            Backend("c10d"));
   ASSERT_EQ(w.size(), 2u);
   EXPECT_EQ(w[0],
             "--rdzv-conf heartbeat_timout: trun reads no such key and ignores it (did you mean "

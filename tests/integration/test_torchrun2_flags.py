@@ -379,6 +379,25 @@ def test_new_flags_are_reported_together():
     assert "--shutdown-timeout" in r.err and "--nproc-per-node" in r.err
 
 
+# ---- --rdzv-conf timeout under c10d -------------------------------------------
+
+def test_c10d_ignores_timeout_as_torchrun_does():
+    """torch's own launcher test (test/distributed/launcher/test_run.py,
+    test_launch_elastic) quotes inside --rdzv-conf; c10d reads neither
+    `'join_timeout` nor `timeout`, so torchrun runs it, and so must trun."""
+    def run(launcher):
+        return launcher("--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint=localhost:{free_port()}",
+                        "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+                        "--rdzv-id=torchs-own-test", "--monitor-interval=1", *worker("print:ran"))
+    ours = run(trun)
+    for r in [ours, *([run(torchrun)] if TORCH2 else [])]:
+        assert r.returncode == 0, r.err
+        assert r.out.count("ran") == 2, r.out
+    assert ("trun: warning: --rdzv-conf timeout: the c10d backend does not read it and ignores "
+            "it, as torchrun's does; its join timeout is join_timeout") in ours.err, ours.err
+
+
 # ---- a torch built without libuv ----------------------------------------------
 
 # A worker that hosts its own store (as a script written for plain `python`

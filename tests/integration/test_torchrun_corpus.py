@@ -246,6 +246,12 @@ CORPUS = [
     ("shutdown-timeout-env-fraction", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2.5"}),
     ("shutdown-timeout-env-negative", "{s}", {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "-5"}),
     ("static-timeout-word", "--rdzv-conf timeout=soon --master-port 29511 {s}", {}),
+    # c10d and etcd-v2 read no `timeout`: torch's own launcher test
+    # (test/distributed/launcher/test_run.py) quotes inside the value.
+    ("c10d-timeout-unread", "--nnodes=1:2 --rdzv-backend=c10d --rdzv-endpoint=localhost:0 "
+     "\"--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'\" {s}", {}),
+    ("one-node-timeout-unread", "--rdzv-conf timeout=soon {s}", {}),
+    ("standalone-timeout-unread", "--standalone --rdzv-conf timeout=soon {s}", {}),
     ("pet-node-rank-negative", "--nnodes 2 --master-port 29511 {s}", {"PET_NODE_RANK": "-1"}),
     ("pet-monitor-interval-zero", "{s}", {"PET_MONITOR_INTERVAL": "0"}),
     ("pet-signals-sigkill", "{s}", {"PET_SIGNALS_TO_HANDLE": "SIGKILL"}),
