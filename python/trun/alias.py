@@ -26,7 +26,7 @@ The names resolve to trun's own module objects, not copies, so
     torchx.util.entrypoints    trun.util.entrypoints
     torchx.util.session        trun.util.session
     torchx.workspace[.api]     trun.workspace[.api] (WorkspaceMixin)
-    torchx.runtime.tracking    trun.runtime.tracking (FsspecResultTracker)
+    torchx.runtime.tracking[.api] trun.runtime.tracking[.api] (FsspecResultTracker)
     torchx.apps[.*]            trun.apps[.*]        (utils.booth_main)
     torchrunx[.*]              trun[.*]             (Launcher, launch, ...)
 

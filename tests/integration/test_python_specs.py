@@ -878,9 +878,10 @@ from torchx.schedulers import get_scheduler_factories
 from torchx.runner import get_runner
 out["factories"] = list(get_scheduler_factories())
 out["backends"] = get_runner().scheduler_backends()
+from torchx.runtime.tracking.api import FsspecResultTracker as ApiTracker
 t = FsspecResultTracker(sys.argv[1])
 t["trial/1"] = {"loss": 0.5}
-out["tracker"] = [FsspecResultTracker(sys.argv[1])["trial/1"], t["none"]]
+out["tracker"] = [ApiTracker(sys.argv[1])["trial/1"], t["none"], ApiTracker is FsspecResultTracker]
 print(json.dumps(out))
 """
 
@@ -959,7 +960,7 @@ def test_plugins_register_and_discover_as_torchx(tmp_path):
     assert out["ep_sched"] == "scheduler for sess" and out["ep_default"] == 7
     # Registered scheduler plug-ins join the binary's (and a Runner makes them).
     assert out["factories"] == out["backends"] == ["local", "slurm", "kubernetes", "epsched"]
-    assert out["tracker"] == [{"loss": 0.5}, {}]
+    assert out["tracker"] == [{"loss": 0.5}, {}, True]
     assert (tmp_path / "results" / "trial" / "1").is_file()
     # TORCHX_PLUGINS_SOURCE picks the channels: 2 = entry points only; bad values say so.
     env["TORCHX_PLUGINS_SOURCE"] = "2"
