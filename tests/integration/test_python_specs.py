@@ -713,7 +713,8 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     info = local.submit_dryrun(specs.AppDef("a", roles=[role]), {"prepend_cwd": True})
     assert info._scheduler == "local" and info.app.roles[0].args == ["hi"]
     assert info.cfg["prepend_cwd"] is True and info.cfg["stop_timeout"] == 10.0
-    with pytest.raises(ValueError, match="has no resource: set Role.resource"):
+    # The binary's dry run refuses a role without a resource, in TorchX's words.
+    with pytest.raises(ValueError, match=r"No resource for role: r \(image: i\)"):
         local.submit_dryrun(specs.AppDef("a", roles=[specs.Role(name="r", image="i")]), {})
 
     # .torchxconfig: the first file's value wins, cfg wins over files, casts as cast_to_type.

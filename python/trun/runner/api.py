@@ -211,7 +211,7 @@ class Runner:
                              f"(it has {', '.join(SCHEDULERS)}); give a factory of a Python "
                              f"Scheduler for a scheduler of your own")
         self._scheduler_factories = factories
-        self._scheduler_instances: dict[str, Scheduler] = {}
+        self._scheduler_instances: dict[str, Scheduler[Any]] = {}
         # The binary's schedulers as objects, by trun's name: made on first
         # use from their factory with ``scheduler_params``, as TorchX makes
         # its schedulers, they hold the local scheduler's app cache.
@@ -249,7 +249,7 @@ class Runner:
             sched = self._binary_schedulers[name] = made
         return sched
 
-    def _python_scheduler(self, scheduler: str) -> Scheduler | None:
+    def _python_scheduler(self, scheduler: str) -> Scheduler[Any] | None:
         """The Scheduler object of a Python scheduler (made on first use, as
         TorchX); None when ``scheduler`` is not one."""
         factory = self._scheduler_factories.get(scheduler)
@@ -320,7 +320,7 @@ class Runner:
             ctx._torchx_event.app_image = app.roles[0].image
             return info
 
-    def _python_dryrun(self, sched: Scheduler, app: specs.AppDef, scheduler: str,
+    def _python_dryrun(self, sched: Scheduler[Any], app: specs.AppDef, scheduler: str,
                        cfg: Mapping[str, Any] | None, workspace: Any,
                        parent_run_id: str | None) -> specs.AppDryRunInfo[Any]:
         """TorchX's dryrun on a Python scheduler: a copy of ``app`` (sharing each
@@ -517,7 +517,7 @@ class Runner:
             if st is not None and not st.is_terminal():
                 self._end("cancel", app_handle, sched)
 
-    def _end(self, command: str, app_handle: str, sched: Scheduler | None) -> None:
+    def _end(self, command: str, app_handle: str, sched: Scheduler[Any] | None) -> None:
         """``cancel`` or ``delete`` of a known app: the Python scheduler's, or
         ``trun COMMAND``, for which an app gone since (a cancelled JobSet is
         deleted) is done."""

@@ -19,7 +19,7 @@ import configparser
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import Any, Iterable, TextIO
 
 from trun.schedulers import get_scheduler_factories, trun_scheduler_name
 from trun.schedulers.api import Scheduler
@@ -42,7 +42,7 @@ def _parser() -> configparser.ConfigParser:
     return parser
 
 
-def _scheduler(name: str) -> Scheduler:
+def _scheduler(name: str) -> Scheduler[Any]:
     factories = get_scheduler_factories()
     name = name if name in factories else trun_scheduler_name(name)
     if name not in factories:

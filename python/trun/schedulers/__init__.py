@@ -33,7 +33,7 @@ __all__ = ["Scheduler", "SchedulerFactory", "TrunScheduler", "TrunSchedulerFacto
 
 
 class SchedulerFactory(Protocol):
-    def __call__(self, session_name: str, **kwargs: object) -> Scheduler: ...
+    def __call__(self, session_name: str, **kwargs: object) -> Scheduler[Any]: ...
 
 
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool,
@@ -53,7 +53,7 @@ def parse_runopts(options: list[dict[str, Any]]) -> runopts:
     return opts
 
 
-class TrunScheduler(Scheduler):
+class TrunScheduler(Scheduler[Mapping[str, CfgVal]]):
     """One of the trun binary's schedulers as TorchX's Scheduler object. Apps are
     named by id within trun's session (handles ``BACKEND://trun/ID``) whatever
     ``session_name`` says, as with the Runner.
@@ -195,7 +195,7 @@ class TrunSchedulerFactory:
     def __init__(self, backend: str) -> None:
         self.backend = backend
 
-    def __call__(self, session_name: str, **kwargs: Any) -> Scheduler:
+    def __call__(self, session_name: str, **kwargs: Any) -> Scheduler[Any]:
         """The scheduler, with TorchX's constructor parameters of ``local``
         (``cache_size``, ``extra_paths``) when it is that one, and ``trun``
         (the binary); other parameters are ignored, as TorchX's factories

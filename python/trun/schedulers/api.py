@@ -22,13 +22,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Generic, Iterable, Iterator, TypeVar, cast
 
 from trun.specs.api import (NONE, AppDef, AppDryRunInfo, AppState, CfgVal, Role, RoleStatus,
                             Workspace, runopts)
 from trun.workspace import WorkspaceMixin
 
 _S = TypeVar("_S", bound="StructuredOpts")
+# A scheduler's cfg type, as TorchX's ``Scheduler[T]`` names it (a plug-in
+# writes ``class MyScheduler(Scheduler[MyOpts])``); what its methods get is
+# the cfg resolved against ``run_opts``, a mapping of option to value.
+T = TypeVar("T")
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -202,7 +206,7 @@ def copy_app(app: AppDef) -> AppDef:
     return copied
 
 
-class Scheduler(abc.ABC):
+class Scheduler(abc.ABC, Generic[T]):
     """TorchX's scheduler interface: ``backend`` is the scheduler's name,
     ``session_name`` the session its apps belong to. Subclasses implement
     ``schedule``, ``_submit_dryrun``, ``describe``, ``list`` and
@@ -217,11 +221,10 @@ class Scheduler(abc.ABC):
     def close(self) -> None:
         """Releases what the scheduler holds (nothing, here)."""
 
-    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal],
-               workspace: str | Workspace | None = None) -> str:
+    def submit(self, app: AppDef, cfg: T, workspace: str | Workspace | None = None) -> str:
         """``schedule(submit_dryrun(app, cfg))``: the app's id. A ``workspace``
         (for role 0) needs a scheduler with :class:`trun.workspace.WorkspaceMixin`."""
-        resolved = self.run_opts().resolve(cfg)
+        resolved = self.run_opts().resolve(cast(Mapping[str, CfgVal], cfg))
         if workspace:
             if not isinstance(self, WorkspaceMixin):
                 raise ValueError(f"scheduler `{self.backend}` does not support workspaces "
@@ -229,25 +232,28 @@ class Scheduler(abc.ABC):
             app.roles[0].workspace = (Workspace.from_str(workspace)
                                       if isinstance(workspace, str) else workspace)
             self.build_workspaces(app.roles, resolved)
-        return self.schedule(self.submit_dryrun(app, resolved))
+        return self.schedule(self.submit_dryrun(app, cast(T, resolved)))
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submits what ``submit_dryrun`` returned; the app's id."""
 
-    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+    def submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]:
         """The request for ``app``, with ``cfg`` checked against ``run_opts`` and
-        defaults filled in; submits nothing."""
-        resolved = self.run_opts().resolve(cfg)
-        self._validate(app, self.backend, resolved)
-        info = self._submit_dryrun(app, resolved)
+        defaults filled in, passed through each role's ``pre_proc``; submits
+        nothing. As TorchX's, it does not ``_validate`` the app: the Runner
+        does, before it (the binary's schedulers check it themselves)."""
+        resolved = self.run_opts().resolve(cast(Mapping[str, CfgVal], cfg))
+        info = self._submit_dryrun(app, cast(T, resolved))
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
         info._app = app
         info._cfg = resolved
         info._scheduler = self.backend
         return info
 
     @abc.abstractmethod
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
+    def _submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]:
         ...
 
     def run_opts(self) -> runopts:
@@ -296,11 +302,10 @@ class Scheduler(abc.ABC):
         raise NotImplementedError(f"{type(self).__qualname__} does not support application "
                                   f"log iteration")
 
-    def _pre_build_validate(self, app: AppDef, scheduler: str,
-                            cfg: Mapping[str, CfgVal]) -> None:
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
         """A check before a workspace is built (none here)."""
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
         """Every role needs a resource: a role left at NULL_RESOURCE is refused."""
         for role in app.roles:
             if role.resource.cpu < 0 or role.resource.memMB < 0:
