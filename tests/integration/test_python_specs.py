@@ -778,6 +778,24 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     assert (o.need, o.inner.x, o.inner.y) == (3, "v", ["a"])
     assert dict(o) == {"need": 3, "inner.x": "v", "inner.y": ["a"]}
     assert (o | {"need": 4})["need"] == 4
+    # As TorchX's: camelCase names, an option named by cfg_key, an optional
+    # group left None (no options), the groups' help under FIELD.NAME.
+    @dataclasses.dataclass
+    class Named(StructuredOpts):
+        mail_user: str | None = dataclasses.field(default=None, metadata={"cfg_key": "mail-user"})
+        """who gets mail"""
+        job_queue: str = "q"
+        group: Inner | None = None
+
+    n = Named.from_cfg({"mail-user": "me", "jobQueue": "big"})
+    assert (n.mail_user, n.job_queue, n.group) == ("me", "big", None)
+    assert list(n) == ["mail-user", "job_queue"] and len(n) == 2
+    assert n["mail-user"] == "me" and n["jobQueue"] == "big" and "job_queue" in n
+    assert "group.x" not in n and "from_cfg" not in n and n.get("group.x") is None
+    assert [k for k, _ in Named.as_runopts()] == ["mail-user", "job_queue", "group.x", "group.y"]
+    assert Named.as_runopts().get("mail-user").help == "who gets mail"
+    assert Outer.get_docstrings()["inner.x"] == "the x"
+    assert Named.from_cfg({"group.x": "g"}).group.x == "g"
 
 
 def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):

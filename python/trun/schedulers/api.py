@@ -25,7 +25,7 @@ from enum import Enum
 from typing import Any, Generic, Iterable, Iterator, TypeVar, cast
 
 from trun.specs.api import (NONE, AppDef, AppDryRunInfo, AppState, CfgVal, Role, RoleStatus,
-                            Workspace, runopts)
+                            Workspace, cases, runopts)
 from trun.workspace import WorkspaceMixin
 
 _S = TypeVar("_S", bound="StructuredOpts")
@@ -47,24 +47,41 @@ def _is_structured(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, StructuredOpts)
 
 
+def _key(f: dataclasses.Field[Any]) -> str:
+    """The option's name: the field's, or its ``cfg_key`` metadata for one a
+    field cannot be named (``mail-user``)."""
+    return str(f.metadata.get("cfg_key", f.name))
+
+
 class StructuredOpts(Mapping[str, CfgVal]):
     """Run options as a dataclass: subclass it with ``@dataclass``, one field per
     option (its type, its default; no default means required), a string literal
-    under a field as its help. A field whose type is itself a StructuredOpts
-    groups options under ``FIELD.``. The object reads as the flat mapping of
-    option names to values, as ``cfg`` does.
+    under a field as its help, ``metadata={"cfg_key": "mail-user"}`` for an
+    option no field can be named after. A field whose type is itself a
+    StructuredOpts groups options under ``FIELD.`` (an optional group left None
+    has none). The object reads as the flat mapping of option names to values,
+    as ``cfg`` does; a field also answers to its camelCase name
+    (``clusterName``), as in TorchX.
 
     Not thread-safe to mutate; reading from several threads is safe."""
 
     @classmethod
-    def _fields(cls) -> dict[str, tuple[dataclasses.Field[Any], Any]]:
-        hints = typing.get_type_hints(cls)
-        return {f.name: (f, _unwrap_optional(hints[f.name]))
-                for f in dataclasses.fields(cls) if f.init}
+    def _fields(cls) -> list[tuple[dataclasses.Field[Any], Any]]:
+        """Each field and its type (``Optional`` unwrapped). A class defined in
+        a function whose annotations name other local classes cannot have its
+        hints resolved: its fields then keep their annotations' text, so no
+        group is recognised by type (as in TorchX, whose lookups fail there)."""
+        try:
+            hints = typing.get_type_hints(cls)
+        except NameError:
+            hints = {}
+        return [(f, _unwrap_optional(hints.get(f.name, f.type)))
+                for f in dataclasses.fields(cls) if f.init]
 
     @classmethod
     def get_docstrings(cls) -> dict[str, str]:
-        """Each field's help: the string literal written right under it."""
+        """Each field's help: the string literal written right under it; a
+        group's fields' as ``FIELD.NAME``."""
         docs: dict[str, str] = {}
         for klass in reversed(cls.__mro__):
             if klass in (StructuredOpts, object) or not dataclasses.is_dataclass(klass):
@@ -79,6 +96,9 @@ class StructuredOpts(Mapping[str, CfgVal]):
                         and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                         and isinstance(after.value.value, str)):
                     docs[node.target.id] = inspect.cleandoc(after.value.value)
+        for f, tp in cls._fields():
+            if _is_structured(tp):
+                docs.update({f"{f.name}.{k}": v for k, v in tp.get_docstrings().items()})
         return docs
 
     @classmethod
@@ -86,56 +106,82 @@ class StructuredOpts(Mapping[str, CfgVal]):
         """The options as :class:`runopts`, groups flattened to ``FIELD.NAME``."""
         opts = runopts()
         docs = cls.get_docstrings()
-        for name, (f, tp) in cls._fields().items():
+        for f, tp in cls._fields():
             if _is_structured(tp):
                 for sub, opt in tp.as_runopts():
-                    opts.add(f"{name}.{sub}", type_=opt.opt_type, help=opt.help,
+                    opts.add(f"{f.name}.{sub}", type_=opt.opt_type, help=opt.help,
                              default=opt.default, required=opt.is_required)
                 continue
             required = (f.default is dataclasses.MISSING
                         and f.default_factory is dataclasses.MISSING)
             default = (None if required else f.default if f.default is not dataclasses.MISSING
                        else f.default_factory())  # type: ignore[misc]
-            opts.add(name, type_=tp, help=docs.get(name, name), default=default,
+            opts.add(_key(f), type_=tp, help=docs.get(f.name, f.name), default=default,
                      required=required)
         return opts
 
     @classmethod
     def from_cfg(cls: type[_S], cfg: Mapping[str, CfgVal]) -> _S:
-        """The options of a flat ``cfg`` (``FIELD.NAME`` keys fill groups); an
+        """The options of a flat ``cfg``: an option by its name, else its field's
+        name, else that in camelCase; ``FIELD.NAME`` keys fill groups (a group
+        with none keeps its default, a required one is made from none). An
         option ``cfg`` lacks keeps its default, a key no field has is ignored."""
         kwargs: dict[str, Any] = {}
-        for name, (_, tp) in cls._fields().items():
+        for f, tp in cls._fields():
             if _is_structured(tp):
-                prefix = name + "."
-                kwargs[name] = tp.from_cfg({k[len(prefix):]: v for k, v in cfg.items()
-                                            if k.startswith(prefix)})
-            elif name in cfg:
-                kwargs[name] = cfg[name]
+                prefix = f.name + "."
+                group = {k[len(prefix):]: v for k, v in cfg.items() if k.startswith(prefix)}
+                if group or (f.default is dataclasses.MISSING
+                             and f.default_factory is dataclasses.MISSING):
+                    kwargs[f.name] = tp.from_cfg(group)
+                continue
+            for key in (_key(f), f.name, cases.snake_to_camel(f.name)):
+                if key in cfg:
+                    kwargs[f.name] = cfg[key]
+                    break
         return cls(**kwargs)
 
-    def _flat(self) -> dict[str, CfgVal]:
-        out: dict[str, CfgVal] = {}
-        for name, (_, tp) in self._fields().items():
-            value = getattr(self, name)
-            if _is_structured(tp):
-                out.update({f"{name}.{k}": v for k, v in value._flat().items()})
-            else:
-                out[name] = value
-        return out
-
     def __getitem__(self, key: str) -> CfgVal:
-        return self._flat()[key]
+        names = {f.name: f for f in dataclasses.fields(self) if f.init}
+        if "." in key:
+            head, rest = key.split(".", 1)
+            head = cases.camel_to_snake(head)
+            group = getattr(self, head) if head in names else None
+            if isinstance(group, StructuredOpts):
+                return group[rest]
+            raise KeyError(key)
+        # Only fields are options: not methods or other attributes.
+        name = cases.camel_to_snake(key)
+        if name not in names:
+            name = next((f.name for f in names.values() if _key(f) == key), "")
+        if not name:
+            raise KeyError(key)
+        value: CfgVal = getattr(self, name)
+        return value
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._flat())
+        for f, tp in self._fields():
+            value = getattr(self, f.name)
+            if isinstance(value, StructuredOpts):
+                yield from (f"{f.name}.{k}" for k in value)
+            elif not (_is_structured(tp) and value is None):
+                yield _key(f)
 
     def __len__(self) -> int:
-        return len(self._flat())
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        try:
+            self[key]
+        except KeyError:
+            return False
+        return True
 
     def __or__(self, other: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
         """Both as one flat dict, ``other``'s values winning."""
-        return {**self._flat(), **dict(other)}
+        return {**{k: self[k] for k in self}, **dict(other)}
 
 
 class Stream(str, Enum):
