@@ -21,10 +21,11 @@ The names resolve to trun's own module objects, not copies, so
     torchx.components[.*]      trun.components[.*]  (dist, utils)
     torchx.runner[.*]          trun.runner[.*]      (api, config, events)
     torchx.settings            trun.settings
-    torchx.schedulers[.*]      trun.schedulers[.*]  (api, local_scheduler)
+    torchx.schedulers[.*]      trun.schedulers[.*]  (api, ids, local_scheduler)
     torchx.plugins[.*]         trun.plugins[.*]     (register, registry, ...)
     torchx.util.entrypoints    trun.util.entrypoints
     torchx.util.session        trun.util.session
+    torchx.util.strings        trun.util.strings    (normalize_str)
     torchx.workspace[.api]     trun.workspace[.api] (WorkspaceMixin)
     torchx.runtime.tracking[.api] trun.runtime.tracking[.api] (FsspecResultTracker)
     torchx.apps[.*]            trun.apps[.*]        (utils.booth_main)

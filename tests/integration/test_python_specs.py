@@ -798,6 +798,29 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     assert Named.from_cfg({"group.x": "g"}).group.x == "g"
 
 
+def test_ids_and_names_as_torchx(monkeypatch):
+    # TorchX's app ids: the same id from the same 8 bytes of os.urandom, a
+    # letter first, unaffected by random.seed; names Kubernetes takes.
+    import random
+
+    from trun import alias
+    from trun.schedulers.ids import make_unique, random_id
+    from trun.util.strings import normalize_str
+    assert alias.target("torchx.schedulers.ids") == "trun.schedulers.ids"
+    assert alias.target("torchx.util.strings") == "trun.util.strings"
+    assert (random_id(0), random_id(-1)) == ("", "")
+    ids = {make_unique("job") for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("job-") and i[4].isalpha() for i in ids)
+    assert all(len(random_id(6)) <= 6 for _ in range(50))
+    random.seed(0)
+    a = random_id()
+    random.seed(0)
+    assert random_id() != a
+    monkeypatch.setattr("os.urandom", lambda n: bytes(range(n)))
+    assert (random_id(), random_id(6), make_unique("t")) == ("fzfjxlmln9", "fzfjxl", "t-fzfjxlmln9")
+    assert [normalize_str(s) for s in ("-/_a/b/CD!123!", "_-job", "!!!")] == ["abcd123", "job", ""]
+
+
 def test_finder_looks_components_up_as_torchx(tmp_path, monkeypatch):
     from trun.specs import finder
     monkeypatch.setattr(finder, "_components", None)
