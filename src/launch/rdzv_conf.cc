@@ -159,6 +159,11 @@ bool ReadsTimeout(const LaunchConfig& c) {
   return c.rdzv_backend == "static" || c.rdzv_backend == "etcd";
 }
 
+// The backends that ignore `timeout` (an unknown backend is its own error).
+bool IgnoresTimeout(const LaunchConfig& c) {
+  return c.rdzv_backend == "c10d" || c.rdzv_backend == "etcd-v2";
+}
+
 }  // namespace
 
 void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
@@ -234,17 +239,20 @@ std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems
 std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::string>& items,
                                           const LaunchConfig& c) {
   std::vector<std::string> warnings;
+  // A typo is matched against the keys this backend reads.
+  std::vector<std::string> read = kReadKeys;
+  if (IgnoresTimeout(c)) std::erase(read, "timeout");
   for (const auto& [key, value] : items) {
-    if (key == "timeout" && !ReadsTimeout(c)) {
+    if (key == "timeout" && IgnoresTimeout(c)) {
       warnings.push_back(fmt::format(
           "--rdzv-conf timeout: the {} backend{} does not read it and ignores it, as torchrun's "
           "does; its join timeout is join_timeout",
-          c.rdzv_backend, c.standalone ? " of a standalone one-node job" : ""));
+          c.rdzv_backend, c.standalone ? " of a standalone job" : ""));
       continue;
     }
     bool known = std::find(kReadKeys.begin(), kReadKeys.end(), key) != kReadKeys.end();
     if (known || kIgnoredTorchKeys.count(key)) continue;
-    std::string guess = ClosestMatch(key, kReadKeys);
+    std::string guess = ClosestMatch(key, read);
     if (guess.empty()) continue;
     warnings.push_back(fmt::format(
         "--rdzv-conf {}: trun reads no such key and ignores it (did you mean '{}'?)", key, guess));

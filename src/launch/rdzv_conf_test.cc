@@ -118,8 +118,16 @@ TEST(RdzvConfTest, C10dAndEtcdV2IgnoreTimeoutAsTorchDoes) {
   EXPECT_EQ(problems, "");
   EXPECT_EQ(RdzvConfWarnings({{"timeout", "abc"}}, standalone),
             std::vector<std::string>{
-                "--rdzv-conf timeout: the c10d backend of a standalone one-node job does not "
-                "read it and ignores it, as torchrun's does; its join timeout is join_timeout"});
+                "--rdzv-conf timeout: the c10d backend of a standalone job does not read it and "
+                "ignores it, as torchrun's does; its join timeout is join_timeout"});
+  // A typo's hint is a key the backend reads (not `timeout` here, which
+  // would be ignored too); an unknown backend is its own error, not a reason
+  // to warn.
+  EXPECT_TRUE(RdzvConfWarnings({{"timeou", "5"}}, Backend("c10d")).empty());
+  EXPECT_EQ(RdzvConfWarnings({{"timeou", "5"}}, Backend("static")),
+            std::vector<std::string>{"--rdzv-conf timeou: trun reads no such key and ignores it "
+                                     "(did you mean 'timeout'?)"});
+  EXPECT_TRUE(RdzvConfWarnings({{"timeout", "5"}}, Backend("zookeeper")).empty());
 }
 
 TEST(RdzvConfTest, KeepAliveThenHeartbeat) {

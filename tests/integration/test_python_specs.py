@@ -713,6 +713,21 @@ def test_torchxconfig_and_scheduler_objects_as_torchx(tmp_path, monkeypatch):
     info = local.submit_dryrun(specs.AppDef("a", roles=[role]), {"prepend_cwd": True})
     assert info._scheduler == "local" and info.app.roles[0].args == ["hi"]
     assert info.cfg["prepend_cwd"] is True and info.cfg["stop_timeout"] == 10.0
+    # Each role's pre_proc sees the request once, on either path, as in TorchX.
+    calls = []
+
+    class Hooked(specs.Role):
+        def pre_proc(self, scheduler, dryrun_info):
+            calls.append(scheduler)
+            return dryrun_info
+
+    hooked = specs.AppDef("h", roles=[Hooked(name="r", image="i", entrypoint="echo",
+                                             resource=specs.resource())])
+    local.submit_dryrun(hooked, {})
+    from trun.runner.api import Runner
+    with Runner("s") as r:
+        r.dryrun(hooked, "local")
+    assert calls == ["local", "local"]
     # The binary's dry run refuses a role without a resource, in TorchX's words.
     with pytest.raises(ValueError, match=r"No resource for role: r \(image: i\)"):
         local.submit_dryrun(specs.AppDef("a", roles=[specs.Role(name="r", image="i")]), {})

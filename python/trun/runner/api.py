@@ -310,6 +310,17 @@ class Runner:
         if sched is not None:
             return self._python_dryrun(sched, app, scheduler, cfg, workspace, parent_run_id)
         _no_workspace(workspace)
+        # As a Python scheduler's submit_dryrun does (TorchX's Scheduler): each
+        # role's pre_proc sees the request; schedule() makes it again from
+        # the app and cfg all the same.
+        info = self._binary_dryrun(app, scheduler, cfg, workspace)
+        for role in app.roles:
+            info = role.pre_proc(scheduler, info)
+        return info
+
+    def _binary_dryrun(self, app: specs.AppDef, scheduler: str, cfg: Mapping[str, Any] | None,
+                       workspace: Any = None) -> specs.AppDryRunInfo[Any]:
+        """The binary's request for ``app`` (``trun run --dryrun --json``)."""
         placed = self._binary_scheduler(scheduler)._placed_paths(app)
         _check_app(app)
         with log_event("dryrun", scheduler, runcfg=_runcfg(cfg), workspace=str(workspace)) as ctx:

@@ -150,7 +150,8 @@ class TrunScheduler(Scheduler[Mapping[str, CfgVal]]):
         return self._opts
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[Any]:
-        return self._runner().dryrun(app, self.backend, cfg)
+        # Not Runner.dryrun, which runs the roles' pre_proc: submit_dryrun does.
+        return self._runner()._binary_dryrun(app, self.backend, cfg)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         # A Runner names the request by its own name for this scheduler

@@ -67,16 +67,13 @@ class StructuredOpts(Mapping[str, CfgVal]):
 
     @classmethod
     def _fields(cls) -> list[tuple[dataclasses.Field[Any], Any]]:
-        """Each field and its type (``Optional`` unwrapped). A class defined in
-        a function whose annotations name other local classes cannot have its
-        hints resolved: its fields then keep their annotations' text, so no
-        group is recognised by type (as in TorchX, whose lookups fail there)."""
-        try:
-            hints = typing.get_type_hints(cls)
-        except NameError:
-            hints = {}
-        return [(f, _unwrap_optional(hints.get(f.name, f.type)))
-                for f in dataclasses.fields(cls) if f.init]
+        """Each field and its type (``Optional`` unwrapped). Annotations that
+        cannot be resolved (a class local to a function, under ``from
+        __future__ import annotations``) raise NameError, as in TorchX: a group
+        not recognised would lose its options without a word. Reading one
+        option (``opts["group.x"]``) needs no hints."""
+        hints = typing.get_type_hints(cls)
+        return [(f, _unwrap_optional(hints[f.name])) for f in dataclasses.fields(cls) if f.init]
 
     @classmethod
     def get_docstrings(cls) -> dict[str, str]:
