@@ -37,6 +37,9 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "cacert",
                                             "cert",
                                             "key",
+                                            "ca_cert",
+                                            "ssl_cert",
+                                            "ssl_cert_key",
                                             "etcd_prefix",
                                             "job_token",
                                             "job_token_file",
@@ -272,15 +275,28 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     s.endpoint_host = c.master_addr;
     s.endpoint_port = c.master_port;
   } else if (etcd) {
-    auto endpoints = rendezvous::EtcdEndpoints(c.rdzv_endpoint, conf("protocol", "http"));
+    // torch's etcd backend reads protocol as given and cacert, cert and key;
+    // its etcd-v2 lowercases protocol and reads ca_cert, ssl_cert and
+    // ssl_cert_key. trun's etcd-v2 takes those, and the first names too
+    // (this backend's older documentation gave them for both).
+    const bool v2 = c.rdzv_backend == "etcd-v2";
+    std::string protocol = conf("protocol", "http");
+    if (v2) {
+      protocol = std::string(Trim(protocol));
+      for (char& ch : protocol) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    auto endpoints = rendezvous::EtcdEndpoints(c.rdzv_endpoint, protocol);
     if (endpoints.ok()) {
       s.etcd.endpoints = std::move(*endpoints);
     } else {
       p.Add(endpoints.status().message());
     }
-    s.etcd.cacert = conf("cacert", "");
-    s.etcd.cert = conf("cert", "");
-    s.etcd.key = conf("key", "");
+    auto tls = [&](const char* name, const char* v2_name) {
+      return v2 && items.count(v2_name) ? items.at(v2_name) : conf(name, "");
+    };
+    s.etcd.cacert = tls("cacert", "ca_cert");
+    s.etcd.cert = tls("cert", "ssl_cert");
+    s.etcd.key = tls("key", "ssl_cert_key");
     s.etcd_prefix = conf("etcd_prefix", "/torchelastic/p2p");
     while (s.etcd_prefix.ends_with('/')) s.etcd_prefix.pop_back();
   } else if (c.rdzv_backend == "c10d") {

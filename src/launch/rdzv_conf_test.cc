@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 namespace trun::launch {
 namespace {
@@ -100,6 +101,31 @@ TEST(RdzvConfTest, TimeoutIsStaticsAndEtcdsJoinTimeout) {
 // do: torch's own launcher test (test/distributed/launcher/test_run.py)
 // passes --rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5', quotes
 // and all, and torchrun runs it; so does a one-node job, which runs c10d.
+// torch's etcd-v2 names its TLS files ca_cert, ssl_cert and ssl_cert_key
+// and lowercases protocol; its etcd reads cacert, cert and key, protocol as
+// given.
+TEST(RdzvConfTest, EtcdV2TakesTorchsEtcdV2Names) {
+  std::string problems;
+  auto v2 = Settings({{"protocol", " HTTPS"},
+                      {"ca_cert", "ca.pem"},
+                      {"ssl_cert", "c.pem"},
+                      {"ssl_cert_key", "k.pem"}},
+                     Backend("etcd-v2", "e1"), &problems);
+  EXPECT_EQ(problems, "");
+  EXPECT_EQ(v2.etcd.endpoints, std::vector<std::string>{"https://e1:2379"});
+  EXPECT_EQ(std::make_tuple(v2.etcd.cacert, v2.etcd.cert, v2.etcd.key),
+            std::make_tuple("ca.pem", "c.pem", "k.pem"));
+  auto older = Settings({{"cacert", "a.pem"}, {"cert", "b.pem"}, {"key", "c.pem"}},
+                        Backend("etcd-v2", "e1"), &problems);
+  EXPECT_EQ(std::make_tuple(older.etcd.cacert, older.etcd.cert, older.etcd.key),
+            std::make_tuple("a.pem", "b.pem", "c.pem"));
+  auto v1 = Settings({{"ssl_cert", "c.pem"}}, Backend("etcd", "e1"), &problems);
+  EXPECT_EQ(v1.etcd.cert, "");
+  Settings({{"protocol", "HTTPS"}}, Backend("etcd", "e1"), &problems);
+  EXPECT_EQ(problems, "--rdzv-conf protocol=HTTPS: expected http or https");
+  EXPECT_TRUE(RdzvConfWarnings({{"ssl_cert", "c"}, {"ca_cert", "a"}}, Backend("etcd-v2")).empty());
+}
+
 TEST(RdzvConfTest, C10dAndEtcdV2IgnoreTimeoutAsTorchDoes) {
   std::string problems;
   for (const char* backend : {"c10d", "etcd-v2"}) {

@@ -188,6 +188,12 @@ def test_tls_with_client_certificates(agents, tmp_path):
                  "--no-python", "true", timeout=30)
         assert r.returncode == 1, r.err
         assert "cannot reach the coordinator through etcd at https://127.0.0.1" in r.err, r.err
+        # torch's etcd-v2 names for the same files (and its protocol in any case).
+        r = trun(*on_etcd(e, 1, 1, "tls3", "--rdzv-conf",
+                          f"protocol=HTTPS,ca_cert={certs}/ca.pem,ssl_cert={certs}/client.pem,"
+                          f"ssl_cert_key={certs}/client-key.pem", backend="etcd-v2"),
+                 "--no-python", "true", timeout=60)
+        assert r.returncode == 0, r.err
     finally:
         e.down()
 
