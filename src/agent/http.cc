@@ -20,12 +20,6 @@ bool IsTchar(char c) {
 
 bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar); }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 }  // namespace
 
 HttpRequestParser::State HttpRequestParser::Fail(int status, std::string why) {

@@ -57,9 +57,14 @@ std::optional<long long> ParsePythonInt(std::string_view s) {
   return ParseInt(WithoutDigitSeparators(Trim(s)));
 }
 
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 std::optional<bool> ParseBool(std::string_view s) {
-  std::string l(Trim(s));
-  for (auto& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string l = Lower(Trim(s));
   if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
   if (l == "false" || l == "0" || l == "no" || l == "off") return false;
   return std::nullopt;

@@ -11,6 +11,9 @@ namespace trun {
 
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string_view Trim(std::string_view s);
+// `s` with its ASCII letters lowercased (HTTP header names, torch's
+// case-blind words).
+std::string Lower(std::string_view s);
 // Parses a whole decimal integer (optional sign); nullopt on any junk.
 std::optional<long long> ParseInt(std::string_view s);
 // Python's int(s): ParseInt's syntax, and single underscores between digits

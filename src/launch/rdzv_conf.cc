@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -142,8 +141,7 @@ bool Seconds(const std::map<std::string, std::string>& items, const std::string&
 void ParseIsHost(const std::string& value, rendezvous::Settings& s, Problems& p) {
   static const std::set<std::string> kTrue = {"1", "true", "t", "yes", "y"};
   static const std::set<std::string> kFalse = {"0", "false", "f", "no", "n"};
-  std::string v = value;
-  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string v = Lower(value);
   if (kTrue.count(v)) {
     s.is_host = true;
   } else if (kFalse.count(v)) {
@@ -281,10 +279,7 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     // (this backend's older documentation gave them for both).
     const bool v2 = c.rdzv_backend == "etcd-v2";
     std::string protocol = conf("protocol", "http");
-    if (v2) {
-      protocol = std::string(Trim(protocol));
-      for (char& ch : protocol) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    }
+    if (v2) protocol = Lower(Trim(protocol));
     auto endpoints = rendezvous::EtcdEndpoints(c.rdzv_endpoint, protocol);
     if (endpoints.ok()) {
       s.etcd.endpoints = std::move(*endpoints);
