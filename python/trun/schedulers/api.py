@@ -178,7 +178,7 @@ class StructuredOpts(Mapping[str, CfgVal]):
 
     def __or__(self, other: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
         """Both as one flat dict, ``other``'s values winning."""
-        return {**{k: self[k] for k in self}, **dict(other)}
+        return {**dict(self), **dict(other)}
 
 
 class Stream(str, Enum):
