@@ -625,6 +625,10 @@ TEST_F(ServerTest, BarrierSharesTheWaitIndexAsInTorch) {
   Raw w(port()), a(port()), b(port());
   for (Raw* r : {&w, &a, &b}) ASSERT_TRUE(r->Send(Op1(v2::kValidate) + U32(kValidationMagic)));
   ASSERT_TRUE(w.Send(Op1(v2::kWait) + U64(1) + Str("/k")));
+  // The WAIT must be parked before the first arrival makes the key exist:
+  // the connections are served independently, and a WAIT on a key that
+  // exists is answered at once.
+  ASSERT_TRUE(Eventually([&] { return Waits() == 1; }));
   ASSERT_TRUE(a.Send(Op1(v2::kBarrier) + Str("/k") + U64(2)));
   EXPECT_TRUE(Eventually([&] { return Waits() == 2; }));
   EXPECT_EQ(w.Recv(1, 200), "");
