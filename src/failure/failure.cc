@@ -1,5 +1,6 @@
 #include "failure/failure.h"
 
+#include <fcntl.h>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -53,7 +55,9 @@ Result<ErrorFile> ReadErrorFile(const std::string& path) {
   }
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
-  return ParseErrorFile(std::move(*text), "error file " + path);
+  auto file = ParseErrorFile(std::move(*text), "error file " + path);
+  if (file.ok()) file->written_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
+  return file;
 }
 
 Result<ErrorFile> ParseErrorFile(std::string text, std::string_view what) {
@@ -95,6 +99,7 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
     // The table indents a traceback's lines under its row, as torch does.
     f.message = file->legacy ? file->message : ReplaceAll(file->message, "\n", "\n  ");
     f.timestamp = file->timestamp.value_or(detected_at);
+    f.written_ns = file->written_ns;
     f.error_file = error_file;
     f.error_json = std::move(file->json);
   } else if (file.status().code() != StatusCode::kNotFound) {
@@ -150,7 +155,7 @@ std::string FormatLastLines(const WorkerFailure& f, std::string_view out_tail,
 
 size_t RootCause(std::span<const FailureKey> failures) {
   auto key = [](const FailureKey& f) {
-    return std::tuple(f.stopped, f.timestamp, !f.has_error_file, f.rank);
+    return std::tuple(f.stopped, f.timestamp, !f.has_error_file, f.written_ns, f.rank);
   };
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
@@ -163,7 +168,7 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   std::vector<FailureKey> keys;
   keys.reserve(failures.size());
   for (const auto& f : failures) {
-    keys.push_back({f.timestamp, !f.error_json.empty(), f.global_rank, f.stopped});
+    keys.push_back({f.timestamp, !f.error_json.empty(), f.global_rank, f.stopped, f.written_ns});
   }
   return RootCause(keys);
 }
@@ -297,6 +302,18 @@ Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
   }
   Status s = WriteFileAtomic(path, j.dump());
   if (!s.ok()) return Status::IOError("cannot write error file " + path + ": " + s.message());
+  if (root.written_ns != 0) {
+    // The copy is dated when the worker wrote the original: the agent may
+    // write it seconds later (after stopping the other workers), and the
+    // scheduler that compares agents' files orders them by this time.
+    const timespec times[2] = {
+        {.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+        {.tv_sec = root.written_ns / 1'000'000'000, .tv_nsec = root.written_ns % 1'000'000'000}};
+    if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) {
+      return Status::IOError(
+          fmt::format("cannot date error file {}: {}", path, std::strerror(errno)));
+    }
+  }
   return Status::OK();
 }
 

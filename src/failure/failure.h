@@ -15,10 +15,13 @@
 // stopping the process, the earliest; a failure is dated by its error file's
 // timestamp, else by when trun saw it (both in whole seconds, as torch
 // dates them). Within one second, a failure with an error file comes first
-// (it says why), then the lowest rank (among the local scheduler's
-// replicas: the one seen first, as a replica failing because its peer died
-// is seen after it). Only when every failure was a
-// stopped one is the earliest of those the root cause.
+// (it says why), then the file written first (its modification time, to the
+// nanosecond: a peer's "connection closed" is written after the exception
+// that closed it, often within the same second), then the lowest rank
+// (among the local scheduler's replicas: the one seen first). Only when
+// every failure was a stopped one is the earliest of those the root cause.
+// An agent's error file keeps its root cause's modification time (see
+// WriteAgentErrorFile), so that the same rule orders agents' files.
 //
 // Thread-safety: pure functions, plus file I/O.
 #pragma once
@@ -50,7 +53,8 @@ struct WorkerFailure {
   std::string error_json;
   // The traceback (from the file) or a generated one-line explanation.
   std::string message;
-  int64_t timestamp = 0;  // seconds since the epoch
+  int64_t timestamp = 0;   // seconds since the epoch
+  int64_t written_ns = 0;  // the error file's ErrorFile::written_ns; 0: none
   // What to do about it, in one line, when trun knows the failure (see
   // FailureHint); empty otherwise.
   std::string hint;
@@ -75,6 +79,9 @@ struct ErrorFile {
   std::string message;  // the traceback, else the message
   std::optional<int64_t> timestamp;
   bool legacy = false;  // the older {"message": "<str>"} form
+  // The file's modification time, nanoseconds since the epoch; 0 for text
+  // that came from no file.
+  int64_t written_ns = 0;
 };
 
 // NotFound when there is no file at `path`; InvalidArgument, naming the
@@ -90,6 +97,7 @@ struct FailureKey {
   bool has_error_file = false;
   int rank = 0;  // or any order that breaks the last tie
   bool stopped = false;
+  int64_t written_ns = 0;  // ErrorFile::written_ns; 0: unknown
 };
 
 // Index of the root cause in `failures` (non-empty), by the rule above.
@@ -171,7 +179,8 @@ Status WriteFailureReport(const std::string& where, const std::string& report);
 // Writes the root cause to `path` as torch's launcher does: the worker's own
 // error file with "errorCode" added under "message", or, when the worker
 // wrote none, a record in the same shape built from the failure. A hint is
-// appended to the message, on a line of its own.
+// appended to the message, on a line of its own. A copy keeps the worker's
+// file's modification time (root.written_ns).
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root);
 
 }  // namespace trun::failure

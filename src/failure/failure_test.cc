@@ -1,6 +1,8 @@
 #include "failure/failure.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -105,6 +107,41 @@ TEST(FailureTest, WithinASecondAnErrorFileComesFirst) {
   fs[0].timestamp = 10;
   for (auto& f : fs) f.stopped = true;
   EXPECT_EQ(RootCause(fs), 2u);
+}
+
+// Two agents' files dated the same second: the one whose worker wrote first
+// is the root cause (a peer's "connection closed" follows the exception that
+// closed the connection), whatever order the agents ended in.
+TEST(FailureTest, WithinASecondTheFileWrittenFirstComesFirst) {
+  std::vector<FailureKey> fs = {
+      {.timestamp = 10, .has_error_file = true, .rank = 0, .written_ns = 10'700'000'000},
+      {.timestamp = 10, .has_error_file = true, .rank = 1, .written_ns = 10'200'000'000}};
+  EXPECT_EQ(RootCause(fs), 1u);
+  // The second still decides before the nanoseconds do.
+  fs[0].timestamp = 9;
+  EXPECT_EQ(RootCause(fs), 0u);
+}
+
+// The agent's copy keeps the worker's file's modification time, and
+// ReadErrorFile reports it: the rule can then order agents' files.
+TEST(FailureTest, AgentErrorFileKeepsTheWorkersTime) {
+  std::string worker = TempPath("wt.json"), agent = TempPath("at.json");
+  std::ofstream(worker) << R"({"message": {"message": "E", "extraInfo": {"timestamp": "1"}}})";
+  const timespec then[2] = {{.tv_sec = 1'000, .tv_nsec = 0}, {.tv_sec = 1'000, .tv_nsec = 250}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, worker.c_str(), then, 0), 0);
+  auto f = DescribeFailure(0, 0, 1, 1, worker, 0);
+  EXPECT_EQ(f.written_ns, 1'000'000'000'250);
+  ASSERT_TRUE(WriteAgentErrorFile(agent, f).ok());
+  auto copy = ReadErrorFile(agent);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->written_ns, 1'000'000'000'250);
+  // A record built by the agent (no worker file) is dated when written.
+  auto sig = DescribeFailure(0, 0, 9, -9, "", 0);
+  EXPECT_EQ(sig.written_ns, 0);
+  ASSERT_TRUE(WriteAgentErrorFile(agent, sig).ok());
+  EXPECT_GT(ReadErrorFile(agent)->written_ns, 1'000'000'000'250);
+  std::remove(worker.c_str());
+  std::remove(agent.c_str());
 }
 
 TEST(FailureTest, ReadErrorFileTellsMissingFromTorn) {

@@ -242,11 +242,13 @@ class Supervisor {
     const std::string name = fmt::format("{}/{}", req_.roles[rep.role].name, rep.req->id);
     std::string error;
     std::optional<int64_t> written_at;
+    int64_t written_ns = 0;
     if (code != 0) {
       auto file = failure::ReadErrorFile(rep.req->ErrorFile());
       if (file.ok()) {
         error = std::string(Trim(file->json));
         written_at = file->timestamp;
+        written_ns = file->written_ns;
       } else if (file.status().code() != StatusCode::kNotFound) {
         log::Warning("{}", file.status().message());
       }
@@ -262,7 +264,8 @@ class Supervisor {
       if (!error.empty()) rep.state->structured_error_msg = error;
       rep.failure = {.timestamp = written_at.value_or(static_cast<int64_t>(local::Now())),
                      .has_error_file = !error.empty(),
-                     .rank = failures_seen_++};
+                     .rank = failures_seen_++,
+                     .written_ns = written_ns};
       failure_msgs_[&rep] =
           code < 0 ? fmt::format("replica {} was killed by {}", name, proc::SignalName(-code))
                    : fmt::format("replica {} exited with {}", name, code);

@@ -240,7 +240,8 @@ void AddRootCause(App& app, int attempt) {
       if (!file.ok()) continue;
       keys.push_back({.timestamp = file->timestamp.value_or(0),
                       .has_error_file = true,
-                      .rank = static_cast<int>(failed.size())});
+                      .rank = static_cast<int>(failed.size()),
+                      .written_ns = file->written_ns});
       r.structured_error_msg = std::string(Trim(file->json));
       failed.push_back(&r);
     }
