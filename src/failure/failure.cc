@@ -168,7 +168,9 @@ size_t RootCause(const std::vector<WorkerFailure>& failures) {
   std::vector<FailureKey> keys;
   keys.reserve(failures.size());
   for (const auto& f : failures) {
-    keys.push_back({f.timestamp, !f.error_json.empty(), f.global_rank, f.stopped, f.written_ns});
+    // Without the files' times: among one agent's workers, torchrun's rule
+    // (the lowest rank within a second) names the root cause.
+    keys.push_back({f.timestamp, !f.error_json.empty(), f.global_rank, f.stopped});
   }
   return RootCause(keys);
 }

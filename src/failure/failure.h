@@ -15,13 +15,15 @@
 // stopping the process, the earliest; a failure is dated by its error file's
 // timestamp, else by when trun saw it (both in whole seconds, as torch
 // dates them). Within one second, a failure with an error file comes first
-// (it says why), then the file written first (its modification time, to the
+// (it says why), then, among agents' files (the local and SLURM schedulers'
+// replicas), the file written first (its modification time, to the
 // nanosecond: a peer's "connection closed" is written after the exception
-// that closed it, often within the same second), then the lowest rank
-// (among the local scheduler's replicas: the one seen first). Only when
-// every failure was a stopped one is the earliest of those the root cause.
-// An agent's error file keeps its root cause's modification time (see
-// WriteAgentErrorFile), so that the same rule orders agents' files.
+// that closed it, often within the same second, and its agent may end
+// first), then the lowest rank (among replicas: the one seen first). Only
+// when every failure was a stopped one is the earliest of those the root
+// cause. An agent's error file keeps its root cause's modification time
+// (see WriteAgentErrorFile); among one agent's workers the files' times are
+// not compared, as torchrun does not compare them.
 //
 // Thread-safety: pure functions, plus file I/O.
 #pragma once
@@ -97,7 +99,7 @@ struct FailureKey {
   bool has_error_file = false;
   int rank = 0;  // or any order that breaks the last tie
   bool stopped = false;
-  int64_t written_ns = 0;  // ErrorFile::written_ns; 0: unknown
+  int64_t written_ns = 0;  // ErrorFile::written_ns of an agent's file; 0: unknown
 };
 
 // Index of the root cause in `failures` (non-empty), by the rule above.

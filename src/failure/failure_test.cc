@@ -60,6 +60,10 @@ TEST(FailureTest, RootCauseIsEarliestThenLowestRank) {
   fs[1].global_rank = 1, fs[1].timestamp = 10;
   fs[2].global_rank = 0, fs[2].timestamp = 11;
   EXPECT_EQ(RootCause(fs), 1u);
+  // Among one agent's workers the files' times do not count (torchrun's
+  // rule), only between agents' files (FailureKey::written_ns).
+  fs[0].written_ns = 10'100'000'000, fs[1].written_ns = 10'900'000'000;
+  EXPECT_EQ(RootCause(fs), 1u);
   // A sibling stopped after the failure is never the root cause, even when
   // it is dated the same second with a lower rank.
   fs[1].stopped = true;
