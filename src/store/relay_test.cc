@@ -264,6 +264,16 @@ class RelayTest : public ::testing::Test {
     store_->RunOnLoop([&](StoreServer& s) { n = s.num_connections(); });
     return n;
   }
+  bool Linked() {
+    bool up = false;
+    OnRelayLoop([&] { up = relay_->linked(); });
+    return up;
+  }
+  size_t StoreWaits() {
+    size_t n = 0;
+    store_->RunOnLoop([&](StoreServer& s) { n = s.num_waits(); });
+    return n;
+  }
   StoreClient ViaRelay() {
     auto c =
         StoreClient::Connect("127.0.0.1", relay_->port(), milliseconds(5000), milliseconds(10000));
@@ -276,6 +286,14 @@ class RelayTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return std::move(*c);
   }
+  // A SET on a store connection of its own, in the store when this returns
+  // (SET has no reply; PING's follows it): a request on another connection
+  // (the relay's link) must not overtake it.
+  void DirectSet(const std::string& key, const std::string& value) {
+    StoreClient d = Direct();
+    ASSERT_TRUE(d.Set(key, value).ok());
+    ASSERT_TRUE(d.Ping().ok());
+  }
   // `n` v2 clients of the relay, once it has taken them all.
   std::vector<RawSocket> V2Clients(size_t n) {
     std::vector<RawSocket> clients;
@@ -283,7 +301,11 @@ class RelayTest : public ::testing::Test {
       clients.emplace_back(relay_->port());
       EXPECT_TRUE(clients.back().Send(V2("")));
     }
-    EXPECT_TRUE(Eventually([&] { return relay_->num_clients() == n; }));
+    EXPECT_TRUE(Eventually([&] {
+      size_t k = 0;
+      OnRelayLoop([&] { k = relay_->num_clients(); });
+      return k == n;
+    }));
     return clients;
   }
   template <typename F>
@@ -315,8 +337,12 @@ TEST_F(RelayTest, EveryOperationThroughOneConnection) {
   EXPECT_TRUE(*c.Check({"a", "n"}));
   EXPECT_EQ(*c.NumKeys(), 3);  // the store's auth nonce key is trun's: not shown
   ASSERT_TRUE(c.Append("a", "23").ok());
+  // APPEND, MULTI_SET and QUEUE_PUSH have no reply: c's PING, answered once
+  // what c sent before is settled, keeps d's next read behind them.
+  ASSERT_TRUE(c.Ping().ok());
   EXPECT_EQ(*d.Get("a"), "123");
   ASSERT_TRUE(c.MultiSet({{"m1", "x"}, {"m2", "y"}}).ok());
+  ASSERT_TRUE(c.Ping().ok());
   EXPECT_EQ(*d.MultiGet({"m1", "m2", "absent"}), (std::vector<std::string>{"x", "y", ""}));
   EXPECT_TRUE(*c.DeleteKey("m1"));
   EXPECT_FALSE(*c.DeleteKey("m1"));
@@ -326,6 +352,7 @@ TEST_F(RelayTest, EveryOperationThroughOneConnection) {
   EXPECT_EQ(std::set<std::string>(keys->begin(), keys->end()),
             (std::set<std::string>{"a", "n", "c", "m2"}));
   ASSERT_TRUE(c.QueuePush("q", "item").ok());
+  ASSERT_TRUE(c.Ping().ok());
   EXPECT_EQ(*d.QueueLen("q"), 1);
   EXPECT_EQ(*d.QueuePop("q", false), "item");
   // What went through the relay is in the store, which holds one
@@ -368,12 +395,12 @@ TEST_F(RelayTest, OneUpstreamWaitForEveryLocalWaiter) {
   }
   ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 8; }));
   EXPECT_EQ(Stats().upstream_waits, 1u);
-  ASSERT_TRUE(Direct().Set("ready", "1").ok());
+  DirectSet("ready", "1");
   for (auto& c : clients) EXPECT_EQ(c.Recv(1), Op1(kWaitStopWaiting));
 }
 
 TEST_F(RelayTest, ConcurrentGetsOfOneKeyShareOneUpstreamGet) {
-  ASSERT_TRUE(Direct().Set("value", "broadcast").ok());
+  DirectSet("value", "broadcast");
   std::vector<RawSocket> clients = V2Clients(8);
   {
     auto release = HoldRelay();
@@ -402,6 +429,9 @@ TEST_F(RelayTest, AQueuePushWakesOneLocalWaiter) {
   ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 1; }));
   ASSERT_TRUE(b.Send(V2(Op1(v2::kWait) + U64(1) + Str("jobs"))));
   ASSERT_TRUE(Eventually([&] { return Stats().local_waits == 2; }));
+  // The relay's WAIT parked in the store before the push, which comes on a
+  // connection of its own: a WAIT that found the item would free both.
+  ASSERT_TRUE(Eventually([&] { return StoreWaits() == 1; }));
   StoreClient pusher = Direct();
   ASSERT_TRUE(pusher.QueuePush("jobs", "j1").ok());
   EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));  // the first to wait
@@ -416,7 +446,7 @@ TEST_F(RelayTest, WaitTimeoutCancelsAndTheClientStaysInStep) {
   StoreClient c = ViaRelay();
   Status st = c.Wait({"never"}, milliseconds(100));
   EXPECT_EQ(st.code(), StatusCode::kTimeout);
-  ASSERT_TRUE(Direct().Set("never", "now").ok());
+  DirectSet("never", "now");
   ASSERT_TRUE(c.Set("after", "1").ok());
   EXPECT_EQ(*c.Get("after"), "1");
 }
@@ -464,7 +494,7 @@ TEST_F(RelayTest, TrunKeysAndBadBytesCloseOnlyThatClient) {
   StoreClient good = ViaRelay();
   ASSERT_TRUE(good.Set("fine", "1").ok());
   EXPECT_EQ(*good.Get("fine"), "1");
-  EXPECT_TRUE(relay_->linked());
+  EXPECT_TRUE(Linked());
 }
 
 // The relay's own port is a way in: a client that announces more than the
@@ -485,7 +515,7 @@ TEST_F(RelayTest, OversizedTruncatedAndSlowClientsHarmNoOne) {
   StoreClient good = ViaRelay();
   ASSERT_TRUE(good.Set("fine", "1").ok());
   EXPECT_EQ(*good.Get("fine"), "1");
-  EXPECT_TRUE(relay_->linked());
+  EXPECT_TRUE(Linked());
 }
 
 TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
@@ -543,7 +573,7 @@ TEST_F(RelayTest, AnAddHeldInItsBatchIsAppliedBeforeTheClientsSet) {
 TEST_F(RelayTest, AWaitAfterAHeldAddIsAnsweredAfterIt) {
   // The key waited on exists: the store answers the WAIT at once, after
   // the ADD's answer.
-  ASSERT_TRUE(Direct().Set("ready", "1").ok());
+  DirectSet("ready", "1");
   RawSocket a =
       PipelineWhileAnAddIsOnItsWay(kAddK + Op1(v2::kWait) + U64(1) + Str("ready"),
                                    [](const RelayStats& s) { return s.local_waits == 1; });
@@ -567,7 +597,7 @@ TEST_F(RelayTest, TheRelaysOwnAnswersWaitForTheClientsEarlierOnes) {
 TEST_F(RelayTest, AGetDoesNotShareAnAnswerThatPrecedesTheClientsOwnAdd) {
   // b's GET is on its way; a's ADD waits for the end of the loop's turn,
   // and a's GET must read the count with it, not share b's answer.
-  ASSERT_TRUE(Direct().Set("k", "10").ok());
+  DirectSet("k", "10");
   std::vector<RawSocket> clients = V2Clients(2);
   RawSocket &a = clients[0], &b = clients[1];
   {
@@ -602,7 +632,7 @@ TEST_F(RelayTest, AWaitAfterTheClientsOwnSetDoesNotRideOnAnOlderAnsweredWait) {
   }
   EXPECT_EQ(b.Recv(1), Op1(kWaitStopWaiting));
   EXPECT_EQ(a.Recv(1, 300), "");
-  ASSERT_TRUE(Direct().Set("k", "2").ok());
+  DirectSet("k", "2");
   EXPECT_EQ(a.Recv(1), Op1(kWaitStopWaiting));
 }
 
@@ -624,7 +654,7 @@ TEST_F(RelayTest, AnAddHeldBehindARefusedOneIsStillSent) {
   // b's ADD of a key that is no integer is refused; a's, held behind it in
   // the batch, reaches the store after it and is refused too: a is closed,
   // not left waiting for an answer.
-  ASSERT_TRUE(Direct().Set("k", "text").ok());
+  DirectSet("k", "text");
   std::vector<RawSocket> clients = V2Clients(2);
   RawSocket &a = clients[0], &b = clients[1];
   {
@@ -636,7 +666,7 @@ TEST_F(RelayTest, AnAddHeldBehindARefusedOneIsStillSent) {
   }
   EXPECT_TRUE(b.Closed());
   EXPECT_TRUE(a.Closed());
-  EXPECT_TRUE(relay_->linked());
+  EXPECT_TRUE(Linked());
 }
 
 // One client that pipelines random requests on a few keys, its bytes cut
