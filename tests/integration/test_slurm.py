@@ -157,8 +157,11 @@ def test_a_failing_job_ends_failed_with_the_root_cause(cluster):
     assert st["state"] == "FAILED"
     assert "ValueError: boom" in st["structured_error_msg"], st
     assert "NonZeroExitCode" in st["msg"], st
+    # The failed one, and the other: stopped with it (CANCELLED), or, when its
+    # worker's gloo saw the peer gone before the stop reached its agent,
+    # failed on its own (its error file is then a later one).
     states = sorted(r["state"] for r in st["roles"][0]["replicas"])
-    assert states == [5, 6], st  # the failed one, and the one stopped with it
+    assert states[0] == 5 and states[1] in (5, 6), st
     text = cluster.trun("status", handle).out
     assert "error_msg: ValueError: boom" in text, text
 
