@@ -2,15 +2,21 @@
 # Runs `make STAGE` for each stage named, in order, timing each, and prints a
 # table of the times at the end: what `make test` is made of, so that a
 # stage that grows slow is seen in every run. A failed stage does not stop
-# the later ones (each reports what it can), but the run fails.
+# the later ones (each reports what it can), but the run fails, and after
+# the table each failed stage's lines that say why are printed again: a
+# reader of the run's last lines (a CI log's tail) sees the failed unit
+# test or integration test, not only the stage's name.
 # Usage: scripts/test-stages.sh STAGE...
 set -u
 names=() times=() results=()
 failed=0
 start=$SECONDS
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for stage in "$@"; do
   t0=$SECONDS
-  if make --no-print-directory "$stage"; then r=ok; else r=FAILED; failed=1; fi
+  make --no-print-directory "$stage" 2>&1 | tee "$logs/$stage"
+  if [ "${PIPESTATUS[0]}" = 0 ]; then r=ok; else r=FAILED; failed=1; fi
   names+=("$stage") times+=($((SECONDS - t0))) results+=("$r")
 done
 echo
@@ -20,4 +26,13 @@ for i in "${!names[@]}"; do
 done
 total=$((SECONDS - start))
 printf '   %-22s %4dm%02ds  %s\n' total $((total / 60)) $((total % 60)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
+# What says why: pytest's summary lines, GoogleTest's failed tests and
+# their failure lines (unit-shards.py prints them), a shard that died, a
+# sanitizer's report, a compiler's or make's error.
+why='^(FAILED|ERROR) |^\[  FAILED  \] |: Failure$|before its summary|runtime error:|Sanitizer|error:|\*\*\* '
+for i in "${!names[@]}"; do
+  [ "${results[$i]}" = FAILED ] || continue
+  echo "== why ${names[$i]} failed (its lines that say so; the whole output is above)"
+  grep -E "$why" "$logs/${names[$i]}" | awk '!seen[$0]++' | head -30
+done
 exit $failed
