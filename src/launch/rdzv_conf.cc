@@ -45,8 +45,9 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "job_token_fd"};
 
 // torch's keys that trun has no use for ("rank" is torchrun's own, from
-// --node-rank): no typo warning, however close they are to a key trun reads
-// (read_timeout is to join_timeout).
+// --node-rank; c10d's store_type is checked, tcp being all trun serves): no
+// typo warning, however close they are to a key trun reads (read_timeout is
+// to join_timeout).
 const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "store_type", "use_libuv"};
 
 // Longer than any rendezvous wait anyone means, and short enough that its
@@ -200,6 +201,17 @@ void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Se
         endpoint));
     return;
   }
+  if (host.find('/') != std::string::npos) {
+    // torchrun's c10d takes a file's path here with store_type=file; no host
+    // name holds a '/', so this is a path, which would otherwise be looked up
+    // as a host until the join timeout.
+    p.Add(fmt::format(
+        "--rdzv-endpoint '{}': a file's path, not a host; trun's rendezvous runs over TCP "
+        "(torchrun's store_type=file is not served): give the host that runs the store, as "
+        "HOST:PORT",
+        endpoint));
+    return;
+  }
   int port = default_port;
   if (!port_text.empty()) {
     auto n = ParseInt(port_text);
@@ -296,6 +308,21 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     while (s.etcd_prefix.ends_with('/')) s.etcd_prefix.pop_back();
   } else if (c.rdzv_backend == "c10d") {
     SplitEndpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, s, p);
+    // torch's c10d backend takes tcp or file (only it reads store_type).
+    if (auto it = items.find("store_type"); it != items.end()) {
+      const std::string type = Lower(Trim(it->second));
+      if (type == "file") {
+        p.Add(
+            "--rdzv-conf store_type=file: trun's c10d rendezvous runs over TCP only, through a "
+            "store that an agent (or `trun store`) serves; drop store_type and give that host as "
+            "--rdzv-endpoint HOST:PORT, or use --rdzv-backend etcd-v2");
+      } else if (type != "tcp") {
+        p.Add(fmt::format(
+            "--rdzv-conf store_type={}: expected tcp (torchrun's c10d also takes file, which trun "
+            "does not serve)",
+            it->second));
+      }
+    }
   }
 
   // static's and etcd's "timeout" is their join timeout; torchrun's default

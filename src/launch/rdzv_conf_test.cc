@@ -206,7 +206,8 @@ TEST(RdzvConfTest, EndpointForms) {
            {"[::1]7", "expected [address]:port"},
            {":29400", "no host; give the host that runs the store"},
            {"h:http", "expected a port 0-65535, got 'http'"},
-           {"h:65536", "expected a port 0-65535, got '65536'"}}) {
+           {"h:65536", "expected a port 0-65535, got '65536'"},
+           {"/shared/rdzv", "a file's path, not a host"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;
@@ -215,6 +216,23 @@ TEST(RdzvConfTest, EndpointForms) {
   EXPECT_NE(problems.find("--rdzv-backend etcd needs --rdzv-endpoint"), std::string::npos);
   Settings({{"protocol", "gopher"}}, Backend("etcd", "localhost"), &problems);
   EXPECT_EQ(problems, "--rdzv-conf protocol=gopher: expected http or https");
+}
+
+// torch's c10d takes store_type tcp or file; trun serves tcp alone, and says
+// so of file rather than run without it. Other backends ignore the key, as
+// torch's do.
+TEST(RdzvConfTest, C10dStoreTypeTcpOnly) {
+  std::string problems;
+  Settings({{"store_type", " TCP "}}, Backend("c10d", "h:1"), &problems);
+  EXPECT_EQ(problems, "");
+  Settings({{"store_type", "file"}}, Backend("c10d", "h:1"), &problems);
+  EXPECT_EQ(problems.rfind("--rdzv-conf store_type=file: trun's c10d rendezvous runs over TCP", 0),
+            0u)
+      << problems;
+  Settings({{"store_type", "redis"}}, Backend("c10d", "h:1"), &problems);
+  EXPECT_EQ(problems.rfind("--rdzv-conf store_type=redis: expected tcp", 0), 0u) << problems;
+  Settings({{"store_type", "file"}}, Backend("etcd-v2", "h:2379"), &problems);
+  EXPECT_EQ(problems, "");
 }
 
 TEST(RdzvConfTest, EveryBadValueNamedAtOnce) {
