@@ -32,6 +32,7 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "keep_alive_max_attempt",
                                             "is_host",
                                             "store_allow",
+                                            "store_type",
                                             "protocol",
                                             "cacert",
                                             "cert",
@@ -45,10 +46,9 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "job_token_fd"};
 
 // torch's keys that trun has no use for ("rank" is torchrun's own, from
-// --node-rank; c10d's store_type is checked, tcp being all trun serves): no
-// typo warning, however close they are to a key trun reads (read_timeout is
-// to join_timeout).
-const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "store_type", "use_libuv"};
+// --node-rank): no typo warning, however close they are to a key trun reads
+// (read_timeout is to join_timeout).
+const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "use_libuv"};
 
 // Longer than any rendezvous wait anyone means, and short enough that its
 // milliseconds, times keep_alive_max_attempt, fit an int64.
