@@ -4,9 +4,11 @@
 // app directory.
 #include "schedulers/local_supervisor.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -185,6 +187,34 @@ TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFailureSeenFirst) {
     if (replica == 1) {
       t.Exit(pid, 1);
       t.Exit(first, 1);
+    }
+  });
+  EXPECT_EQ(st.state, AppState::kFailed);
+  EXPECT_NE(st.structured_error_msg.find("boom"), std::string::npos) << st.structured_error_msg;
+  EXPECT_NE(st.msg.find("replica trainer/1 exited with 1"), std::string::npos) << st.msg;
+}
+
+// Within one second, the replica whose error file was written first is the
+// root cause, even when its agent ended later (it was stopping its other
+// workers): the agent's file keeps its worker's time (failure.h).
+TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFileWrittenFirst) {
+  local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
+  WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
+  WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
+  auto date = [&](int replica, long ns) {
+    const timespec t[2] = {{.tv_sec = 1700000000, .tv_nsec = ns},
+                           {.tv_sec = 1700000000, .tv_nsec = ns}};
+    const std::string path = req.roles[0].replicas.at(replica).ErrorFile();
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  };
+  date(0, 900'000'000);
+  date(1, 100'000'000);
+  pid_t first = 0;
+  local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
+    if (replica == 0) first = pid;
+    if (replica == 1) {
+      t.Exit(first, 1);
+      t.Exit(pid, 1);
     }
   });
   EXPECT_EQ(st.state, AppState::kFailed);
