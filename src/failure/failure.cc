@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -27,6 +27,21 @@ std::string ReplaceAll(std::string s, std::string_view from, std::string_view to
     pos += to.size();
   }
   return s;
+}
+
+// Truncates and writes `path` where it is (no rename), as Python's
+// open(path, "w") does; false when that fails too.
+bool WriteInPlace(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  return ::close(fd) == 0 && off == text.size();
 }
 
 // torch's timestamp_isoformat: local time, "YYYY-MM-DD_HH:MM:SS".
@@ -102,10 +117,17 @@ WorkerFailure DescribeFailure(int local_rank, int global_rank, pid_t pid, int ex
     f.written_ns = file->written_ns;
     f.error_file = error_file;
     f.error_json = std::move(file->json);
-  } else if (file.status().code() != StatusCode::kNotFound) {
-    // A torn or foreign file is reported, not fatal: the exit code still
-    // tells the story.
-    f.message = "(" + file.status().message() + ")";
+  } else {
+    // No file: the record the agent builds of it is dated now, when the exit
+    // was seen, not when the agent writes it (after stopping the others).
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    f.written_ns = now.tv_sec * 1'000'000'000LL + now.tv_nsec;
+    if (file.status().code() != StatusCode::kNotFound) {
+      // A torn or foreign file is reported, not fatal: the exit code still
+      // tells the story.
+      f.message = "(" + file.status().message() + ")";
+    }
   }
   if (f.message.empty()) {
     f.message =
@@ -155,7 +177,9 @@ std::string FormatLastLines(const WorkerFailure& f, std::string_view out_tail,
 
 size_t RootCause(std::span<const FailureKey> failures) {
   auto key = [](const FailureKey& f) {
-    return std::tuple(f.stopped, f.timestamp, !f.has_error_file, f.written_ns, f.rank);
+    // An unknown time (0) sorts after every known one.
+    const int64_t written = f.written_ns != 0 ? f.written_ns : INT64_MAX;
+    return std::tuple(f.stopped, f.timestamp, !f.has_error_file, written, f.rank);
   };
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
@@ -302,19 +326,24 @@ Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root) {
              {"rank", root.global_rank},
              {"pid", root.pid}}}}}};
   }
-  Status s = WriteFileAtomic(path, j.dump());
-  if (!s.ok()) return Status::IOError("cannot write error file " + path + ": " + s.message());
+  const std::string text = j.dump();
+  Status s = WriteFileAtomic(path, text);
+  // A file that cannot be replaced by a rename is written in place, as
+  // torch's @record writes: Kubernetes' /dev/termination-log is a file
+  // mounted into the container (the rename fails with EBUSY).
+  if (!s.ok() && !WriteInPlace(path, text)) {
+    return Status::IOError("cannot write error file " + path + ": " + s.message());
+  }
   if (root.written_ns != 0) {
-    // The copy is dated when the worker wrote the original: the agent may
-    // write it seconds later (after stopping the other workers), and the
-    // scheduler that compares agents' files orders them by this time.
+    // The copy is dated when the worker wrote the original (or when the
+    // exit was seen): the agent may write it seconds later, after stopping
+    // the other workers, and the scheduler that compares agents' files
+    // orders them by this time. Where a file system refuses, the order
+    // falls back to the rule's next key; the file itself is written.
     const timespec times[2] = {
         {.tv_sec = 0, .tv_nsec = UTIME_OMIT},
         {.tv_sec = root.written_ns / 1'000'000'000, .tv_nsec = root.written_ns % 1'000'000'000}};
-    if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) {
-      return Status::IOError(
-          fmt::format("cannot date error file {}: {}", path, std::strerror(errno)));
-    }
+    (void)::utimensat(AT_FDCWD, path.c_str(), times, 0);
   }
   return Status::OK();
 }

@@ -15,13 +15,14 @@
 // stopping the process, the earliest; a failure is dated by its error file's
 // timestamp, else by when trun saw it (both in whole seconds, as torch
 // dates them). Within one second, a failure with an error file comes first
-// (it says why), then, among agents' files (the local and SLURM schedulers'
-// replicas), the file written first (its modification time, to the
-// nanosecond: a peer's "connection closed" is written after the exception
-// that closed it, often within the same second, and its agent may end
-// first), then the lowest rank (among replicas: the one seen first). Only
-// when every failure was a stopped one is the earliest of those the root
-// cause. An agent's error file keeps its root cause's modification time
+// (it says why), then, among agents' files read from disk (the local and
+// SLURM schedulers' replicas), the file written first (its modification
+// time, to the nanosecond: a peer's "connection closed" is written after
+// the exception that closed it, often within the same second, and its agent
+// may end first; a time not known, as of a pod's termination message, comes
+// after every known one), then the lowest rank (among replicas: the one
+// seen first). Only when every failure was a stopped one is the earliest of
+// those the root cause. An agent's error file keeps its root cause's time
 // (see WriteAgentErrorFile); among one agent's workers the files' times are
 // not compared, as torchrun does not compare them.
 //
@@ -55,8 +56,10 @@ struct WorkerFailure {
   std::string error_json;
   // The traceback (from the file) or a generated one-line explanation.
   std::string message;
-  int64_t timestamp = 0;   // seconds since the epoch
-  int64_t written_ns = 0;  // the error file's ErrorFile::written_ns; 0: none
+  int64_t timestamp = 0;  // seconds since the epoch
+  // The error file's ErrorFile::written_ns; without one, when the exit was
+  // seen (DescribeFailure), in the same unit.
+  int64_t written_ns = 0;
   // What to do about it, in one line, when trun knows the failure (see
   // FailureHint); empty otherwise.
   std::string hint;
@@ -181,8 +184,10 @@ Status WriteFailureReport(const std::string& where, const std::string& report);
 // Writes the root cause to `path` as torch's launcher does: the worker's own
 // error file with "errorCode" added under "message", or, when the worker
 // wrote none, a record in the same shape built from the failure. A hint is
-// appended to the message, on a line of its own. A copy keeps the worker's
-// file's modification time (root.written_ns).
+// appended to the message, on a line of its own. The file gets
+// root.written_ns as its modification time (where the file system allows).
+// A file that a rename cannot replace (Kubernetes' /dev/termination-log) is
+// written in place.
 Status WriteAgentErrorFile(const std::string& path, const WorkerFailure& root);
 
 }  // namespace trun::failure

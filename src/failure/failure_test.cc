@@ -139,13 +139,39 @@ TEST(FailureTest, AgentErrorFileKeepsTheWorkersTime) {
   auto copy = ReadErrorFile(agent);
   ASSERT_TRUE(copy.ok()) << copy.status().ToString();
   EXPECT_EQ(copy->written_ns, 1'000'000'000'250);
-  // A record built by the agent (no worker file) is dated when written.
+  // A record built by the agent (no worker file) is dated when the exit
+  // was seen (DescribeFailure), not when it is written.
   auto sig = DescribeFailure(0, 0, 9, -9, "", 0);
-  EXPECT_EQ(sig.written_ns, 0);
+  EXPECT_GT(sig.written_ns, 1'000'000'000'250);
   ASSERT_TRUE(WriteAgentErrorFile(agent, sig).ok());
-  EXPECT_GT(ReadErrorFile(agent)->written_ns, 1'000'000'000'250);
+  EXPECT_EQ(ReadErrorFile(agent)->written_ns, sig.written_ns);
   std::remove(worker.c_str());
   std::remove(agent.c_str());
+}
+
+// A file that a rename cannot replace (Kubernetes' /dev/termination-log is
+// mounted into the container) is written in place; here the rename's
+// temporary name is taken by a directory.
+TEST(FailureTest, AgentErrorFileWrittenInPlaceWhenARenameCannotReplaceIt) {
+  std::string agent = TempPath("termination-log");
+  std::ofstream(agent) << "old, longer than what replaces it";
+  ASSERT_EQ(::mkdir((agent + ".tmp").c_str(), 0755), 0);
+  auto f = DescribeFailure(0, 0, 9, -9, "", 0);
+  ASSERT_TRUE(WriteAgentErrorFile(agent, f).ok());
+  auto j = nlohmann::json::parse(std::ifstream(agent));
+  EXPECT_EQ(j["message"]["errorCode"], -9);
+  ::rmdir((agent + ".tmp").c_str());
+  std::remove(agent.c_str());
+}
+
+// An unknown time sorts after a known one, whatever the ranks.
+TEST(FailureTest, AnUnknownFileTimeComesAfterAKnownOne) {
+  std::vector<FailureKey> fs = {
+      {.timestamp = 10, .has_error_file = true, .rank = 0, .written_ns = 0},
+      {.timestamp = 10, .has_error_file = true, .rank = 1, .written_ns = 10'500'000'000}};
+  EXPECT_EQ(RootCause(fs), 1u);
+  fs[1].written_ns = 0;
+  EXPECT_EQ(RootCause(fs), 0u);
 }
 
 TEST(FailureTest, ReadErrorFileTellsMissingFromTorn) {

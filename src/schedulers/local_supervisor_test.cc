@@ -99,6 +99,13 @@ class LocalSupervisorTest : public ::testing::Test {
     ASSERT_TRUE(WriteFileAtomic(req.roles[0].replicas.at(replica).ErrorFile(), text).ok());
   }
 
+  // Sets the replica's error file's modification time: 1700000000 s and `ns`.
+  void DateErrorFile(const local::Request& req, int replica, long ns) {
+    const timespec t[2] = {{.tv_sec = 1700000000, .tv_nsec = ns},
+                           {.tv_sec = 1700000000, .tv_nsec = ns}};
+    const std::string path = req.roles[0].replicas.at(replica).ErrorFile();
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  }
   fs::path dir_;
   std::vector<int> spawns_;  // the replica of each spawn, in order
 };
@@ -175,12 +182,15 @@ TEST_F(LocalSupervisorTest, RootCauseIsTheFirstFailureByTime) {
   EXPECT_EQ(st.roles[0].replicas[2].state, AppState::kCancelled);
 }
 
-// Within one second, the failure seen first is the root cause, not the
-// lower replica: replica 0 failed because replica 1 had (its peer gone).
+// Within one second, and files written at the same time, the failure seen
+// first is the root cause, not the lower replica: replica 0 failed because
+// replica 1 had (its peer gone).
 TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFailureSeenFirst) {
   local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
   WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
   WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
+  DateErrorFile(req, 0, 500'000'000);
+  DateErrorFile(req, 1, 500'000'000);
   pid_t first = 0;
   local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
     if (replica == 0) first = pid;
@@ -201,14 +211,8 @@ TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFileWrittenFirst) {
   local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
   WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
   WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
-  auto date = [&](int replica, long ns) {
-    const timespec t[2] = {{.tv_sec = 1700000000, .tv_nsec = ns},
-                           {.tv_sec = 1700000000, .tv_nsec = ns}};
-    const std::string path = req.roles[0].replicas.at(replica).ErrorFile();
-    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
-  };
-  date(0, 900'000'000);
-  date(1, 100'000'000);
+  DateErrorFile(req, 0, 900'000'000);
+  DateErrorFile(req, 1, 100'000'000);
   pid_t first = 0;
   local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
     if (replica == 0) first = pid;
