@@ -132,15 +132,17 @@ sanitize-test: deps
 	@TRUN_SOURCE_DIR=$(CURDIR) $(PYTHON) scripts/unit-shards.py $(BUILD)-asan/trun_tests $(UNIT_SHARDS)
 
 # The store's parser under libFuzzer (clang), for a bounded time; new inputs
-# go to a scratch directory, the kept corpus is only read.
+# go to a scratch directory, the kept corpus is only read. Its final stats
+# are printed, or, when it found something, its report.
 FUZZ_SECONDS ?= 30
 fuzz: deps
 	@mkdir -p $(BUILD)
 	@clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
 		fuzz/store_parser_fuzz.cc src/store/parser.cc -lfmt -o $(BUILD)/store_parser_fuzz
-	@scratch=$$(mktemp -d) && $(BUILD)/store_parser_fuzz -max_total_time=$(FUZZ_SECONDS) \
-		-print_final_stats=1 $$scratch fuzz/corpus/store_parser 2>&1 | tail -4; \
-		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; exit $$rc
+	@scratch=$$(mktemp -d) && mkdir $$scratch/new && $(BUILD)/store_parser_fuzz \
+		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$scratch/new \
+		fuzz/corpus/store_parser > $$scratch/log 2>&1; \
+		rc=$$?; tail -n $$([ $$rc = 0 ] && echo 4 || echo 60) $$scratch/log; rm -rf $$scratch; exit $$rc
 
 # Debian's mypy --strict over the Python package (its settings: pyproject.toml,
 # [tool.mypy]); its cache is MYPY_CACHE_DIR's.

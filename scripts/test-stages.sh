@@ -11,7 +11,7 @@ set -u
 names=() times=() results=()
 failed=0
 start=$SECONDS
-logs=$(mktemp -d)
+logs=$(mktemp -d) || exit 2
 trap 'rm -rf "$logs"' EXIT
 for stage in "$@"; do
   t0=$SECONDS
@@ -26,13 +26,24 @@ for i in "${!names[@]}"; do
 done
 total=$((SECONDS - start))
 printf '   %-22s %4dm%02ds  %s\n' total $((total / 60)) $((total % 60)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
-# What says why: pytest's summary lines, GoogleTest's failed tests and
-# their failure lines (unit-shards.py prints them), a shard that died, a
-# sanitizer's report, a compiler's or make's error.
-why='^(FAILED|ERROR) |^\[  FAILED  \] |: Failure$|before its summary|runtime error:|Sanitizer|error:|\*\*\* '
+# What says why, most telling first (a failed test's own captured output
+# may hold lines of any kind; the summaries come before it): pytest's
+# summary lines; GoogleTest's failed tests, their failure lines and a shard
+# that died (unit-shards.py); a sanitizer's or libFuzzer's report; the
+# layering check's findings; a compiler's, ninja's, CMake's or mypy's error;
+# make's own last word.
+why=(
+  '^(FAILED|ERROR) '
+  '^\[  FAILED  \] |: Failure$|^unit shard |^the shards ran|before its summary'
+  'runtime error:|ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|ERROR: libFuzzer|Test unit written|^SUMMARY: '
+  '^check-layers: '
+  '^FAILED: |^CMake Error|^[^ :]+:[0-9]+(:[0-9]+)?: (fatal )?error:'
+  '^make.*\*\*\* '
+)
 for i in "${!names[@]}"; do
   [ "${results[$i]}" = FAILED ] || continue
   echo "== why ${names[$i]} failed (its lines that say so; the whole output is above)"
-  grep -E "$why" "$logs/${names[$i]}" | awk '!seen[$0]++' | head -30
+  for pattern in "${why[@]}"; do grep -E "$pattern" "$logs/${names[$i]}"; done |
+    awk '!seen[$0]++' | head -40
 done
 exit $failed
