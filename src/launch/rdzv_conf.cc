@@ -161,6 +161,15 @@ bool ReadsTimeout(const LaunchConfig& c) {
   return c.rdzv_backend == "static" || c.rdzv_backend == "etcd";
 }
 
+// torch's c10d store_type=file for a job of one node: its rendezvous needs
+// no store that other hosts reach, so trun's TCP store on this host serves
+// it. Of several nodes it is refused (ParseRdzvSettings).
+bool FileStoreOfOneNode(const std::map<std::string, std::string>& items, const LaunchConfig& c) {
+  auto it = items.find("store_type");
+  return c.rdzv_backend == "c10d" && c.max_nodes == 1 && it != items.end() &&
+         Lower(Trim(it->second)) == "file";
+}
+
 // The backends that ignore `timeout` (an unknown backend is its own error).
 bool IgnoresTimeout(const LaunchConfig& c) {
   return c.rdzv_backend == "c10d" || c.rdzv_backend == "etcd-v2";
@@ -202,13 +211,12 @@ void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Se
     return;
   }
   if (host.find('/') != std::string::npos) {
-    // torchrun's c10d takes a file's path here with store_type=file; no host
-    // name holds a '/', so this is a path, which would otherwise be looked up
+    // torchrun refuses it too (its endpoint parser takes [\w.:-]); a path
+    // (torch's c10d store_type=file) or a URL would otherwise be looked up
     // as a host until the join timeout.
     p.Add(fmt::format(
-        "--rdzv-endpoint '{}': a file's path, not a host; trun's rendezvous runs over TCP "
-        "(torchrun's store_type=file is not served): give the host that runs the store, as "
-        "HOST:PORT",
+        "--rdzv-endpoint '{}': not a host ('/' in it: a path or a URL); give the host that runs "
+        "the store, as HOST:PORT (trun's rendezvous runs over TCP)",
         endpoint));
     return;
   }
@@ -255,6 +263,11 @@ std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::strin
   // A typo is matched against the keys this backend reads.
   std::vector<std::string> read = kReadKeys;
   if (IgnoresTimeout(c)) std::erase(read, "timeout");
+  if (FileStoreOfOneNode(items, c)) {
+    warnings.push_back(
+        "--rdzv-conf store_type=file: trun serves this one-node job's rendezvous from a store on "
+        "a free port of this host instead of a file (it serves no file store)");
+  }
   for (const auto& [key, value] : items) {
     if (key == "timeout" && IgnoresTimeout(c)) {
       warnings.push_back(fmt::format(
@@ -307,9 +320,13 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     s.etcd_prefix = conf("etcd_prefix", "/torchelastic/p2p");
     while (s.etcd_prefix.ends_with('/')) s.etcd_prefix.pop_back();
   } else if (c.rdzv_backend == "c10d") {
-    SplitEndpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, s, p);
+    // A one-node job's file store (a path, or none: torch's temporary file)
+    // is served as a store on a free port of this host (RdzvConfWarnings).
+    const bool one_node_file = FileStoreOfOneNode(items, c);
+    SplitEndpoint(c.rdzv_endpoint.empty() || one_node_file ? "localhost" : c.rdzv_endpoint,
+                  one_node_file ? 0 : 29400, s, p);
     // torch's c10d backend takes tcp or file (only it reads store_type).
-    if (auto it = items.find("store_type"); it != items.end()) {
+    if (auto it = items.find("store_type"); it != items.end() && !one_node_file) {
       const std::string type = Lower(Trim(it->second));
       if (type == "file") {
         p.Add(

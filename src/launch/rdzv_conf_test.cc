@@ -207,7 +207,8 @@ TEST(RdzvConfTest, EndpointForms) {
            {":29400", "no host; give the host that runs the store"},
            {"h:http", "expected a port 0-65535, got 'http'"},
            {"h:65536", "expected a port 0-65535, got '65536'"},
-           {"/shared/rdzv", "a file's path, not a host"}}) {
+           {"/shared/rdzv", "not a host ('/' in it: a path or a URL)"},
+           {"http://h:1", "not a host ('/' in it: a path or a URL)"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;
@@ -223,16 +224,31 @@ TEST(RdzvConfTest, EndpointForms) {
 // torch's do.
 TEST(RdzvConfTest, C10dStoreTypeTcpOnly) {
   std::string problems;
-  Settings({{"store_type", " TCP "}}, Backend("c10d", "h:1"), &problems);
+  LaunchConfig two = Backend("c10d", "h:1");
+  two.max_nodes = 2;
+  Settings({{"store_type", " TCP "}}, two, &problems);
   EXPECT_EQ(problems, "");
-  Settings({{"store_type", "file"}}, Backend("c10d", "h:1"), &problems);
+  Settings({{"store_type", "file"}}, two, &problems);
   EXPECT_EQ(problems.rfind("--rdzv-conf store_type=file: trun's c10d rendezvous runs over TCP", 0),
             0u)
       << problems;
-  Settings({{"store_type", "redis"}}, Backend("c10d", "h:1"), &problems);
+  Settings({{"store_type", "redis"}}, two, &problems);
   EXPECT_EQ(problems.rfind("--rdzv-conf store_type=redis: expected tcp", 0), 0u) << problems;
   Settings({{"store_type", "file"}}, Backend("etcd-v2", "h:2379"), &problems);
   EXPECT_EQ(problems, "");
+  // One node: torch's file store needs no other host; trun's store on a
+  // free port of this one serves it, with a warning, whatever the path.
+  for (const char* endpoint : {"", "/tmp/rdzv-file"}) {
+    LaunchConfig one = Backend("c10d", endpoint);
+    one.max_nodes = 1;
+    auto s = Settings({{"store_type", "File"}}, one, &problems);
+    EXPECT_EQ(problems, "") << endpoint;
+    EXPECT_EQ(s.endpoint_host, "localhost");
+    EXPECT_EQ(s.endpoint_port, 0);
+    auto warnings = RdzvConfWarnings({{"store_type", "File"}}, one);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("from a store on a free port of this host"), std::string::npos);
+  }
 }
 
 TEST(RdzvConfTest, EveryBadValueNamedAtOnce) {
