@@ -106,6 +106,25 @@ class LocalSupervisorTest : public ::testing::Test {
     const std::string path = req.roles[0].replicas.at(replica).ErrorFile();
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
   }
+  // Two replicas fail within one second: replica 0 of a peer's closed
+  // connection, replica 1 of the exception that closed it. Their error
+  // files are dated 1700000000 s and `ns0` / `ns1`; `zero_ends_first` says
+  // whose exit the supervisor sees first. The final state.
+  local::State FailWithinOneSecond(long ns0, long ns1, bool zero_ends_first) {
+    local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
+    WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
+    WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
+    DateErrorFile(req, 0, ns0);
+    DateErrorFile(req, 1, ns1);
+    pid_t zero = 0;
+    return Run(req, [&zero, zero_ends_first](FakeProcessTable& t, pid_t pid, int replica, int) {
+      if (replica == 0) zero = pid;
+      if (replica == 1) {
+        t.Exit(zero_ends_first ? zero : pid, 1);
+        t.Exit(zero_ends_first ? pid : zero, 1);
+      }
+    });
+  }
   fs::path dir_;
   std::vector<int> spawns_;  // the replica of each spawn, in order
 };
@@ -186,19 +205,7 @@ TEST_F(LocalSupervisorTest, RootCauseIsTheFirstFailureByTime) {
 // first is the root cause, not the lower replica: replica 0 failed because
 // replica 1 had (its peer gone).
 TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFailureSeenFirst) {
-  local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
-  WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
-  WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
-  DateErrorFile(req, 0, 500'000'000);
-  DateErrorFile(req, 1, 500'000'000);
-  pid_t first = 0;
-  local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
-    if (replica == 0) first = pid;
-    if (replica == 1) {
-      t.Exit(pid, 1);
-      t.Exit(first, 1);
-    }
-  });
+  local::State st = FailWithinOneSecond(500'000'000, 500'000'000, /*zero_ends_first=*/false);
   EXPECT_EQ(st.state, AppState::kFailed);
   EXPECT_NE(st.structured_error_msg.find("boom"), std::string::npos) << st.structured_error_msg;
   EXPECT_NE(st.msg.find("replica trainer/1 exited with 1"), std::string::npos) << st.msg;
@@ -208,19 +215,7 @@ TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFailureSeenFirst) {
 // root cause, even when its agent ended later (it was stopping its other
 // workers): the agent's file keeps its worker's time (failure.h).
 TEST_F(LocalSupervisorTest, RootCauseWithinOneSecondIsTheFileWrittenFirst) {
-  local::Request req = Request(2, 0, specs::RetryPolicy::kApplication);
-  WriteErrorFile(req, 0, "Connection closed by peer", 1700000000);
-  WriteErrorFile(req, 1, "ValueError: boom", 1700000000);
-  DateErrorFile(req, 0, 900'000'000);
-  DateErrorFile(req, 1, 100'000'000);
-  pid_t first = 0;
-  local::State st = Run(req, [&first](FakeProcessTable& t, pid_t pid, int replica, int) {
-    if (replica == 0) first = pid;
-    if (replica == 1) {
-      t.Exit(first, 1);
-      t.Exit(pid, 1);
-    }
-  });
+  local::State st = FailWithinOneSecond(900'000'000, 100'000'000, /*zero_ends_first=*/true);
   EXPECT_EQ(st.state, AppState::kFailed);
   EXPECT_NE(st.structured_error_msg.find("boom"), std::string::npos) << st.structured_error_msg;
   EXPECT_NE(st.msg.find("replica trainer/1 exited with 1"), std::string::npos) << st.msg;
