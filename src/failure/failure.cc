@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "common/files.h"
+#include "proc/pump.h"
 #include "proc/signals.h"
 
 namespace trun::failure {
@@ -34,14 +35,8 @@ std::string ReplaceAll(std::string s, std::string_view from, std::string_view to
 bool WriteInPlace(const std::string& path, const std::string& text) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  return ::close(fd) == 0 && off == text.size();
+  const bool written = proc::WriteAll(fd, text).ok();
+  return ::close(fd) == 0 && written;
 }
 
 // torch's timestamp_isoformat: local time, "YYYY-MM-DD_HH:MM:SS".
