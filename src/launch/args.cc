@@ -955,7 +955,23 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else if (master_port) {
       c.master_port = static_cast<int>(*master_port);
     }
-    c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
+    // torch parses the address as an endpoint's host: brackets around an
+    // IPv6 address come off, and it must be a host.
+    std::string_view addr = c.master_addr;
+    if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') {
+      addr = addr.substr(1, addr.size() - 2);
+    }
+    if (std::string why = HostProblem(addr); !why.empty()) {
+      p.Add(fmt::format(
+          "--master-addr '{}': {}; give the host of node 0, which serves the static backend's "
+          "store (torchrun refuses it too)",
+          c.master_addr, why));
+    } else {
+      c.master_addr = std::string(addr);
+    }
+    c.rdzv_endpoint = c.master_addr.find(':') != std::string::npos
+                          ? fmt::format("[{}]:{}", c.master_addr, c.master_port)
+                          : fmt::format("{}:{}", c.master_addr, c.master_port);
   } else if (c.rdzv_backend == "static") {
     Problems bad;
     rendezvous::Settings at;

@@ -1,6 +1,7 @@
 #include "launch/args.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -289,6 +290,31 @@ TEST(ArgsTest, StaticEndpointIsTheStore) {
   EXPECT_NE(no_port.status().message().find("the static backend needs the store's port"),
             std::string::npos)
       << no_port.status().message();
+}
+
+// torch parses the static store's "{master_addr}:{master_port}" as an
+// endpoint: brackets come off an IPv6 address, and an empty address or a
+// path is refused. A one-node job that names no port runs c10d on
+// localhost, as torchrun 2.x does, and never reads the address.
+TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
+  auto v6 = Parse(
+      {"--nnodes", "2", "--master-addr", "[::1]", "--master-port", "29511", "--no-python", "true"});
+  ASSERT_TRUE(v6.ok()) << v6.status().ToString();
+  EXPECT_EQ(v6->config.master_addr, "::1");
+  EXPECT_EQ(v6->config.rdzv_endpoint, "[::1]:29511");
+  for (const char* addr : {"shared/rdzv", ""}) {
+    auto bad = Parse(
+        {"--nnodes", "2", "--master-addr", addr, "--master-port", "29511", "--no-python", "true"});
+    ASSERT_FALSE(bad.ok()) << addr;
+    EXPECT_NE(bad.status().message().find(fmt::format("--master-addr '{}': ", addr)),
+              std::string::npos)
+        << bad.status().message();
+    EXPECT_NE(bad.status().message().find("give the host of node 0"), std::string::npos)
+        << bad.status().message();
+  }
+  auto one_node = Parse({"--nnodes", "1", "--master-addr", "shared/rdzv", "--no-python", "true"});
+  ASSERT_TRUE(one_node.ok()) << one_node.status().ToString();
+  EXPECT_EQ(one_node->config.rdzv_backend, "c10d");
 }
 
 // What torch refuses before its agent runs (WorkerSpec's asserts), and what

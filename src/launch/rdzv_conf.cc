@@ -33,6 +33,7 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "is_host",
                                             "store_allow",
                                             "store_type",
+                                            "read_timeout",
                                             "protocol",
                                             "cacert",
                                             "cert",
@@ -46,9 +47,8 @@ const std::vector<std::string> kReadKeys = {"timeout",
                                             "job_token_fd"};
 
 // torch's keys that trun has no use for ("rank" is torchrun's own, from
-// --node-rank): no typo warning, however close they are to a key trun reads
-// (read_timeout is to join_timeout).
-const std::set<std::string> kIgnoredTorchKeys = {"rank", "read_timeout", "use_libuv"};
+// --node-rank): no typo warning, however close they are to a key trun reads.
+const std::set<std::string> kIgnoredTorchKeys = {"rank", "use_libuv"};
 
 // Longer than any rendezvous wait anyone means, and short enough that its
 // milliseconds, times keep_alive_max_attempt, fit an int64.
@@ -164,18 +164,29 @@ bool ReadsTimeout(const LaunchConfig& c) {
 // torch's c10d store_type=file for a job of one node: its rendezvous needs
 // no store that other hosts reach, so trun's TCP store on this host serves
 // it. Of several nodes it is refused (ParseRdzvSettings).
-bool FileStoreOfOneNode(const std::map<std::string, std::string>& items, const LaunchConfig& c) {
+// c10d's store_type as torch compares it (in any case), or "" when not given.
+std::string StoreType(const std::map<std::string, std::string>& items) {
   auto it = items.find("store_type");
-  return c.rdzv_backend == "c10d" && c.max_nodes == 1 && it != items.end() &&
-         Lower(Trim(it->second)) == "file";
+  return it == items.end() ? "" : Lower(Trim(it->second));
 }
 
-// The backends that ignore `timeout` (an unknown backend is its own error).
-bool IgnoresTimeout(const LaunchConfig& c) {
+bool FileStoreOfOneNode(const std::map<std::string, std::string>& items, const LaunchConfig& c) {
+  return c.rdzv_backend == "c10d" && c.max_nodes == 1 && StoreType(items) == "file";
+}
+
+// torch's dynamic rendezvous backends, which ignore `timeout` and read
+// `read_timeout` (an unknown backend is its own error).
+bool DynamicBackend(const LaunchConfig& c) {
   return c.rdzv_backend == "c10d" || c.rdzv_backend == "etcd-v2";
 }
 
 }  // namespace
+
+std::string HostProblem(std::string_view host) {
+  if (host.empty()) return "no host";
+  if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
+  return "";
+}
 
 void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
                    Problems& p) {
@@ -204,20 +215,11 @@ void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Se
       host = endpoint;
     }
   }
-  if (host.empty()) {
+  if (std::string why = HostProblem(host); !why.empty()) {
     p.Add(fmt::format(
-        "--rdzv-endpoint '{}': no host; give the host that runs the store, as HOST:PORT",
-        endpoint));
-    return;
-  }
-  if (host.find('/') != std::string::npos) {
-    // torchrun refuses it too (its endpoint parser takes [\w.:-]); a path
-    // (torch's c10d store_type=file) or a URL would otherwise be looked up
-    // as a host until the join timeout.
-    p.Add(fmt::format(
-        "--rdzv-endpoint '{}': not a host ('/' in it: a path or a URL); give the host that runs "
-        "the store, as HOST:PORT (trun's rendezvous runs over TCP)",
-        endpoint));
+        "--rdzv-endpoint '{}': {}; give the host that runs the store, as HOST:PORT (trun's "
+        "rendezvous runs over TCP)",
+        endpoint, why));
     return;
   }
   int port = default_port;
@@ -262,14 +264,14 @@ std::vector<std::string> RdzvConfWarnings(const std::map<std::string, std::strin
   std::vector<std::string> warnings;
   // A typo is matched against the keys this backend reads.
   std::vector<std::string> read = kReadKeys;
-  if (IgnoresTimeout(c)) std::erase(read, "timeout");
+  if (DynamicBackend(c)) std::erase(read, "timeout");
   if (FileStoreOfOneNode(items, c)) {
     warnings.push_back(
         "--rdzv-conf store_type=file: trun serves this one-node job's rendezvous from a store on "
         "a free port of this host instead of a file (it serves no file store)");
   }
   for (const auto& [key, value] : items) {
-    if (key == "timeout" && IgnoresTimeout(c)) {
+    if (key == "timeout" && DynamicBackend(c)) {
       warnings.push_back(fmt::format(
           "--rdzv-conf timeout: the {} backend{} does not read it and ignores it, as torchrun's "
           "does; its join timeout is join_timeout",
@@ -326,8 +328,7 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     SplitEndpoint(c.rdzv_endpoint.empty() || one_node_file ? "localhost" : c.rdzv_endpoint,
                   one_node_file ? 0 : 29400, s, p);
     // torch's c10d backend takes tcp or file (only it reads store_type).
-    if (auto it = items.find("store_type"); it != items.end() && !one_node_file) {
-      const std::string type = Lower(Trim(it->second));
+    if (const std::string type = StoreType(items); !type.empty() && !one_node_file) {
       if (type == "file") {
         p.Add(
             "--rdzv-conf store_type=file: trun's c10d rendezvous runs over TCP only, through a "
@@ -337,7 +338,7 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
         p.Add(fmt::format(
             "--rdzv-conf store_type={}: expected tcp (torchrun's c10d also takes file, which trun "
             "does not serve)",
-            it->second));
+            items.at("store_type")));
       }
     }
   }
@@ -347,6 +348,19 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
   if (ReadsTimeout(c)) {
     s.join_timeout = Ms(900'000);
     Seconds(items, "timeout", s.join_timeout, p);
+  }
+  // torch's c10d and etcd-v2 time their store requests out after
+  // read_timeout seconds (int() of the text, > 0, or the launch fails).
+  // trun's links give up on a store that stops answering after
+  // heartbeat_timeout instead, so the value is checked as torch checks it
+  // and not used.
+  if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c)) {
+    if (auto n = ParseInt(it->second); !n || *n <= 0) {
+      p.Add(fmt::format(
+          "--rdzv-conf read_timeout={}: expected a whole number of seconds > 0 (torchrun refuses "
+          "it too)",
+          it->second));
+    }
   }
   Seconds(items, "join_timeout", s.join_timeout, p);
   Seconds(items, "last_call_timeout", s.last_call_timeout, p);

@@ -156,6 +156,31 @@ TEST(RdzvConfTest, C10dAndEtcdV2IgnoreTimeoutAsTorchDoes) {
   EXPECT_TRUE(RdzvConfWarnings({{"timeout", "5"}}, Backend("zookeeper")).empty());
 }
 
+// torch's c10d and etcd-v2 refuse a read_timeout that int() cannot read or
+// that is not above 0; static and etcd never read it.
+TEST(RdzvConfTest, ReadTimeoutCheckedAsTorchChecksIt) {
+  std::string problems;
+  for (const char* backend : {"c10d", "etcd-v2"}) {
+    LaunchConfig c = Backend(backend, "localhost:2379");
+    Settings({{"read_timeout", "60"}}, c, &problems);
+    EXPECT_EQ(problems, "") << backend;
+    for (const char* bad : {"0", "-1", "1.5", "soon"}) {
+      Settings({{"read_timeout", bad}}, c, &problems);
+      EXPECT_EQ(problems, fmt::format("--rdzv-conf read_timeout={}: expected a whole number of "
+                                      "seconds > 0 (torchrun refuses it too)",
+                                      bad))
+          << backend;
+    }
+  }
+  for (const char* backend : {"static", "etcd"}) {
+    Settings({{"read_timeout", "soon"}}, Backend(backend, "localhost:2379"), &problems);
+    EXPECT_EQ(problems, "") << backend;
+  }
+  EXPECT_EQ(RdzvConfWarnings({{"read_timeut", "5"}}, Backend("c10d")),
+            std::vector<std::string>{"--rdzv-conf read_timeut: trun reads no such key and ignores "
+                                     "it (did you mean 'read_timeout'?)"});
+}
+
 TEST(RdzvConfTest, KeepAliveThenHeartbeat) {
   std::string problems;
   auto s = Settings({{"keep_alive_interval", "2"}}, Backend("c10d"), &problems);

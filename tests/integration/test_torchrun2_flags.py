@@ -398,6 +398,25 @@ def test_c10d_ignores_timeout_as_torchrun_does():
             "it, as torchrun's does; its join timeout is join_timeout") in ours.err, ours.err
 
 
+@pytest.mark.parametrize("args,problem", [
+    (["--nnodes=2", "--node-rank=0", "--master-addr=shared/rdzv", "--master-port=1"],
+     "--master-addr 'shared/rdzv': not a host ('/' in it: a path or a URL); give the host of "
+     "node 0"),
+    (["--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:1",
+      "--rdzv-conf=read_timeout=0"],
+     "--rdzv-conf read_timeout=0: expected a whole number of seconds > 0"),
+], ids=["master-addr-path", "read-timeout-0"])
+def test_what_torchrun_refuses_trun_refuses_before_it_starts(args, problem):
+    """torchrun fails these when its rendezvous handler is made (a
+    ValueError: the endpoint's host, c10d's read_timeout); trun says so at
+    once, as a usage error, and starts nothing."""
+    ours, *theirs = both(*args, "--nproc-per-node=1", *worker("print:ran"))
+    assert ours.returncode == 2 and problem in ours.err, ours.err
+    assert "ran" not in ours.out
+    for r in theirs:
+        assert r.returncode != 0 and "ValueError" in r.err and "ran" not in r.out, r.err
+
+
 # ---- a torch built without libuv ----------------------------------------------
 
 # A worker that hosts its own store (as a script written for plain `python`
