@@ -12,6 +12,12 @@ names=() times=() results=()
 failed=0
 start=$SECONDS
 logs=$(mktemp -d) || exit 2
+# Each stage writes through tee, so its tools see a pipe; on a terminal they
+# are told to colour as they would there (pytest, GoogleTest, ninja). The
+# lines that say why are read with colour taken off.
+if [ -t 1 ]; then
+  export PY_COLORS=1 GTEST_COLOR=yes CLICOLOR_FORCE=1
+fi
 trap 'rm -rf "$logs"' EXIT
 for stage in "$@"; do
   t0=$SECONDS
@@ -43,7 +49,8 @@ why=(
 for i in "${!names[@]}"; do
   [ "${results[$i]}" = FAILED ] || continue
   echo "== why ${names[$i]} failed (its lines that say so; the whole output is above)"
-  for pattern in "${why[@]}"; do grep -E "$pattern" "$logs/${names[$i]}"; done |
+  sed -E $'s/\x1b\\[[0-9;]*[mK]//g' "$logs/${names[$i]}" > "$logs/plain"
+  for pattern in "${why[@]}"; do grep -E "$pattern" "$logs/plain"; done |
     awk '!seen[$0]++' | head -40
 done
 exit $failed
