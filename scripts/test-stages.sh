@@ -13,10 +13,11 @@ failed=0
 start=$SECONDS
 logs=$(mktemp -d) || exit 2
 # Each stage writes through tee, so its tools see a pipe; on a terminal they
-# are told to colour as they would there (pytest, GoogleTest, ninja). The
-# lines that say why are read with colour taken off.
+# are told to colour as they would there (pytest, ninja; the unit tests
+# write to files that unit-shards.py reads). The lines that say why are read
+# with colour taken off.
 if [ -t 1 ]; then
-  export PY_COLORS=1 GTEST_COLOR=yes CLICOLOR_FORCE=1
+  export PY_COLORS=1 CLICOLOR_FORCE=1
 fi
 trap 'rm -rf "$logs"' EXIT
 for stage in "$@"; do

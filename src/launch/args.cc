@@ -955,10 +955,13 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else if (master_port) {
       c.master_port = static_cast<int>(*master_port);
     }
-    // torch parses the address as an endpoint's host: brackets around an
-    // IPv6 address come off, and it must be a host.
+    // torch parses "{master_addr}:{master_port}" as an endpoint: stripped
+    // (spaces before the address go; spaces after it stay in the host, which
+    // is then refused), brackets around an IPv6 address off, and it must be
+    // a host.
     std::string_view addr = c.master_addr;
-    if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') {
+    addr.remove_prefix(std::min(addr.find_first_not_of(" \t\n\r\f\v"), addr.size()));
+    if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') {
       addr = addr.substr(1, addr.size() - 2);
     }
     if (std::string why = HostProblem(addr); !why.empty()) {

@@ -302,7 +302,11 @@ TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
   ASSERT_TRUE(v6.ok()) << v6.status().ToString();
   EXPECT_EQ(v6->config.master_addr, "::1");
   EXPECT_EQ(v6->config.rdzv_endpoint, "[::1]:29511");
-  for (const char* addr : {"shared/rdzv", ""}) {
+  auto spaced = Parse({"--nnodes", "2", "--master-addr", " 10.0.0.1", "--master-port", "29511",
+                       "--no-python", "true"});
+  ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
+  EXPECT_EQ(spaced->config.master_addr, "10.0.0.1");
+  for (const char* addr : {"shared/rdzv", "", "[]", "10.0.0.1 "}) {
     auto bad = Parse(
         {"--nnodes", "2", "--master-addr", addr, "--master-port", "29511", "--no-python", "true"});
     ASSERT_FALSE(bad.ok()) << addr;

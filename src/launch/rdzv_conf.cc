@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -185,11 +186,16 @@ bool DynamicBackend(const LaunchConfig& c) {
 std::string HostProblem(std::string_view host) {
   if (host.empty()) return "no host";
   if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
+  if (std::any_of(host.begin(), host.end(), [](unsigned char ch) { return std::isspace(ch); })) {
+    return "not a host (a space in it)";
+  }
   return "";
 }
 
-void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
+void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p) {
+  // torch strips the endpoint before it parses it.
+  const std::string endpoint(Trim(given));
   std::string host;
   std::string port_text;
   if (endpoint.starts_with("[")) {
@@ -354,8 +360,16 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
   // trun's links give up on a store that stops answering after
   // heartbeat_timeout instead, so the value is checked as torch checks it
   // and not used.
-  if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c)) {
-    if (auto n = ParseInt(it->second); !n || *n <= 0) {
+  // (c10d's file store has no such timeout and never reads it.) Python's
+  // int() has no upper bound: more digits than an int64 holds are a long
+  // timeout, not a bad one.
+  const bool file_store = c.rdzv_backend == "c10d" && StoreType(items) == "file";
+  if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c) && !file_store) {
+    const std::string_view v = Trim(it->second);
+    const bool huge = v.size() > 18 && std::all_of(v.begin(), v.end(), [](unsigned char ch) {
+                        return std::isdigit(ch) || ch == '_';
+                      });
+    if (auto n = ParsePythonInt(v); !huge && (!n || *n <= 0)) {
       p.Add(fmt::format(
           "--rdzv-conf read_timeout={}: expected a whole number of seconds > 0 (torchrun refuses "
           "it too)",

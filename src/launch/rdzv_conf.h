@@ -28,15 +28,16 @@ namespace trun::launch {
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
 // Why `host` (brackets already taken off an IPv6 address) cannot be the
-// store's host, or "": empty, or a path or a URL ('/' in it), which torchrun
-// refuses too (its endpoint parser takes [\w.:-]) and which would otherwise
-// be looked up as a host until the join timeout.
+// store's host, or "": empty, a path or a URL ('/' in it), or with a space
+// in it, which torchrun refuses too (its endpoint parser takes [\w.:-]) and
+// which would otherwise be looked up as a host until the join timeout.
 std::string HostProblem(std::string_view host);
 
-// "host", "host:port", "[v6]:port" -> s.endpoint_host and s.endpoint_port
+// "host", "host:port", "[v6]:port" (spaces around it taken off) -> s.endpoint_host and
+// s.endpoint_port
 // (`default_port` when the port is left out); a malformed endpoint or port is
 // a problem that names it.
-void SplitEndpoint(const std::string& endpoint, int default_port, rendezvous::Settings& s,
+void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p);
 
 // One warning per key of `items` that trun does not read but that is close to

@@ -172,6 +172,15 @@ TEST(RdzvConfTest, ReadTimeoutCheckedAsTorchChecksIt) {
           << backend;
     }
   }
+  // Python's int() reads these; a file store never reads the key.
+  for (const char* good : {"1_000", "+5", "99999999999999999999999"}) {
+    Settings({{"read_timeout", good}}, Backend("c10d"), &problems);
+    EXPECT_EQ(problems, "") << good;
+  }
+  LaunchConfig one = Backend("c10d");
+  one.max_nodes = 1;
+  Settings({{"read_timeout", "soon"}, {"store_type", "file"}}, one, &problems);
+  EXPECT_EQ(problems, "");
   for (const char* backend : {"static", "etcd"}) {
     Settings({{"read_timeout", "soon"}}, Backend(backend, "localhost:2379"), &problems);
     EXPECT_EQ(problems, "") << backend;
@@ -225,6 +234,10 @@ TEST(RdzvConfTest, EndpointForms) {
   auto bare = Settings({}, Backend("c10d", "[fd00::2]"), &problems);
   EXPECT_EQ(bare.endpoint_host, "fd00::2");
   EXPECT_EQ(bare.endpoint_port, 29400);
+  // torch strips the endpoint; a space inside the host is no host.
+  auto spaced = Settings({}, Backend("c10d", " h:7 "), &problems);
+  EXPECT_EQ(spaced.endpoint_host, "h");
+  EXPECT_EQ(spaced.endpoint_port, 7);
   EXPECT_EQ(problems, "");
   for (const auto& [endpoint, needle] : std::vector<std::pair<std::string, std::string>>{
            {"[::1", "an IPv6 address needs its closing ']'"},
@@ -233,7 +246,8 @@ TEST(RdzvConfTest, EndpointForms) {
            {"h:http", "expected a port 0-65535, got 'http'"},
            {"h:65536", "expected a port 0-65535, got '65536'"},
            {"/shared/rdzv", "not a host ('/' in it: a path or a URL)"},
-           {"http://h:1", "not a host ('/' in it: a path or a URL)"}}) {
+           {"http://h:1", "not a host ('/' in it: a path or a URL)"},
+           {"my host:1", "not a host (a space in it)"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;
