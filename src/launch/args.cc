@@ -959,6 +959,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     // (spaces before the address go; spaces after it stay in the host, which
     // is then refused), brackets around an IPv6 address off, and it must be
     // a host.
+    c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
     std::string_view addr = c.master_addr;
     addr.remove_prefix(std::min(addr.find_first_not_of(" \t\n\r\f\v"), addr.size()));
     if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') {
@@ -972,9 +973,6 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else {
       c.master_addr = std::string(addr);
     }
-    c.rdzv_endpoint = c.master_addr.find(':') != std::string::npos
-                          ? fmt::format("[{}]:{}", c.master_addr, c.master_port)
-                          : fmt::format("{}:{}", c.master_addr, c.master_port);
   } else if (c.rdzv_backend == "static") {
     Problems bad;
     rendezvous::Settings at;

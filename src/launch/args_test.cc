@@ -301,7 +301,7 @@ TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
       {"--nnodes", "2", "--master-addr", "[::1]", "--master-port", "29511", "--no-python", "true"});
   ASSERT_TRUE(v6.ok()) << v6.status().ToString();
   EXPECT_EQ(v6->config.master_addr, "::1");
-  EXPECT_EQ(v6->config.rdzv_endpoint, "[::1]:29511");
+  EXPECT_EQ(v6->config.rdzv_endpoint, "[::1]:29511");  // as torch's config has it
   auto spaced = Parse({"--nnodes", "2", "--master-addr", " 10.0.0.1", "--master-port", "29511",
                        "--no-python", "true"});
   ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();

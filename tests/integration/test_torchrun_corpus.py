@@ -215,6 +215,17 @@ CORPUS = [
      {}),
     ("master-port-unread-static-endpoint", "--rdzv-backend static --rdzv-endpoint "
      "10.0.0.1:29511 --nnodes 2 --node-rank 1 --master-port 99999 {s}", {}),
+    # the static store's address as torch's endpoint parser takes it
+    ("static-master-addr-spaced", "--nnodes 2 '--master-addr= 10.0.0.1' --master-port 29511 "
+     "{s}", {}),
+    ("static-master-addr-v6", "--nnodes 2 --master-addr [::1] --master-port 29511 {s}", {}),
+    ("static-master-addr-v6-bare", "--nnodes 2 --master-addr ::1 --master-port 29511 {s}", {}),
+    ("static-master-addr-path", "--nnodes 2 --master-addr shared/rdzv --master-port 29511 {s}",
+     {}),
+    ("static-master-addr-brackets", "--nnodes 2 --master-addr [] --master-port 29511 {s}", {}),
+    ("static-master-addr-space-after", "--nnodes 2 '--master-addr=10.0.0.1 ' --master-port "
+     "29511 {s}", {}),
+    ("static-master-addr-unread", "--nnodes 1 --master-addr shared/rdzv {s}", {}),
     ("static-endpoint-without-port", "--rdzv-backend static --rdzv-endpoint 10.0.0.1 "
      "--nnodes 2 {s}", {}),
     ("node-rank-negative-static", "--nnodes 2 --master-addr 10.1.1.1 --master-port 29511 "
