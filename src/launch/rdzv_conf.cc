@@ -162,15 +162,15 @@ bool ReadsTimeout(const LaunchConfig& c) {
   return c.rdzv_backend == "static" || c.rdzv_backend == "etcd";
 }
 
-// torch's c10d store_type=file for a job of one node: its rendezvous needs
-// no store that other hosts reach, so trun's TCP store on this host serves
-// it. Of several nodes it is refused (ParseRdzvSettings).
 // c10d's store_type as torch compares it (in any case), or "" when not given.
 std::string StoreType(const std::map<std::string, std::string>& items) {
   auto it = items.find("store_type");
   return it == items.end() ? "" : Lower(Trim(it->second));
 }
 
+// torch's c10d store_type=file for a job of one node: its rendezvous needs
+// no store that other hosts reach, so trun's TCP store on this host serves
+// it. Of several nodes it is refused (ParseRdzvSettings).
 bool FileStoreOfOneNode(const std::map<std::string, std::string>& items, const LaunchConfig& c) {
   return c.rdzv_backend == "c10d" && c.max_nodes == 1 && StoreType(items) == "file";
 }
@@ -355,20 +355,18 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     s.join_timeout = Ms(900'000);
     Seconds(items, "timeout", s.join_timeout, p);
   }
-  // torch's c10d and etcd-v2 time their store requests out after
-  // read_timeout seconds (int() of the text, > 0, or the launch fails).
-  // trun's links give up on a store that stops answering after
-  // heartbeat_timeout instead, so the value is checked as torch checks it
-  // and not used.
-  // (c10d's file store has no such timeout and never reads it.) Python's
-  // int() has no upper bound: more digits than an int64 holds are a long
-  // timeout, not a bad one.
+  // torch's c10d (but not its file store) and etcd-v2 time their store
+  // requests out after read_timeout seconds (int() of the text, > 0, or the
+  // launch fails). trun's links give up on a store that stops answering
+  // after heartbeat_timeout instead, so the value is checked as torch checks
+  // it and not used. Python's int() has no upper bound: more digits than an
+  // int64 holds are a long timeout, not a bad one.
   const bool file_store = c.rdzv_backend == "c10d" && StoreType(items) == "file";
   if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c) && !file_store) {
     const std::string_view v = Trim(it->second);
-    const bool huge = v.size() > 18 && std::all_of(v.begin(), v.end(), [](unsigned char ch) {
-                        return std::isdigit(ch) || ch == '_';
-                      });
+    const bool huge = v.size() > 18 && v.front() != '0' &&
+                      std::all_of(v.begin(), v.end(),
+                                  [](unsigned char ch) { return std::isdigit(ch) || ch == '_'; });
     if (auto n = ParsePythonInt(v); !huge && (!n || *n <= 0)) {
       p.Add(fmt::format(
           "--rdzv-conf read_timeout={}: expected a whole number of seconds > 0 (torchrun refuses "

@@ -33,10 +33,9 @@ std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems
 // which would otherwise be looked up as a host until the join timeout.
 std::string HostProblem(std::string_view host);
 
-// "host", "host:port", "[v6]:port" (spaces around it taken off) -> s.endpoint_host and
-// s.endpoint_port
-// (`default_port` when the port is left out); a malformed endpoint or port is
-// a problem that names it.
+// "host", "host:port", "[v6]:port", spaces around it taken off ->
+// s.endpoint_host and s.endpoint_port (`default_port` when the port is left
+// out); a malformed endpoint or port is a problem that names it.
 void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p);
 
