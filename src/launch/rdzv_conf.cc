@@ -183,6 +183,12 @@ bool DynamicBackend(const LaunchConfig& c) {
 
 }  // namespace
 
+std::string_view StripSpace(std::string_view s) {
+  s.remove_prefix(std::min(s.find_first_not_of(kPythonSpace), s.size()));
+  s.remove_suffix(s.size() - std::min(s.find_last_not_of(kPythonSpace) + 1, s.size()));
+  return s;
+}
+
 std::string HostProblem(std::string_view host) {
   if (host.empty()) return "no host";
   if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
@@ -195,7 +201,12 @@ std::string HostProblem(std::string_view host) {
 void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p) {
   // torch strips the endpoint before it parses it.
-  const std::string endpoint(Trim(given));
+  const std::string endpoint(StripSpace(given));
+  if (endpoint.empty()) {
+    s.endpoint_host = "localhost";
+    s.endpoint_port = default_port;
+    return;
+  }
   std::string host;
   std::string port_text;
   if (endpoint.starts_with("[")) {
@@ -356,18 +367,13 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     Seconds(items, "timeout", s.join_timeout, p);
   }
   // torch's c10d (but not its file store) and etcd-v2 time their store
-  // requests out after read_timeout seconds (int() of the text, > 0, or the
-  // launch fails). trun's links give up on a store that stops answering
-  // after heartbeat_timeout instead, so the value is checked as torch checks
-  // it and not used. Python's int() has no upper bound: more digits than an
-  // int64 holds are a long timeout, not a bad one.
+  // requests out after read_timeout seconds (int() of the text, > 0, and a
+  // timedelta that holds it, or the launch fails). trun's links give up on
+  // a store that stops answering after heartbeat_timeout instead, so the
+  // value is checked as torch checks it and not used.
   const bool file_store = c.rdzv_backend == "c10d" && StoreType(items) == "file";
   if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c) && !file_store) {
-    const std::string_view v = Trim(it->second);
-    const bool huge = v.size() > 18 && v.front() != '0' &&
-                      std::all_of(v.begin(), v.end(),
-                                  [](unsigned char ch) { return std::isdigit(ch) || ch == '_'; });
-    if (auto n = ParsePythonInt(v); !huge && (!n || *n <= 0)) {
+    if (auto n = ParsePythonInt(StripSpace(it->second)); !n || *n <= 0) {
       p.Add(fmt::format(
           "--rdzv-conf read_timeout={}: expected a whole number of seconds > 0 (torchrun refuses "
           "it too)",

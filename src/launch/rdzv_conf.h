@@ -27,15 +27,21 @@ namespace trun::launch {
 // is a problem.
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
+// The whitespace Python's str.strip() takes off (of ASCII), as torch strips
+// an endpoint and int() a number.
+inline constexpr std::string_view kPythonSpace = " \t\n\r\f\v";
+std::string_view StripSpace(std::string_view s);
+
 // Why `host` (brackets already taken off an IPv6 address) cannot be the
 // store's host, or "": empty, a path or a URL ('/' in it), or with a space
 // in it, which torchrun refuses too (its endpoint parser takes [\w.:-]) and
 // which would otherwise be looked up as a host until the join timeout.
 std::string HostProblem(std::string_view host);
 
-// "host", "host:port", "[v6]:port", spaces around it taken off ->
-// s.endpoint_host and s.endpoint_port (`default_port` when the port is left
-// out); a malformed endpoint or port is a problem that names it.
+// "host", "host:port", "[v6]:port", spaces around it taken off (none
+// left: localhost, as torch's) -> s.endpoint_host and s.endpoint_port
+// (`default_port` when the port is left out); a malformed endpoint or port
+// is a problem that names it.
 void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p);
 
