@@ -28,6 +28,12 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+std::string_view StripSpace(std::string_view s) {
+  const size_t first = s.find_first_not_of(kPythonSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kPythonSpace) - first + 1);
+}
+
 std::optional<long long> ParseInt(std::string_view s) {
   s = Trim(s);
   if (!s.empty() && s.front() == '+') s.remove_prefix(1);
@@ -54,7 +60,7 @@ std::string WithoutDigitSeparators(std::string_view s) {
 }  // namespace
 
 std::optional<long long> ParsePythonInt(std::string_view s) {
-  return ParseInt(WithoutDigitSeparators(Trim(s)));
+  return ParseInt(WithoutDigitSeparators(StripSpace(s)));
 }
 
 std::string Lower(std::string_view s) {
@@ -79,7 +85,7 @@ std::optional<double> ParseDouble(std::string_view s) {
 }
 
 std::optional<double> ParsePythonFloat(std::string_view s) {
-  std::string text = WithoutDigitSeparators(Trim(s));
+  std::string text = WithoutDigitSeparators(StripSpace(s));
   // from_chars takes no "+"; one, before a digit or a point, is Python's.
   if (text.size() > 1 && text[0] == '+' && text[1] != '+' && text[1] != '-') text.erase(0, 1);
   return ParseDouble(text);

@@ -11,21 +11,26 @@ namespace trun {
 
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string_view Trim(std::string_view s);
+// The ASCII whitespace Python's str.strip() and int() take off.
+inline constexpr std::string_view kPythonSpace = " \t\n\r\f\v";
+// `s` without kPythonSpace at either end, as Python's s.strip().
+std::string_view StripSpace(std::string_view s);
 // `s` with its ASCII letters lowercased (HTTP header names, torch's
 // case-blind words).
 std::string Lower(std::string_view s);
 // Parses a whole decimal integer (optional sign); nullopt on any junk.
 std::optional<long long> ParseInt(std::string_view s);
-// Python's int(s): ParseInt's syntax, and single underscores between digits
-// ("1_000"), as torchrun's argparse reads its numbers.
+// Python's int(s): ParseInt's syntax, single underscores between digits
+// ("1_000") and any ASCII whitespace around it, as torchrun's argparse reads
+// its numbers.
 std::optional<long long> ParsePythonInt(std::string_view s);
 // The INI words for a bool, in any case: true/1/yes/on, false/0/no/off.
 std::optional<bool> ParseBool(std::string_view s);
 // Parses a whole decimal number, e.g. "0.1", "30".
 std::optional<double> ParseDouble(std::string_view s);
 // Python's float(s) for the decimal forms: ParseDouble's syntax, a leading
-// "+", and single underscores between digits ("1_0.5"), as torchrun's
-// argparse reads its fractions.
+// "+", single underscores between digits ("1_0.5") and any ASCII whitespace
+// around it, as torchrun's argparse reads its fractions.
 std::optional<double> ParsePythonFloat(std::string_view s);
 // Python's shlex.quote: `s` as one word for a POSIX shell ('' when empty,
 // as is when it has only [A-Za-z0-9_@%+=:,./-], else single-quoted).

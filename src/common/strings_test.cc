@@ -34,6 +34,16 @@ TEST(StringsTest, ParsePythonFloatReadsWhatPythonsFloatDoes) {
   }
 }
 
+// Python's str.strip() and int() take off every ASCII whitespace.
+TEST(StringsTest, StripSpaceAndParsePythonIntAsPython) {
+  EXPECT_EQ(StripSpace("\n\t h:1 \r\f\v"), "h:1");
+  EXPECT_EQ(StripSpace(" \r\n "), "");
+  EXPECT_EQ(StripSpace(""), "");
+  EXPECT_EQ(ParsePythonInt(" 1_000\r\n"), 1000);
+  EXPECT_EQ(ParsePythonFloat("\v2.5\r"), 2.5);
+  EXPECT_FALSE(ParsePythonInt("1 0").has_value());
+}
+
 TEST(StringsTest, JoinSomeNamesTheFirstFewAndCountsTheRest) {
   EXPECT_EQ(JoinSome({"a", "b"}, 2), "a, b");
   EXPECT_EQ(JoinSome({"a", "b", "c"}, 5, 2), "a, b and 3 more");

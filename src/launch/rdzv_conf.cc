@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -183,18 +182,11 @@ bool DynamicBackend(const LaunchConfig& c) {
 
 }  // namespace
 
-std::string_view StripSpace(std::string_view s) {
-  s.remove_prefix(std::min(s.find_first_not_of(kPythonSpace), s.size()));
-  s.remove_suffix(s.size() - std::min(s.find_last_not_of(kPythonSpace) + 1, s.size()));
-  return s;
-}
-
 std::string HostProblem(std::string_view host) {
   if (host.empty()) return "no host";
   if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
-  if (std::any_of(host.begin(), host.end(), [](unsigned char ch) { return std::isspace(ch); })) {
+  if (host.find_first_of(kPythonSpace) != std::string_view::npos)
     return "not a host (a space in it)";
-  }
   return "";
 }
 
@@ -342,8 +334,7 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
     // A one-node job's file store (a path, or none: torch's temporary file)
     // is served as a store on a free port of this host (RdzvConfWarnings).
     const bool one_node_file = FileStoreOfOneNode(items, c);
-    SplitEndpoint(c.rdzv_endpoint.empty() || one_node_file ? "localhost" : c.rdzv_endpoint,
-                  one_node_file ? 0 : 29400, s, p);
+    SplitEndpoint(one_node_file ? "localhost" : c.rdzv_endpoint, one_node_file ? 0 : 29400, s, p);
     // torch's c10d backend takes tcp or file (only it reads store_type).
     if (const std::string type = StoreType(items); !type.empty() && !one_node_file) {
       if (type == "file") {
@@ -373,7 +364,7 @@ rendezvous::Settings ParseRdzvSettings(const std::map<std::string, std::string>&
   // value is checked as torch checks it and not used.
   const bool file_store = c.rdzv_backend == "c10d" && StoreType(items) == "file";
   if (auto it = items.find("read_timeout"); it != items.end() && DynamicBackend(c) && !file_store) {
-    if (auto n = ParsePythonInt(StripSpace(it->second)); !n || *n <= 0) {
+    if (auto n = ParsePythonInt(it->second); !n || *n <= 0) {
       p.Add(fmt::format(
           "--rdzv-conf read_timeout={}: expected a whole number of seconds > 0 (torchrun refuses "
           "it too)",

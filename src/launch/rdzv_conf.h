@@ -27,11 +27,6 @@ namespace trun::launch {
 // is a problem.
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
-// The whitespace Python's str.strip() takes off (of ASCII), as torch strips
-// an endpoint and int() a number.
-inline constexpr std::string_view kPythonSpace = " \t\n\r\f\v";
-std::string_view StripSpace(std::string_view s);
-
 // Why `host` (brackets already taken off an IPv6 address) cannot be the
 // store's host, or "": empty, a path or a URL ('/' in it), or with a space
 // in it, which torchrun refuses too (its endpoint parser takes [\w.:-]) and
