@@ -306,7 +306,7 @@ TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
                        "--no-python", "true"});
   ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
   EXPECT_EQ(spaced->config.master_addr, "10.0.0.1");
-  for (const char* addr : {"shared/rdzv", "", "[]", "10.0.0.1 "}) {
+  for (const char* addr : {"shared/rdzv", "", "[]", "10.0.0.1 ", "root@10.0.0.1"}) {
     auto bad = Parse(
         {"--nnodes", "2", "--master-addr", addr, "--master-port", "29511", "--no-python", "true"});
     ASSERT_FALSE(bad.ok()) << addr;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -187,6 +188,19 @@ std::string HostProblem(std::string_view host) {
   if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
   if (host.find_first_of(kPythonSpace) != std::string_view::npos)
     return "not a host (a space in it)";
+  // torch's [\w.:-]: of ASCII, letters, digits, '_', '.', ':' and '-'.
+  // Beyond ASCII its \w takes the letters and digits of every script;
+  // trun leaves those bytes to the resolver rather than judge them.
+  for (const char ch : host) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x80 || std::isalnum(u) || ch == '_' || ch == '.' || ch == ':' || ch == '-') continue;
+    const std::string shown =
+        std::isprint(u) ? fmt::format("'{}'", ch) : fmt::format("byte 0x{:02x}", u);
+    return fmt::format(
+        "not a host ({} in it: a host is a name, an IPv4 or an IPv6 address, of letters, digits, "
+        "'_', '.', ':' and '-', as torchrun requires)",
+        shown);
+  }
   return "";
 }
 
@@ -233,8 +247,13 @@ void SplitEndpoint(const std::string& given, int default_port, rendezvous::Setti
   }
   int port = default_port;
   if (!port_text.empty()) {
-    auto n = ParseInt(port_text);
-    if (!n || *n < 0 || *n > 65535) {
+    // torch's port: one to five ASCII digits, below 65536; no sign, no
+    // space, no Python underscores.
+    const bool digits = port_text.size() <= 5 && std::ranges::all_of(port_text, [](char ch) {
+                          return ch >= '0' && ch <= '9';
+                        });
+    auto n = digits ? ParseInt(port_text) : std::nullopt;
+    if (!n || *n > 65535) {
       p.Add(fmt::format("--rdzv-endpoint '{}': expected a port 0-65535, got '{}'", endpoint,
                         port_text));
       return;

@@ -28,9 +28,10 @@ namespace trun::launch {
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
 // Why `host` (brackets already taken off an IPv6 address) cannot be the
-// store's host, or "": empty, a path or a URL ('/' in it), or with a space
-// in it, which torchrun refuses too (its endpoint parser takes [\w.:-]) and
-// which would otherwise be looked up as a host until the join timeout.
+// store's host, or "": empty, a path or a URL ('/' in it), a space in it, or
+// an ASCII character other than a letter, a digit, '_', '.', ':' or '-'.
+// torchrun refuses these too (its endpoint parser takes [\w.:-]); trun
+// would otherwise look such a host up until the join timeout.
 std::string HostProblem(std::string_view host);
 
 // "host", "host:port", "[v6]:port", spaces around it taken off (none

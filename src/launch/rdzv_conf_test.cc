@@ -240,6 +240,11 @@ TEST(RdzvConfTest, EndpointForms) {
   EXPECT_EQ(spaced.endpoint_host, "h");
   EXPECT_EQ(spaced.endpoint_port, 7);
   EXPECT_EQ(problems, "");
+  // torch's host characters take '_'; its port, up to five digits.
+  auto underscore = Settings({}, Backend("c10d", "node_1.example-2.com:00080"), &problems);
+  EXPECT_EQ(underscore.endpoint_host, "node_1.example-2.com");
+  EXPECT_EQ(underscore.endpoint_port, 80);
+  EXPECT_EQ(problems, "");
   auto blank = Settings({}, Backend("c10d", " "), &problems);
   EXPECT_EQ(blank.endpoint_host, "localhost");
   EXPECT_EQ(blank.endpoint_port, 29400);
@@ -252,7 +257,15 @@ TEST(RdzvConfTest, EndpointForms) {
            {"h:65536", "expected a port 0-65535, got '65536'"},
            {"/shared/rdzv", "not a host ('/' in it: a path or a URL)"},
            {"http://h:1", "not a host ('/' in it: a path or a URL)"},
-           {"my host:1", "not a host (a space in it)"}}) {
+           {"my host:1", "not a host (a space in it)"},
+           {"user@h:1", "not a host ('@' in it: a host is a name, an IPv4 or an IPv6 address"},
+           {"[fe80::1%eth0]:1", "not a host ('%' in it"},
+           {std::string("a\x01"
+                        "b:1"),
+            "not a host (byte 0x01 in it"},
+           {"h:+7", "expected a port 0-65535, got '+7'"},
+           {"h:-1", "expected a port 0-65535, got '-1'"},
+           {"h:000080", "expected a port 0-65535, got '000080'"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;

@@ -226,6 +226,28 @@ CORPUS = [
     ("static-master-addr-space-after", "--nnodes 2 '--master-addr=10.0.0.1 ' --master-port "
      "29511 {s}", {}),
     ("static-master-addr-unread", "--nnodes 1 --master-addr shared/rdzv {s}", {}),
+    ("static-master-addr-user-at", "--nnodes 2 --master-addr root@10.0.0.1 --master-port 29511 "
+     "{s}", {}),
+    # c10d's TCP store as torch's backend reads it before opening it: the
+    # endpoint's host of [\w.:-] and port of up to five digits, is_host,
+    # read_timeout
+    ("c10d-endpoint-user-at", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint root@h:29400 {s}",
+     {}),
+    ("c10d-endpoint-user-at-one-node", "--rdzv-backend c10d --rdzv-endpoint root@h:29400 {s}",
+     {}),
+    ("c10d-endpoint-v6-zone", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint "
+     "[fe80::1%eth0]:29400 {s}", {}),
+    ("c10d-endpoint-underscore-padded-port", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint "
+     "node_1.example-2.com:00080 {s}", {}),
+    ("c10d-endpoint-port-signed", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:+29400 {s}",
+     {}),
+    ("c10d-endpoint-port-six-digits", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:029400 "
+     "{s}", {}),
+    ("c10d-endpoint-no-host", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint :29400 {s}", {}),
+    ("c10d-is-host-not-a-bool", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:1 "
+     "--rdzv-conf is_host=maybe {s}", {}),
+    ("c10d-read-timeout-zero", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:1 "
+     "--rdzv-conf read_timeout=0 {s}", {}),
     ("static-endpoint-without-port", "--rdzv-backend static --rdzv-endpoint 10.0.0.1 "
      "--nnodes 2 {s}", {}),
     ("node-rank-negative-static", "--nnodes 2 --master-addr 10.1.1.1 --master-port 29511 "
