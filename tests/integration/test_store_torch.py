@@ -2,11 +2,14 @@
 torch generation under test: the checks run under PYTHON (torch 1.13's python3,
 or a torch 2.x root's), in tests/fixtures/store_checks.py, so that what they
 assert is what that torch's client does."""
+import json
 import os
+import select
 import signal
 import socket
 import struct
 import subprocess
+import tempfile
 
 import pytest
 
@@ -46,13 +49,53 @@ def store(request):
     assert "dropped client" not in err, err
 
 
+class Checker:
+    """store_checks.py --serve under PYTHON: one interpreter, so one import of
+    torch, for this file's checks. One whose check failed or did not answer
+    is ended, and the next check gets a fresh one."""
+
+    def __init__(self):
+        self.proc = None
+
+    def run(self, name, port, args, timeout):
+        if self.proc is None:
+            self.err = tempfile.TemporaryFile()
+            self.proc = subprocess.Popen([PYTHON, CHECKS, "--serve"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                         env=base_env())
+        self.proc.stdin.write(json.dumps([name, port, *map(str, args)]) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        answer = json.loads(line) if line else {"ok": False, "traceback": (
+            f"no answer within {timeout} s" if not ready else "the checker exited")}
+        if not answer["ok"]:
+            self.close()
+            self.err.seek(0)
+            answer["traceback"] += "\nits stderr:\n" + self.err.read().decode(errors="replace")
+        return answer
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+CHECKER = Checker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def checker():
+    yield
+    CHECKER.close()
+
+
 def torch_check(name, port, *args, timeout=120):
     """Runs store_checks.py's check `name` under PYTHON; its assertions hold or it fails."""
-    r = subprocess.run([PYTHON, CHECKS, name, str(port), *map(str, args)], capture_output=True,
-                       timeout=timeout, env=base_env())
-    assert r.returncode == 0, (f"{name} under torch {TORCH_VERSION}:\n"
-                               + r.stderr.decode(errors="replace"))
-    assert f"{name}: ok".encode() in r.stdout
+    answer = CHECKER.run(name, port, args, timeout)
+    assert answer["ok"], f"{name} under torch {TORCH_VERSION}:\n{answer['traceback']}"
+    assert answer["said"].startswith(f"{name}: ok")
 
 
 def test_basic_operations(store):
