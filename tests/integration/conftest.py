@@ -77,13 +77,14 @@ def pytest_configure(config):
 
 
 # The files that cost a pass the most work, most first (the per-file table
-# `make test` prints, scripts/slowest-files.py; measured 2026-11-26, both
+# `make test` prints, scripts/slowest-files.py; measured 2026-11-27, both
 # passes). pytest-xdist's --dist loadfile hands files to its workers in
 # collection order and keeps a file on one worker, so a long file collected
 # late runs on alone after the others are done: these start first.
-HEAVY_FILES = ["test_attacks.py", "test_multinode.py", "test_warm.py", "test_slurm.py",
-               "test_etcd.py", "test_python_api.py", "test_launch.py", "test_kubernetes_api.py",
-               "test_store_torch.py", "test_torchrun2_flags.py"]
+HEAVY_FILES = ["test_multinode.py", "test_warm_launch.py", "test_attacks.py",
+               "test_warm_failures.py", "test_slurm.py", "test_etcd.py", "test_warm.py",
+               "test_python_api.py", "test_torchrun2_flags.py", "test_launch.py",
+               "test_kubernetes_api.py"]
 
 
 def pytest_collection_modifyitems(items):

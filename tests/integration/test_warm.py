@@ -1,7 +1,7 @@
 """Warm starts (--start-method forkserver): a worker forked from one warm
-Python process sees what a cold `python -u script.py` would, and the
-existing worker-contract tests pass unchanged with it on."""
-import functools
+Python process sees what a cold `python -u script.py` would. The existing
+worker-contract tests, run again with warm start on, are
+test_warm_launch.py's and test_warm_failures.py's."""
 import json
 import os
 import pathlib
@@ -9,88 +9,14 @@ import select
 import signal
 import subprocess
 import time
-import types
 
 import pytest
 
-import test_failures
-import test_launch
 import test_logs
-import test_signals
 from conftest import FIXTURES, TRUN, base_env, trun
-# The existing contract, collected here again and run with warm start on by
-# the fixture below. Left out, because they run `--no-python` workers, which
-# warm start refuses: test_launch's test_no_python_entrypoint and
-# test_pet_environment_and_flag_precedence, test_failures's
-# test_restart_count_counts_up and test_restarts_match_torchrun,
-# test_signals's test_stubborn_workers_are_killed_after_the_grace_period and
-# test_clean_exit_leaves_no_grandchild, test_logs's
-# test_log_dir_dev_null_disables_files.
-from test_failures import (  # noqa: F401
-    test_a_signal_after_a_failure_still_writes_the_root_cause,
-    test_failure_table_matches_torchrun, test_first_failure_stops_siblings_and_prints_the_table,
-    test_record_traceback_reaches_the_table_and_agent_error_file,
-    test_restart_succeeds_on_a_later_attempt, test_restarts_run_out, test_signal_death_is_named)
-from test_launch import (  # noqa: F401
-    test_gloo_ddp_matches_torchrun, test_module_entrypoint, test_omp_num_threads_kept_when_set,
-    test_restart_rendezvouses_again_on_the_agent_store, test_run_path_entrypoint,
-    test_static_env_values, test_worker_env_matches_torchrun_standalone,
-    test_worker_env_matches_torchrun_static_one_node)
-from test_logs import (  # noqa: F401
-    test_crash_keeps_the_tail, test_partial_lines_and_raw_bytes_survive)
-from test_signals import (  # noqa: F401
-    test_kill_9_of_trun_leaves_no_worker_and_no_grandchild, test_signals_to_handle_narrows_the_set,
-    test_signal_is_forwarded_and_trun_exits_128_plus)
+from warm_helpers import WARM, warm_popen
 
-
-def once_here(test, reason):
-    """A borrowed test that runs here in the torch 1.13 pass only: a copy of
-    it carries the mark, so the original, in its own file, keeps both passes."""
-    @functools.wraps(test)
-    def copy(*args, **kwargs):
-        return test(*args, **kwargs)
-    return pytest.mark.once(reason)(copy)
-
-
-# test_logs's tests of where a line goes once it has left the worker.
-ROUTING = ("where a line goes once it has left the worker is trun's own logic, warm or cold; "
-           "test_logs runs it in both passes, and how a warm worker writes is tested in both")
-for _name in ("test_redirect_all_writes_files_and_nothing_to_console",
-              "test_tee_prefixes_console_and_keeps_files_raw", "test_tee_map_per_rank",
-              "test_local_ranks_filter", "test_prefix_template"):
-    globals()[_name] = once_here(getattr(test_logs, _name), ROUTING)
-
-WARM = ("--start-method", "forkserver")
 PROBE = FIXTURES / "warm_probe.py"
-POPEN = subprocess.Popen
-
-
-def warm_popen(cmd, *args, **kw):
-    """subprocess.Popen, with --start-method forkserver after trun's path."""
-    cmd = list(cmd)
-    if cmd and cmd[0] == TRUN and "--start-method" not in cmd:
-        cmd[1:1] = WARM
-    return POPEN(cmd, *args, **kw)
-
-
-class WarmSubprocess(types.ModuleType):
-    """The subprocess module as a borrowed test module sees it: Popen is
-    warm_popen, the rest is subprocess's."""
-    Popen = staticmethod(warm_popen)
-
-    def __getattr__(self, name):
-        return getattr(subprocess, name)
-
-
-@pytest.fixture(autouse=True)
-def warm(monkeypatch):
-    """Every trun the borrowed tests start gets --start-method forkserver."""
-    for mod in (test_launch, test_failures, test_logs):
-        monkeypatch.setattr(mod, "trun", lambda *a, **kw: trun(*WARM, *a, **kw))
-    # test_failures also starts trun itself with subprocess.Popen.
-    monkeypatch.setattr(test_failures, "subprocess", WarmSubprocess("subprocess"))
-    start = test_signals.start
-    monkeypatch.setattr(test_signals, "start", lambda args, env=None: start([*WARM, *args], env))
 
 
 def test_output_streams_before_the_worker_ends(tmp, monkeypatch):
