@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -214,7 +215,7 @@ void SplitEndpoint(const std::string& given, int default_port, rendezvous::Setti
     return;
   }
   std::string host;
-  std::string port_text;
+  std::optional<std::string> port_text;  // after a colon, even if empty
   if (endpoint.starts_with("[")) {
     size_t close = endpoint.find(']');
     if (close == std::string::npos) {
@@ -230,12 +231,21 @@ void SplitEndpoint(const std::string& given, int default_port, rendezvous::Setti
       port_text = endpoint.substr(close + 2);
     }
   } else {
-    size_t colon = endpoint.rfind(':');
-    if (colon != std::string::npos && endpoint.find(':') == colon) {
+    // torch splits at the last colon, so `fe80::1:29500` is fe80::1, port
+    // 29500. An IPv6 address without brackets or port, which that split
+    // would break (`fe80::1` as host "fe80:", port 1), is taken whole.
+    const size_t colon = endpoint.rfind(':');
+    auto v6 = [](const std::string& text) {
+      std::error_code ec;
+      asio::ip::make_address_v6(text, ec);
+      return !ec;
+    };
+    if (colon == std::string::npos ||
+        (endpoint.find(':') != colon && v6(endpoint) && !v6(endpoint.substr(0, colon)))) {
+      host = endpoint;
+    } else {
       host = endpoint.substr(0, colon);
       port_text = endpoint.substr(colon + 1);
-    } else {
-      host = endpoint;
     }
   }
   if (std::string why = HostProblem(host); !why.empty()) {
@@ -246,16 +256,16 @@ void SplitEndpoint(const std::string& given, int default_port, rendezvous::Setti
     return;
   }
   int port = default_port;
-  if (!port_text.empty()) {
+  if (port_text) {
     // torch's port: one to five ASCII digits, below 65536; no sign, no
-    // space, no Python underscores.
-    const bool digits = port_text.size() <= 5 && std::ranges::all_of(port_text, [](char ch) {
-                          return ch >= '0' && ch <= '9';
-                        });
-    auto n = digits ? ParseInt(port_text) : std::nullopt;
+    // space, no Python underscores, and not empty.
+    const bool digits =
+        !port_text->empty() && port_text->size() <= 5 &&
+        std::ranges::all_of(*port_text, [](char ch) { return ch >= '0' && ch <= '9'; });
+    auto n = digits ? ParseInt(*port_text) : std::nullopt;
     if (!n || *n > 65535) {
       p.Add(fmt::format("--rdzv-endpoint '{}': expected a port 0-65535, got '{}'", endpoint,
-                        port_text));
+                        *port_text));
       return;
     }
     port = static_cast<int>(*n);

@@ -245,6 +245,18 @@ TEST(RdzvConfTest, EndpointForms) {
   EXPECT_EQ(underscore.endpoint_host, "node_1.example-2.com");
   EXPECT_EQ(underscore.endpoint_port, 80);
   EXPECT_EQ(problems, "");
+  // Without brackets: split at the last colon, as torch splits, unless
+  // that would break an IPv6 address given without a port.
+  for (const auto& [endpoint, host, port] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"fe80::1:29500", "fe80::1", 29500},
+           {"2001:db8::5:21234", "2001:db8::5", 21234},
+           {"fe80::1", "fe80::1", 29400},
+           {"::1", "::1", 29400}}) {
+    auto bare_v6 = Settings({}, Backend("c10d", endpoint), &problems);
+    EXPECT_EQ(problems, "") << endpoint;
+    EXPECT_EQ(bare_v6.endpoint_host, host) << endpoint;
+    EXPECT_EQ(bare_v6.endpoint_port, port) << endpoint;
+  }
   auto blank = Settings({}, Backend("c10d", " "), &problems);
   EXPECT_EQ(blank.endpoint_host, "localhost");
   EXPECT_EQ(blank.endpoint_port, 29400);
@@ -265,7 +277,10 @@ TEST(RdzvConfTest, EndpointForms) {
             "not a host (byte 0x01 in it"},
            {"h:+7", "expected a port 0-65535, got '+7'"},
            {"h:-1", "expected a port 0-65535, got '-1'"},
-           {"h:000080", "expected a port 0-65535, got '000080'"}}) {
+           {"h:000080", "expected a port 0-65535, got '000080'"},
+           {"h:", "expected a port 0-65535, got ''"},
+           {"[::1]:", "expected a port 0-65535, got ''"},
+           {"a:b:c", "expected a port 0-65535, got 'c'"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;

@@ -63,12 +63,19 @@ class Checker:
             self.proc = subprocess.Popen([PYTHON, CHECKS, "--serve"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self.err, text=True,
                                          env=base_env())
-        self.proc.stdin.write(json.dumps([name, port, *map(str, args)]) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        answer = json.loads(line) if line else {"ok": False, "traceback": (
-            f"no answer within {timeout} s" if not ready else "the checker exited")}
+        try:
+            self.proc.stdin.write(json.dumps([name, port, *map(str, args)]) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else ""
+        except OSError:  # it had exited: the pipe is broken
+            ready, line = True, ""
+        try:
+            answer = json.loads(line) if line else {"ok": False, "traceback": (
+                f"no answer within {timeout} s" if not ready else
+                f"the checker exited ({self.proc.wait()})")}
+        except ValueError:
+            answer = {"ok": False, "traceback": f"an answer that is no JSON: {line!r}"}
         if not answer["ok"]:
             self.close()
             self.err.seek(0)

@@ -244,6 +244,15 @@ CORPUS = [
     ("c10d-endpoint-port-six-digits", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:029400 "
      "{s}", {}),
     ("c10d-endpoint-no-host", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint :29400 {s}", {}),
+    ("c10d-endpoint-empty-port", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h: {s}", {}),
+    ("c10d-endpoint-three-parts", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint a:b:c {s}",
+     {}),
+    ("c10d-endpoint-v6-unbracketed-port", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint "
+     "fe80::1:29500 {s}", {}),
+    ("static-endpoint-v6-unbracketed-port", "--rdzv-backend static --rdzv-endpoint "
+     "fe80::1:29500 --nnodes 2 --node-rank 1 {s}", {}),
+    ("c10d-store-type-unknown", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:1 "
+     "--rdzv-conf store_type=redis {s}", {}),
     ("c10d-is-host-not-a-bool", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:1 "
      "--rdzv-conf is_host=maybe {s}", {}),
     ("c10d-read-timeout-zero", "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint h:1 "
