@@ -11,9 +11,9 @@ namespace trun {
 
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string_view Trim(std::string_view s);
-// The ASCII whitespace Python's str.strip() and int() take off.
+// The ASCII whitespace Python's int() and float() take off (str.strip(): \x1c-\x1f too).
 inline constexpr std::string_view kPythonSpace = " \t\n\r\f\v";
-// `s` without kPythonSpace at either end, as Python's s.strip().
+// `s` without kPythonSpace at either end, as int() and float() strip their text.
 std::string_view StripSpace(std::string_view s);
 // `s` with its ASCII letters lowercased (HTTP header names, torch's
 // case-blind words).

@@ -961,7 +961,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     // a host.
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
     std::string_view addr = c.master_addr;
-    addr.remove_prefix(std::min(addr.find_first_not_of(kPythonSpace), addr.size()));
+    addr.remove_prefix(std::min(addr.find_first_not_of(kStrStripSpace), addr.size()));
     if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') {
       addr = addr.substr(1, addr.size() - 2);
     }

@@ -306,6 +306,13 @@ TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
                        "--no-python", "true"});
   ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
   EXPECT_EQ(spaced->config.master_addr, "10.0.0.1");
+  // What Python's str.strip() takes off, the separators \x1c-\x1f too.
+  auto separated = Parse({"--nnodes", "2", "--master-addr",
+                          "\x1f"
+                          "10.0.0.1",
+                          "--master-port", "29511", "--no-python", "true"});
+  ASSERT_TRUE(separated.ok()) << separated.status().ToString();
+  EXPECT_EQ(separated->config.master_addr, "10.0.0.1");
   for (const char* addr : {"shared/rdzv", "", "[]", "10.0.0.1 ", "root@10.0.0.1"}) {
     auto bad = Parse(
         {"--nnodes", "2", "--master-addr", addr, "--master-port", "29511", "--no-python", "true"});

@@ -208,7 +208,11 @@ std::string HostProblem(std::string_view host) {
 void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p) {
   // torch strips the endpoint before it parses it.
-  const std::string endpoint(StripSpace(given));
+  const size_t first = given.find_first_not_of(kStrStripSpace);
+  const std::string endpoint =
+      first == std::string::npos
+          ? std::string()
+          : given.substr(first, given.find_last_not_of(kStrStripSpace) - first + 1);
   if (endpoint.empty()) {
     s.endpoint_host = "localhost";
     s.endpoint_port = default_port;

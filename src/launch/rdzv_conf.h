@@ -34,6 +34,10 @@ std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems
 // would otherwise look such a host up until the join timeout.
 std::string HostProblem(std::string_view host);
 
+// The ASCII characters Python's str.strip() takes off, with which torch
+// strips an endpoint: kPythonSpace (int()'s) and the separators \x1c-\x1f.
+inline constexpr std::string_view kStrStripSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
+
 // "host", "host:port", "[v6]:port", spaces around it taken off (none
 // left: localhost, as torch's) -> s.endpoint_host and s.endpoint_port
 // (`default_port` when the port is left out); a malformed endpoint or port

@@ -236,7 +236,7 @@ TEST(RdzvConfTest, EndpointForms) {
   EXPECT_EQ(bare.endpoint_host, "fd00::2");
   EXPECT_EQ(bare.endpoint_port, 29400);
   // torch strips the endpoint; a space inside the host is no host.
-  auto spaced = Settings({}, Backend("c10d", "\n h:7 \r"), &problems);
+  auto spaced = Settings({}, Backend("c10d", "\n h:7 \r\x1f"), &problems);
   EXPECT_EQ(spaced.endpoint_host, "h");
   EXPECT_EQ(spaced.endpoint_port, 7);
   EXPECT_EQ(problems, "");
