@@ -960,8 +960,7 @@ Result<ParsedLaunch> ParseLaunchArgs(const std::vector<std::string>& args) {
     // is then refused), brackets around an IPv6 address off, and it must be
     // a host.
     c.rdzv_endpoint = fmt::format("{}:{}", c.master_addr, c.master_port);
-    std::string_view addr = c.master_addr;
-    addr.remove_prefix(std::min(addr.find_first_not_of(kStrStripSpace), addr.size()));
+    std::string_view addr = LStripAsStr(c.master_addr);
     if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') {
       addr = addr.substr(1, addr.size() - 2);
     }

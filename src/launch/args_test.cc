@@ -306,9 +306,10 @@ TEST(ArgsTest, StaticMasterAddrIsTheStoresHost) {
                        "--no-python", "true"});
   ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
   EXPECT_EQ(spaced->config.master_addr, "10.0.0.1");
-  // What Python's str.strip() takes off, the separators \x1c-\x1f too.
+  // What Python's str.strip() takes off, the separators \x1c-\x1f and
+  // Unicode's spaces too.
   auto separated = Parse({"--nnodes", "2", "--master-addr",
-                          "\x1f"
+                          "\u00a0\x1f"
                           "10.0.0.1",
                           "--master-port", "29511", "--no-python", "true"});
   ASSERT_TRUE(separated.ok()) << separated.status().ToString();

@@ -45,7 +45,9 @@ std::string LaunchConfigJson(const LaunchConfig& c) {
   j["duplicate_stdout_filters"] = c.duplicate_stdout_filters;
   j["duplicate_stderr_filters"] = c.duplicate_stderr_filters;
   j["worker_argv"] = c.worker_argv;
-  return j.dump();
+  // A flag or a worker argument may hold any bytes (a file name in
+  // Latin-1): those that are not UTF-8 show as U+FFFD rather than abort.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace trun::launch

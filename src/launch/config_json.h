@@ -13,7 +13,8 @@ namespace trun::launch {
 
 // One JSON object, keyed by torchrun's LaunchConfig field names where there
 // is one (min_nodes, max_nodes, nproc_per_node, run_id, rdzv_backend,
-// rdzv_endpoint, max_restarts, ...), and the worker's command line.
+// rdzv_endpoint, max_restarts, ...), and the worker's command line; bytes
+// that are not UTF-8 are U+FFFD in it.
 std::string LaunchConfigJson(const LaunchConfig& c);
 
 }  // namespace trun::launch

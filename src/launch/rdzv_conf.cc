@@ -184,6 +184,62 @@ bool DynamicBackend(const LaunchConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// The UTF-8 of the spaces beyond ASCII that Python's str.isspace() knows.
+constexpr std::string_view kUnicodeSpaces[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001",
+                                               "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
+                                               "\u2007", "\u2008", "\u2009", "\u200a", "\u2028",
+                                               "\u2029", "\u202f", "\u205f", "\u3000"};
+constexpr std::string_view kAsciiStripSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates).
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80           ? 1
+                     : (b >> 5) == 0x6  ? 2
+                     : (b >> 4) == 0xe  ? 3
+                     : (b >> 3) == 0x1e ? 4
+                                        : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : b & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3f);
+    }
+    constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// The length of the space (of those str.strip() takes) that `s` starts
+// with (`front`) or ends with; 0 if none.
+size_t SpaceAt(std::string_view s, bool front) {
+  if (s.empty()) return 0;
+  if (kAsciiStripSpace.find(front ? s.front() : s.back()) != std::string_view::npos) return 1;
+  for (std::string_view u : kUnicodeSpaces) {
+    if (front ? s.starts_with(u) : s.ends_with(u)) return u.size();
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string_view LStripAsStr(std::string_view s) {
+  while (size_t n = SpaceAt(s, true)) s.remove_prefix(n);
+  return s;
+}
+
+std::string_view StripAsStr(std::string_view s) {
+  s = LStripAsStr(s);
+  while (size_t n = SpaceAt(s, false)) s.remove_suffix(n);
+  return s;
+}
+
 std::string HostProblem(std::string_view host) {
   if (host.empty()) return "no host";
   if (host.find('/') != std::string_view::npos) return "not a host ('/' in it: a path or a URL)";
@@ -202,17 +258,16 @@ std::string HostProblem(std::string_view host) {
         "'_', '.', ':' and '-', as torchrun requires)",
         shown);
   }
+  // torch takes what Python's \w takes; bytes that are no UTF-8 it never
+  // sees as word characters (Python decodes them as lone surrogates).
+  if (!IsUtf8(host)) return "not a host (bytes that are not UTF-8 in it)";
   return "";
 }
 
 void SplitEndpoint(const std::string& given, int default_port, rendezvous::Settings& s,
                    Problems& p) {
   // torch strips the endpoint before it parses it.
-  const size_t first = given.find_first_not_of(kStrStripSpace);
-  const std::string endpoint =
-      first == std::string::npos
-          ? std::string()
-          : given.substr(first, given.find_last_not_of(kStrStripSpace) - first + 1);
+  const std::string endpoint(StripAsStr(given));
   if (endpoint.empty()) {
     s.endpoint_host = "localhost";
     s.endpoint_port = default_port;

@@ -28,15 +28,19 @@ namespace trun::launch {
 std::map<std::string, std::string> SplitRdzvConf(std::string_view text, Problems& p);
 
 // Why `host` (brackets already taken off an IPv6 address) cannot be the
-// store's host, or "": empty, a path or a URL ('/' in it), a space in it, or
-// an ASCII character other than a letter, a digit, '_', '.', ':' or '-'.
+// store's host, or "": empty, a path or a URL ('/' in it), a space in it,
+// an ASCII character other than a letter, a digit, '_', '.', ':' or '-', or
+// bytes that are not UTF-8.
 // torchrun refuses these too (its endpoint parser takes [\w.:-]); trun
 // would otherwise look such a host up until the join timeout.
 std::string HostProblem(std::string_view host);
 
-// The ASCII characters Python's str.strip() takes off, with which torch
-// strips an endpoint: kPythonSpace (int()'s) and the separators \x1c-\x1f.
-inline constexpr std::string_view kStrStripSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
+// `s` (UTF-8) without what Python's str.strip() takes off either end, as
+// torch strips an endpoint: kPythonSpace (int()'s), the separators
+// \x1c-\x1f and Unicode's spaces (U+0085, U+00A0, U+2000-U+200A, ...).
+std::string_view StripAsStr(std::string_view s);
+// The same, at the front only (Python's lstrip()).
+std::string_view LStripAsStr(std::string_view s);
 
 // "host", "host:port", "[v6]:port", spaces around it taken off (none
 // left: localhost, as torch's) -> s.endpoint_host and s.endpoint_port

@@ -236,9 +236,13 @@ TEST(RdzvConfTest, EndpointForms) {
   EXPECT_EQ(bare.endpoint_host, "fd00::2");
   EXPECT_EQ(bare.endpoint_port, 29400);
   // torch strips the endpoint; a space inside the host is no host.
-  auto spaced = Settings({}, Backend("c10d", "\n h:7 \r\x1f"), &problems);
+  auto spaced = Settings({}, Backend("c10d", "\u00a0\n h:7 \r\x1f\u3000"), &problems);
   EXPECT_EQ(spaced.endpoint_host, "h");
   EXPECT_EQ(spaced.endpoint_port, 7);
+  EXPECT_EQ(problems, "");
+  // Beyond ASCII, a host is left to the resolver if it is UTF-8.
+  auto unicode = Settings({}, Backend("c10d", "m\u00fcnchen.example:7"), &problems);
+  EXPECT_EQ(unicode.endpoint_host, "m\u00fcnchen.example");
   EXPECT_EQ(problems, "");
   // torch's host characters take '_'; its port, up to five digits.
   auto underscore = Settings({}, Backend("c10d", "node_1.example-2.com:00080"), &problems);
@@ -280,7 +284,13 @@ TEST(RdzvConfTest, EndpointForms) {
            {"h:000080", "expected a port 0-65535, got '000080'"},
            {"h:", "expected a port 0-65535, got ''"},
            {"[::1]:", "expected a port 0-65535, got ''"},
-           {"a:b:c", "expected a port 0-65535, got 'c'"}}) {
+           {"a:b:c", "expected a port 0-65535, got 'c'"},
+           {"\xff"
+            "h:80",
+            "not a host (bytes that are not UTF-8 in it)"},
+           {"\xed\xa0\x80"
+            "h:80",
+            "not a host (bytes that are not UTF-8 in it)"}}) {
     Settings({}, Backend("c10d", endpoint), &problems);
     EXPECT_EQ(problems.rfind("--rdzv-endpoint '" + endpoint + "': ", 0), 0u) << problems;
     EXPECT_NE(problems.find(needle), std::string::npos) << problems;
