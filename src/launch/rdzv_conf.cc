@@ -182,16 +182,11 @@ bool DynamicBackend(const LaunchConfig& c) {
   return c.rdzv_backend == "c10d" || c.rdzv_backend == "etcd-v2";
 }
 
-}  // namespace
-
-namespace {
-
 // The UTF-8 of the spaces beyond ASCII that Python's str.isspace() knows.
 constexpr std::string_view kUnicodeSpaces[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001",
                                                "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
                                                "\u2007", "\u2008", "\u2009", "\u200a", "\u2028",
                                                "\u2029", "\u202f", "\u205f", "\u3000"};
-constexpr std::string_view kAsciiStripSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates).
 bool IsUtf8(std::string_view s) {
@@ -217,10 +212,13 @@ bool IsUtf8(std::string_view s) {
 }
 
 // The length of the space (of those str.strip() takes) that `s` starts
-// with (`front`) or ends with; 0 if none.
+// with (`front`) or ends with; 0 if none. Of ASCII, str.strip() takes
+// kPythonSpace and the separators \x1c-\x1f.
 size_t SpaceAt(std::string_view s, bool front) {
   if (s.empty()) return 0;
-  if (kAsciiStripSpace.find(front ? s.front() : s.back()) != std::string_view::npos) return 1;
+  const char end = front ? s.front() : s.back();
+  if (kPythonSpace.find(end) != std::string_view::npos || (end >= '\x1c' && end <= '\x1f'))
+    return 1;
   for (std::string_view u : kUnicodeSpaces) {
     if (front ? s.starts_with(u) : s.ends_with(u)) return u.size();
   }
@@ -258,7 +256,7 @@ std::string HostProblem(std::string_view host) {
         "'_', '.', ':' and '-', as torchrun requires)",
         shown);
   }
-  // torch takes what Python's \w takes; bytes that are no UTF-8 it never
+  // torch takes what Python's \w takes; bytes that are not UTF-8 it never
   // sees as word characters (Python decodes them as lone surrogates).
   if (!IsUtf8(host)) return "not a host (bytes that are not UTF-8 in it)";
   return "";
