@@ -183,7 +183,12 @@ class Node final : public Rendezvous {
         seq_ = 0;
       }
       if (s.ok() || Stopping()) return;
-      // The host is gone. Stop the workers, then find a new one.
+      // The host is gone. Stop the workers, then find a new one. A node
+      // whose workers still run gets round_ended below and calls Ready()
+      // once they are stopped (want_round_ is false since its round began);
+      // one whose workers failed before the loss was heard has called
+      // Ready() already, and keeps it: its agent waits for a round, and
+      // would never ask again.
       bool was_in_round;
       {
         std::lock_guard lk(mu_);
@@ -194,9 +199,6 @@ class Node final : public Rendezvous {
           PostDone();
           return;
         }
-        // A node that was running must stop its workers before it may be
-        // put in a round again: the agent calls Ready() once they are.
-        if (was_in_round) want_round_ = false;
       }
       lost_host = last_host_.empty() ? "an unknown node" : last_host_;
       log::Warning("rendezvous: lost {} ({}): {}", medium_->Where(), lost_host, s.message());

@@ -281,6 +281,28 @@ TEST_F(ParticipantTest, ASurvivorTakesTheStoreOverWhenTheHostDies) {
   }
 }
 
+// A node's workers fail and its agent asks for the next round (Failed,
+// then Ready) before the node hears that the host is gone: its failure
+// never reached the host, which hangs, then dies. The node takes over and
+// is ready in its first join there, as its agent asked: the agent, with no
+// workers left to stop, asks only once.
+TEST_F(ParticipantTest, AReadyGivenBeforeTheHostsLossIsKept) {
+  auto nodes = FirstRound(1, {"a", "b"}, /*max_restarts=*/0, /*may_take_over=*/"b");
+  ASSERT_EQ(nodes.size(), 2u);
+  Agent &a = *nodes[0], &b = *nodes[1];
+
+  world_->Hang();
+  b.rdzv->Failed("rank 1 exited with 1");
+  b.rdzv->Ready();
+  world_->KillHost();
+  a.rdzv->Shutdown();
+  ASSERT_TRUE(AdvanceUntil([&] { return b.outcomes.size() == 2; }, 3 * kLastCall));
+  EXPECT_EQ(world_->host(), "b");
+  ASSERT_NE(b.round(), nullptr);
+  EXPECT_EQ(b.round()->number, 1);
+  EXPECT_EQ(Ids(*b.round()), (std::vector<std::string>{"b"}));
+}
+
 // The host dies and no survivor may serve the endpoint: once a heartbeat
 // timeout has passed without a new host, the node gets no round, and the
 // message says why nobody took over.
