@@ -148,10 +148,16 @@ class LocalAgent::Impl {
   // No round will come: the job is over for this node. A node whose workers
   // failed in the last attempt ends with their failure (torchrun's table,
   // the root cause written), however the job ran out of rounds: the budget
-  // spent, or the others never back. Any other node says what the
-  // rendezvous said, and its telemetry tells a timeout by the kind.
+  // spent, or the others never back; where that was not the budget, it
+  // says first why no round came (the rendezvous's host lost and nobody to
+  // take over, etcd not answering), which the table cannot tell. Any other
+  // node says what the rendezvous said, and its telemetry tells a timeout
+  // by the kind.
   void OnNoRound(const rendezvous::NoRound& none) {
     if (!failures_.empty()) {
+      if (none.kind != rendezvous::NoRound::Kind::kBudgetSpent) {
+        log::Error("{}", none.why.message());
+      }
       telemetry_.GroupFailed(none.why.message());
       ReportFinalFailure();
     } else {
