@@ -329,7 +329,7 @@ def agents(tmp_path):
 NETNS = ROOT / "tools" / "netns-hosts"
 
 
-def kill_one_of_two(agents, args, hosting, victim):
+def kill_one_of_two(agents, args, hosting, victim, context=lambda: ""):
     """Two agents running tests/fixtures/elastic_train.py with `args`, the
     first started alone until its log says `hosting`; once they train
     together, kill -9 of the first ("host") or the second ("ordinary").
@@ -338,7 +338,8 @@ def kill_one_of_two(agents, args, hosting, victim):
     second agent's start to its first step: the workers' start-up on this
     machine at this moment, which a test's bound on the recovery allows for
     (the side-by-side passes of `make test` make it 3 times a quiet
-    machine's)."""
+    machine's). Should the survivor not recover, the failure shows what the
+    dead agent printed, `context()` and where the survivor's threads are."""
     first = agents("first", *args)
     first.wait_for(hosting)
     started_at = time.time()
@@ -349,8 +350,22 @@ def kill_one_of_two(agents, args, hosting, victim):
     dead, survivor = (second, first) if victim == "ordinary" else (first, second)
     killed_at = time.time()
     dead.kill()
-    m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
+    try:
+        m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{dead.name} (killed):\n{dead.text()}\n{context()}"
+                             f"{threads_of(survivor)}") from None
     return survivor, m, time.time() - killed_at, startup
+
+
+def threads_of(agent):
+    """Where each thread of a live agent is (gdb's backtraces), for a test
+    that found it stuck; empty where gdb is missing or the agent ended."""
+    if agent.proc.poll() is not None or not shutil.which("gdb"):
+        return ""
+    r = subprocess.run(["gdb", "-p", str(agent.proc.pid), "-batch", "-ex",
+                        "thread apply all bt"], capture_output=True, text=True, timeout=60)
+    return f"\nthe threads of {agent.name}:\n{r.stdout}"
 
 
 @pytest.fixture
