@@ -333,6 +333,14 @@ Status EtcdClient::Revoke(int64_t lease) {
   return Status::OK();
 }
 
+Result<int64_t> EtcdClient::LeaseTimeToLive(int64_t lease) {
+  auto j = ParseAnswer(Call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}}.dump()),
+                       "etcd lease time-to-live");
+  if (!j.ok()) return j.status();
+  if (!j->contains("TTL")) return Status::IOError("etcd lease time-to-live: no TTL in the answer");
+  return Int(*j, "TTL");
+}
+
 Status EtcdClient::Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
                          const std::function<bool(const WatchEvent&)>& on_event) {
   TRUN_RETURN_IF_ERROR(OpenWatch(ranges, start_revision));
@@ -365,15 +373,24 @@ Status EtcdClient::OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_
 }
 
 Result<WatchEvent> EtcdClient::NextEvent() {
+  auto e = NextEventBefore(std::chrono::steady_clock::time_point::max());
+  if (!e.ok()) return e.status();
+  return std::move(**e);
+}
+
+Result<std::optional<WatchEvent>> EtcdClient::NextEventBefore(
+    std::chrono::steady_clock::time_point until) {
+  const auto due = [&] { return std::chrono::steady_clock::now() >= until; };
   while (true) {
     if (!events_.empty()) {
       WatchEvent e = std::move(events_.front());
       events_.pop_front();
-      return e;
+      return std::optional<WatchEvent>(std::move(e));
     }
     if (!stream_failed_.ok()) return stream_failed_;
     if (!attached_) return Status::Internal("etcd watch: none is open");
-    auto ended = Run([this] { return !events_.empty() || !stream_failed_.ok(); });
+    if (due()) return std::optional<WatchEvent>();
+    auto ended = Run([&] { return !events_.empty() || !stream_failed_.ok() || due(); });
     if (!ended.ok()) return ended.status();
     if (!*ended || !stream_failed_.ok()) continue;
     Detach();

@@ -104,6 +104,11 @@ class EtcdClient {
   // Renews a lease; NotFound once it has expired or been revoked.
   Status KeepAlive(int64_t lease);
   Status Revoke(int64_t lease);
+  // The seconds a lease has left: -1 where etcd knows no such lease (it was
+  // revoked, or expired and was revoked), 0 or less where it expired and
+  // etcd has not revoked it yet (etcd revokes through a commit, which a
+  // stalled disk holds up).
+  Result<int64_t> LeaseTimeToLive(int64_t lease);
 
   // Watches the ranges from `start_revision` on, calling `on_event` for each
   // event in order until it returns false (then OK), the stream fails, or
@@ -114,12 +119,15 @@ class EtcdClient {
   // A watch read at the caller's pace, which may last as long as the client:
   // OpenWatch starts it, NextEvent waits for its next event in order (an
   // error once the stream fails or Abort() is called; the events before
-  // come first), CloseWatch ends it. While one is open the client's other
+  // come first), NextEventBefore the same until `until` (nothing where it
+  // came first, the watch still open), CloseWatch ends it. While one is
+  // open the client's other
   // calls fail: a node keeps one client for its requests and one for its
   // watch, each on one kept-alive connection (a watch ended early costs its
   // connection; etcd spends CPU on every new one).
   Status OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_revision);
   Result<WatchEvent> NextEvent();
+  Result<std::optional<WatchEvent>> NextEventBefore(std::chrono::steady_clock::time_point until);
   void CloseWatch();
 
   void Abort();

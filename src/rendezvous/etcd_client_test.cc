@@ -131,6 +131,19 @@ TEST_F(EtcdClientTest, LeasedKeysGoWithTheirLease) {
   EXPECT_FALSE(c.Put("/l/k", "v", *lease).ok());
 }
 
+TEST_F(EtcdClientTest, ALeasesTimeToLive) {
+  EtcdClient c(Options());
+  auto lease = c.GrantLease(5s);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  auto ttl = c.LeaseTimeToLive(*lease);
+  ASSERT_TRUE(ttl.ok()) << ttl.status().message();
+  EXPECT_GE(*ttl, 1);
+  EXPECT_LE(*ttl, 5);
+  ASSERT_TRUE(c.Revoke(*lease).ok());
+  EXPECT_EQ(*c.LeaseTimeToLive(*lease), -1);
+  EXPECT_EQ(*c.LeaseTimeToLive(12345), -1);  // never granted
+}
+
 TEST_F(EtcdClientTest, WatchSeesPutsAndDeletesInOrder) {
   EtcdClient c(Options());
   auto start = c.Put("/w/x", "0");
@@ -178,6 +191,27 @@ TEST_F(EtcdClientTest, AnOpenWatchIsReadAtTheCallersPaceAndFailsOver) {
   w.CloseWatch();
   EXPECT_TRUE(w.Put("/s/yes", "x").ok());
   EXPECT_EQ(w.NextEvent().status().code(), StatusCode::kInternal);
+}
+
+// A wait for the next event may give up at a time, the watch still open:
+// what comes later is the next wait's.
+TEST_F(EtcdClientTest, AWatchWaitedOnUntilATimeStaysOpen) {
+  EtcdClient w(Options());
+  EtcdClient c(Options());
+  auto start = c.Put("/u/before", "0");
+  ASSERT_TRUE(start.ok());
+  ASSERT_TRUE(w.OpenWatch({{"/u/", PrefixEnd("/u/")}}, *start + 1).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  auto none = w.NextEventBefore(t0 + 200ms);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_FALSE(none->has_value());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);  // the client polls each second
+  ASSERT_TRUE(c.Put("/u/a", "1").ok());
+  auto a = w.NextEventBefore(std::chrono::steady_clock::now() + 5s);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(a->has_value());
+  EXPECT_EQ((*a)->kv.key, "/u/a");
 }
 
 TEST_F(EtcdClientTest, AbortEndsAWatchAtOnce) {

@@ -207,6 +207,20 @@ class EtcdLink final : public Link {
   }
 
   // Waits for `full` on the link's watch, opened at the first wait.
+  //
+  // A node waiting for its assignment asks now and then (after
+  // kFirstProbe, or three heartbeat timeouts if longer, then twice as long
+  // each time up to kLastProbe) whether its coordinator is alive. A
+  // coordinator whose agent died is gone once etcd revokes its lease, which
+  // takes a commit; an etcd whose disk holds commits past its request
+  // timeout fails the revocation and tries again seconds later, while reads
+  // and keep-alives still answer, so the node could wait for long without
+  // a word. It says once why it waits: the lease expired and etcd has not
+  // revoked it, or etcd does not answer. A wait for a round's end is not
+  // probed: the workers run meanwhile, and a round may last days.
+  static constexpr Duration kFirstProbe{10'000};
+  static constexpr Duration kLastProbe{60'000};
+
   Result<std::string> AwaitStreamed(const std::string& full) {
     if (auto it = seen_.find(full); it != seen_.end()) {
       std::string value = std::move(it->second);
@@ -225,16 +239,57 @@ class EtcdLink final : public Link {
       TRUN_RETURN_IF_ERROR(watch_->OpenWatch(
           {{assign, PrefixEnd(assign)}, {end, PrefixEnd(end)}, {s_->coord_key, ""}}, floor_ + 1));
     }
+    const bool assignment = full.starts_with(keys_ + "assign/");
+    const auto since = std::chrono::steady_clock::now();
+    Duration probe_in = std::max(kFirstProbe, 3 * s_->o.heartbeat_timeout);
+    auto next_probe = since + probe_in;
+    bool said = false;
     while (true) {
-      auto e = watch_->NextEvent();
-      if (!e.ok()) return e.status();
-      if (e->kv.key == s_->coord_key) return Gone();
-      if (e->deleted) continue;
-      if (e->kv.key == full) return std::move(e->kv.value);
+      auto next = watch_->NextEventBefore(
+          assignment ? next_probe : std::chrono::steady_clock::time_point::max());
+      if (!next.ok()) return next.status();
+      if (!*next) {
+        if (!said) said = SayWhyNoAssignment(since);
+        probe_in = std::min(probe_in * 2, kLastProbe);
+        next_probe = std::chrono::steady_clock::now() + probe_in;
+        continue;
+      }
+      WatchEvent& e = **next;
+      if (e.kv.key == s_->coord_key) return Gone();
+      if (e.deleted) continue;
+      if (e.kv.key == full) return std::move(e.kv.value);
       // Another round's end, or an assignment asked for before: kept for
       // its own wait.
-      seen_[e->kv.key] = std::move(e->kv.value);
+      seen_[e.kv.key] = std::move(e.kv.value);
     }
+  }
+
+  // Whether the coordinator's lease says why no assignment came since
+  // `since`; if it does, the node says it (true).
+  bool SayWhyNoAssignment(std::chrono::steady_clock::time_point since) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - since);
+    auto ttl = client_.LeaseTimeToLive(epoch_.lease);
+    if (!ttl.ok()) {
+      {
+        std::lock_guard lk(watch_mu_);
+        if (aborted_) return true;  // the node gives this link up: nothing to say
+      }
+      log::Warning(
+          "rendezvous: no round for this node after {} s, and etcd at {} does not say whether the "
+          "coordinator (epoch {}) is alive: {}; if etcd is stalled, its log says why (slow disk "
+          "syncs, 'failed to revoke')",
+          waited.count(), client_.Endpoint(), epoch_.number, ttl.status().message());
+      return true;
+    }
+    if (*ttl > 0 || *ttl == -1) return false;  // alive, or gone and its watchers about to hear
+    log::Warning(
+        "rendezvous: no round for this node after {} s: the coordinator's lease in etcd (epoch {}) "
+        "has expired, its agent is gone, and etcd has not revoked it, which takes a commit; etcd "
+        "at {} is likely stalled (its log: slow disk syncs, 'failed to revoke'); this node takes "
+        "over once etcd does",
+        waited.count(), epoch_.number, client_.Endpoint());
+    return true;
   }
 
   std::shared_ptr<Shared> s_;
