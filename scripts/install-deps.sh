@@ -8,7 +8,7 @@ libasio-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-torch pyt
 procps iproute2 curl clang libclang-rt-14-dev libcurl4-openssl-dev etcd-server libyaml-cpp-dev libsodium-dev python3-yaml
 slurmctld slurmd slurm-client munge debootstrap zsh tcsh python3-cloudpickle python3-setuptools
 python3-pip openssh-server openssh-client python3-jsonschema openssl ccache
-python3-pytest-xdist mypy"
+python3-pytest-xdist mypy gdb"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs hyperfine"
 missing=""
 for p in $pkgs; do
