@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
@@ -141,7 +142,8 @@ void EtcdClient::Attach(const std::string& path, bool streaming) {
   attached_ = true;
 }
 
-Result<bool> EtcdClient::Run(const std::function<bool()>& enough) {
+Result<bool> EtcdClient::Run(const std::function<bool()>& enough,
+                             std::chrono::steady_clock::time_point until) {
   const net::CurlApi& c = *curl_->api;
   while (!aborted_) {
     int running = 0;
@@ -154,7 +156,10 @@ Result<bool> EtcdClient::Run(const std::function<bool()>& enough) {
       }
     }
     if (enough()) return false;
-    c.multi_poll(curl_->multi, nullptr, 0, 1000, nullptr);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    c.multi_poll(curl_->multi, nullptr, 0,
+                 static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1000)), nullptr);
   }
   return Status::IOError("etcd: aborted");
 }
@@ -333,12 +338,15 @@ Status EtcdClient::Revoke(int64_t lease) {
   return Status::OK();
 }
 
-Result<int64_t> EtcdClient::LeaseTimeToLive(int64_t lease) {
+Result<std::optional<int64_t>> EtcdClient::LeaseTimeToLive(int64_t lease) {
   auto j = ParseAnswer(Call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}}.dump()),
                        "etcd lease time-to-live");
   if (!j.ok()) return j.status();
+  // etcd answers a lease it does not know with TTL -1 and no grantedTTL;
+  // one it knows, expired or not, with both.
+  if (!j->contains("grantedTTL")) return std::optional<int64_t>();
   if (!j->contains("TTL")) return Status::IOError("etcd lease time-to-live: no TTL in the answer");
-  return Int(*j, "TTL");
+  return std::optional<int64_t>(Int(*j, "TTL"));
 }
 
 Status EtcdClient::Watch(const std::vector<KeyRange>& ranges, int64_t start_revision,
@@ -390,7 +398,7 @@ Result<std::optional<WatchEvent>> EtcdClient::NextEventBefore(
     if (!stream_failed_.ok()) return stream_failed_;
     if (!attached_) return Status::Internal("etcd watch: none is open");
     if (due()) return std::optional<WatchEvent>();
-    auto ended = Run([&] { return !events_.empty() || !stream_failed_.ok() || due(); });
+    auto ended = Run([&] { return !events_.empty() || !stream_failed_.ok() || due(); }, until);
     if (!ended.ok()) return ended.status();
     if (!*ended || !stream_failed_.ok()) continue;
     Detach();

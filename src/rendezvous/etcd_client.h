@@ -104,11 +104,12 @@ class EtcdClient {
   // Renews a lease; NotFound once it has expired or been revoked.
   Status KeepAlive(int64_t lease);
   Status Revoke(int64_t lease);
-  // The seconds a lease has left: -1 where etcd knows no such lease (it was
-  // revoked, or expired and was revoked), 0 or less where it expired and
-  // etcd has not revoked it yet (etcd revokes through a commit, which a
-  // stalled disk holds up).
-  Result<int64_t> LeaseTimeToLive(int64_t lease);
+  // The seconds a lease has left, rounded toward zero as etcd rounds them
+  // (0: less than a second either side of its expiry; below 0: expired at
+  // least a second ago and not yet revoked, as etcd revokes through a
+  // commit, which a stalled disk holds up); nothing where etcd knows no
+  // such lease (it was revoked, or never granted).
+  Result<std::optional<int64_t>> LeaseTimeToLive(int64_t lease);
 
   // Watches the ranges from `start_revision` on, calling `on_event` for each
   // event in order until it returns false (then OK), the stream fails, or
@@ -145,8 +146,11 @@ class EtcdClient {
   // bytes going to sink_ (which returns false to end it).
   void Attach(const std::string& path, bool streaming);
   // Drives the attached transfer until it ends (true; its code in result_)
-  // or `enough()` holds (false); an error only when aborted.
-  Result<bool> Run(const std::function<bool()>& enough);
+  // or `enough()` holds (false); an error only when aborted. `enough()` is
+  // asked at least every second, and at `until`.
+  Result<bool> Run(
+      const std::function<bool()>& enough,
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
   void Detach();
   // What the ended transfer's code and HTTP status mean; `connection_failed`
   // says whether another endpoint is worth a try.

@@ -137,11 +137,15 @@ TEST_F(EtcdClientTest, ALeasesTimeToLive) {
   ASSERT_TRUE(lease.ok()) << lease.status().message();
   auto ttl = c.LeaseTimeToLive(*lease);
   ASSERT_TRUE(ttl.ok()) << ttl.status().message();
-  EXPECT_GE(*ttl, 1);
-  EXPECT_LE(*ttl, 5);
+  ASSERT_TRUE(ttl->has_value());
+  EXPECT_GE(**ttl, 1);
+  EXPECT_LE(**ttl, 5);
   ASSERT_TRUE(c.Revoke(*lease).ok());
-  EXPECT_EQ(*c.LeaseTimeToLive(*lease), -1);
-  EXPECT_EQ(*c.LeaseTimeToLive(12345), -1);  // never granted
+  for (int64_t id : {*lease, int64_t{12345}}) {  // revoked; never granted
+    auto gone = c.LeaseTimeToLive(id);
+    ASSERT_TRUE(gone.ok()) << gone.status().message();
+    EXPECT_FALSE(gone->has_value()) << id;
+  }
 }
 
 TEST_F(EtcdClientTest, WatchSeesPutsAndDeletesInOrder) {
@@ -202,11 +206,11 @@ TEST_F(EtcdClientTest, AWatchWaitedOnUntilATimeStaysOpen) {
   ASSERT_TRUE(start.ok());
   ASSERT_TRUE(w.OpenWatch({{"/u/", PrefixEnd("/u/")}}, *start + 1).ok());
   auto t0 = std::chrono::steady_clock::now();
-  auto none = w.NextEventBefore(t0 + 200ms);
+  auto none = w.NextEventBefore(t0 + 500ms);
   ASSERT_TRUE(none.ok()) << none.status().message();
   EXPECT_FALSE(none->has_value());
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);  // the client polls each second
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 900ms);
   ASSERT_TRUE(c.Put("/u/a", "1").ok());
   auto a = w.NextEventBefore(std::chrono::steady_clock::now() + 5s);
   ASSERT_TRUE(a.ok()) << a.status().message();

@@ -187,9 +187,10 @@ class EtcdLink final : public Link {
   }
 
   void Abort() override {
-    client_.Abort();
+    // aborted_ first: a probe failing on the abort then finds it set.
     std::lock_guard lk(watch_mu_);
     aborted_ = true;
+    client_.Abort();
     if (watch_) watch_->Abort();
   }
   std::string LocalAddress() const override {
@@ -215,9 +216,10 @@ class EtcdLink final : public Link {
   // takes a commit; an etcd whose disk holds commits past its request
   // timeout fails the revocation and tries again seconds later, while reads
   // and keep-alives still answer, so the node could wait for long without
-  // a word. It says once why it waits: the lease expired and etcd has not
-  // revoked it, or etcd does not answer. A wait for a round's end is not
-  // probed: the workers run meanwhile, and a round may last days.
+  // a word. It says why it waits: once, that the lease expired and etcd has
+  // not revoked it, or at each probe, that etcd does not answer. A wait for
+  // a round's end is not probed: the workers run meanwhile, and a round may
+  // last days.
   static constexpr Duration kFirstProbe{10'000};
   static constexpr Duration kLastProbe{60'000};
 
@@ -264,8 +266,9 @@ class EtcdLink final : public Link {
     }
   }
 
-  // Whether the coordinator's lease says why no assignment came since
-  // `since`; if it does, the node says it (true).
+  // Says why no assignment came since `since`, where the coordinator's
+  // lease tells: true once it said that the lease expired unrevoked, which
+  // it need not say again.
   bool SayWhyNoAssignment(std::chrono::steady_clock::time_point since) {
     const auto waited =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - since);
@@ -273,22 +276,24 @@ class EtcdLink final : public Link {
     if (!ttl.ok()) {
       {
         std::lock_guard lk(watch_mu_);
-        if (aborted_) return true;  // the node gives this link up: nothing to say
+        if (aborted_) return false;  // the node gives this link up: nothing to say
       }
       log::Warning(
           "rendezvous: no round for this node after {} s, and etcd at {} does not say whether the "
           "coordinator (epoch {}) is alive: {}; if etcd is stalled, its log says why (slow disk "
           "syncs, 'failed to revoke')",
           waited.count(), client_.Endpoint(), epoch_.number, ttl.status().message());
-      return true;
+      return false;
     }
-    if (*ttl > 0 || *ttl == -1) return false;  // alive, or gone and its watchers about to hear
+    // Alive (or within a second of its expiry), or revoked: its watchers are
+    // about to hear.
+    if (!*ttl || **ttl >= 0) return false;
     log::Warning(
         "rendezvous: no round for this node after {} s: the coordinator's lease in etcd (epoch {}) "
-        "has expired, its agent is gone, and etcd has not revoked it, which takes a commit; etcd "
-        "at {} is likely stalled (its log: slow disk syncs, 'failed to revoke'); this node takes "
-        "over once etcd does",
-        waited.count(), epoch_.number, client_.Endpoint());
+        "expired {} s ago, so its agent is likely gone, and etcd has not revoked it, which takes "
+        "a commit; etcd at {} is likely stalled (its log: slow disk syncs, 'failed to revoke'); "
+        "a survivor takes over once etcd revokes it",
+        waited.count(), epoch_.number, -**ttl, client_.Endpoint());
     return true;
   }
 
