@@ -363,9 +363,12 @@ def threads_of(agent):
     that found it stuck; empty where gdb is missing or the agent ended."""
     if agent.proc.poll() is not None or not shutil.which("gdb"):
         return ""
-    r = subprocess.run(["gdb", "-p", str(agent.proc.pid), "-batch", "-ex",
-                        "thread apply all bt"], capture_output=True, text=True, timeout=60)
-    return f"\nthe threads of {agent.name}:\n{r.stdout}"
+    try:
+        r = subprocess.run(["gdb", "-p", str(agent.proc.pid), "-batch", "-ex",
+                            "thread apply all bt"], capture_output=True, text=True, timeout=60)
+    except (subprocess.TimeoutExpired, OSError) as e:
+        return f"\nthe threads of {agent.name}: gdb failed: {e}"
+    return f"\nthe threads of {agent.name}:\n{r.stdout}{r.stderr[-2000:]}"
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The etcd rendezvous backend against a real etcd (Debian's etcd-server),
 started by the tests: the same jobs as over c10d, and what etcd changes: no
 agent's death takes the rendezvous down, so the survivors simply carry on."""
+import contextlib
 import os
 import pathlib
 import re
@@ -8,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 
 import pytest
@@ -28,27 +28,43 @@ class Etcd:
 
     def __init__(self, tmp, host="127.0.0.1", prefix=(), env=None):
         self.dir = tmp / "etcd"
+        self.data = self.dir / "data"
+        # etcd preallocates 128 MB there (its WAL and the next segment): a
+        # small /dev/shm (a container's 64 MB) keeps it on the disk.
         shm = pathlib.Path("/dev/shm")
-        self.data = pathlib.Path(tempfile.mkdtemp(prefix="trun-etcd-", dir=shm)) \
-            if shm.is_dir() else self.dir / "data"
+        try:
+            if shutil.disk_usage(shm).free >= 512 << 20:
+                self.data = pathlib.Path(tempfile.mkdtemp(prefix="trun-etcd-", dir=shm))
+        except OSError:
+            pass
         port, peer = (free_port(), free_port()) if host == "127.0.0.1" else (2379, 2380)
-        out = subprocess.run([*prefix, ETCD, "up", self.dir, str(port), host, str(peer)],
-                             check=True, capture_output=True, text=True, timeout=60,
-                             env=dict(env or os.environ, TRUN_ETCD_DATA=str(self.data)))
+        try:
+            out = subprocess.run([*prefix, ETCD, "up", self.dir, str(port), host, str(peer)],
+                                 check=True, capture_output=True, text=True, timeout=60,
+                                 env=dict(env or os.environ, TRUN_ETCD_DATA=str(self.data)))
+        except BaseException:
+            self.down()
+            raise
         self.url = out.stdout.strip()
         self.endpoint = f"{host}:{port}"
 
     def log_tail(self, lines=60):
-        log = (self.dir / "etcd.log").read_text(errors="replace").splitlines()
+        try:
+            log = (self.dir / "etcd.log").read_text(errors="replace").splitlines()
+        except OSError as e:
+            return f"etcd's log: {e}\n"
         return "etcd's log, its last lines:\n" + "\n".join(log[-lines:]) + "\n"
 
-    def pause(self, seconds):
-        """etcd answers nothing for `seconds` (SIGSTOP), as a stalled disk
-        makes it."""
+    @contextlib.contextmanager
+    def paused(self, seconds):
+        """etcd answers nothing (SIGSTOP) from the block's start until
+        `seconds` later, as a stalled disk makes it."""
         pid = int((self.dir / "etcd.pid").read_text())
         os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(seconds)
+            start = time.time()
+            yield
+            time.sleep(max(0.0, start + seconds - time.time()))
         finally:
             os.kill(pid, signal.SIGCONT)
 
@@ -150,15 +166,14 @@ def test_a_survivor_whose_workers_failed_before_it_lost_the_coordinator_carries_
     # coordinator up after its heartbeat timeout (2 s), its agent having
     # asked for the next round already, and once: it must still get that
     # round.
+    # (The survivor's own lease expires in the pause too: it joins anew.)
     args = elastic(etcd, "paused", tmp_path / "ckpt.pt")
     first = agents("first", *args)
     first.wait_for("coordinating job")
     survivor = agents("second", *args)
     first.wait_for(r"attempt 0 world 2 step 5")
-    pause = threading.Thread(target=etcd.pause, args=(3,))
-    pause.start()
-    first.kill()
-    pause.join()
+    with etcd.paused(3):
+        first.kill()
     m = survivor.wait_for(r"attempt (\d+) world 1 step (\d+)")
     assert survivor.wait() == 0, survivor.text()
     out = survivor.text()
