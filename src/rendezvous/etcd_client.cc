@@ -34,9 +34,10 @@ KeyValue ToKeyValue(const json& j) {
           Int(j, "lease")};
 }
 
-json RangeRequest(const KeyRange& r) {
+json RangeRequest(const KeyRange& r, bool serializable = false) {
   json j = {{"key", Base64Encode(r.key)}};
   if (!r.range_end.empty()) j["range_end"] = Base64Encode(r.range_end);
+  if (serializable) j["serializable"] = true;
   return j;
 }
 
@@ -244,9 +245,12 @@ Status EtcdClient::PutMany(const std::vector<std::pair<std::string, std::string>
   return ParseAnswer(Call("/v3/kv/txn", json{{"success", success}}.dump()), "etcd put").status();
 }
 
-Result<EtcdClient::Snapshot> EtcdClient::Get(const std::vector<KeyRange>& ranges) {
+Result<EtcdClient::Snapshot> EtcdClient::Get(const std::vector<KeyRange>& ranges,
+                                             bool serializable) {
   json success = json::array();
-  for (const auto& r : ranges) success.push_back({{"request_range", RangeRequest(r)}});
+  for (const auto& r : ranges) {
+    success.push_back({{"request_range", RangeRequest(r, serializable)}});
+  }
   auto j = ParseAnswer(Call("/v3/kv/txn", json{{"success", success}}.dump()), "etcd get");
   if (!j.ok()) return j.status();
   Snapshot s;

@@ -83,7 +83,10 @@ class EtcdClient {
     std::vector<std::vector<KeyValue>> ranges;
     int64_t revision = 0;
   };
-  Result<Snapshot> Get(const std::vector<KeyRange>& ranges);
+  // `serializable`: read from the member's own state, without a round of
+  // consensus (etcd's serializable read): it answers while commits are
+  // held up, and may lag them.
+  Result<Snapshot> Get(const std::vector<KeyRange>& ranges, bool serializable = false);
   // Creates `key` only if it does not exist. `created` says whether this
   // call did; `kv` is the key as it is now (ours or the one that was there).
   struct Created {

@@ -90,6 +90,10 @@ TEST_F(EtcdClientTest, PutGetAndCreateIfAbsent) {
   ASSERT_TRUE(rev.ok()) << rev.status().message();
   auto snap = c.Get({{"/t/a", ""}, {"/t/missing", ""}});
   ASSERT_TRUE(snap.ok());
+  auto local = c.Get({{"/t/a", ""}}, /*serializable=*/true);
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  ASSERT_EQ(local->ranges[0].size(), 1u);
+  EXPECT_EQ(local->ranges[0][0].value, std::string("bin\0ary", 7));
   ASSERT_EQ(snap->ranges[0].size(), 1u);
   EXPECT_EQ(snap->ranges[0][0].value, std::string("bin\0ary", 7));
   EXPECT_TRUE(snap->ranges[1].empty());

@@ -209,18 +209,20 @@ class EtcdLink final : public Link {
 
   // Waits for `full` on the link's watch, opened at the first wait.
   //
-  // A node waiting for its assignment asks now and then (after
-  // kFirstProbe, or three heartbeat timeouts if longer, then twice as long
-  // each time up to kLastProbe) whether its coordinator is alive. A
-  // coordinator whose agent died is gone once etcd revokes its lease, which
-  // takes a commit; an etcd whose disk holds commits past its request
-  // timeout fails the revocation and tries again seconds later, while reads
-  // and keep-alives still answer, so the node could wait for long without
-  // a word. It says why it waits: once, that the lease expired and etcd has
-  // not revoked it, or at each probe, that etcd does not answer. A wait for
-  // a round's end is not probed: the workers run meanwhile, and a round may
-  // last days.
-  static constexpr Duration kFirstProbe{10'000};
+  // A node waiting for its assignment looks now and then (after two
+  // heartbeat timeouts, then twice as long each time up to kLastProbe)
+  // whether its coordinator is still there, as its watch should have told:
+  //  - `coord` gone or another's while the watch said nothing: the node
+  //    goes on as if it had heard (CI twice saw a survivor wait 60 s on its
+  //    watch after the coordinator's agent was killed, etcd's log quiet; why
+  //    the watch was silent is not known);
+  //  - `coord` there, its lease expired and not revoked: revoking is a
+  //    commit, and an etcd whose disk holds commits past its request
+  //    timeout fails it and tries again seconds later, while reads still
+  //    answer; the node says so, once, and waits;
+  //  - etcd does not answer: the node says so at each probe.
+  // A wait for a round's end is not probed: the workers run meanwhile, and
+  // a round may last days.
   static constexpr Duration kLastProbe{60'000};
 
   Result<std::string> AwaitStreamed(const std::string& full) {
@@ -243,7 +245,7 @@ class EtcdLink final : public Link {
     }
     const bool assignment = full.starts_with(keys_ + "assign/");
     const auto since = std::chrono::steady_clock::now();
-    Duration probe_in = std::max(kFirstProbe, 3 * s_->o.heartbeat_timeout);
+    Duration probe_in = 2 * s_->o.heartbeat_timeout;
     auto next_probe = since + probe_in;
     bool said = false;
     while (true) {
@@ -251,7 +253,7 @@ class EtcdLink final : public Link {
           assignment ? next_probe : std::chrono::steady_clock::time_point::max());
       if (!next.ok()) return next.status();
       if (!*next) {
-        if (!said) said = SayWhyNoAssignment(since);
+        if (Probe(since, said) == Probed::kGone) return Gone();
         probe_in = std::min(probe_in * 2, kLastProbe);
         next_probe = std::chrono::steady_clock::now() + probe_in;
         continue;
@@ -266,35 +268,46 @@ class EtcdLink final : public Link {
     }
   }
 
-  // Says why no assignment came since `since`, where the coordinator's
-  // lease tells: true once it said that the lease expired unrevoked, which
-  // it need not say again.
-  bool SayWhyNoAssignment(std::chrono::steady_clock::time_point since) {
+  enum class Probed { kThere, kGone };
+
+  // What AwaitStreamed's probe finds (no assignment since `since`); `said`:
+  // whether the node said already that the lease expired unrevoked.
+  Probed Probe(std::chrono::steady_clock::time_point since, bool& said) {
     const auto waited =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - since);
-    auto ttl = client_.LeaseTimeToLive(epoch_.lease);
+    // A serializable read: it answers while etcd's commits are held up.
+    auto snap = client_.Get({{s_->coord_key, ""}}, /*serializable=*/true);
+    auto ttl = snap.ok() ? client_.LeaseTimeToLive(epoch_.lease) : snap.status();
     if (!ttl.ok()) {
       {
         std::lock_guard lk(watch_mu_);
-        if (aborted_) return false;  // the node gives this link up: nothing to say
+        if (aborted_) return Probed::kThere;  // the node gives this link up: nothing to say
       }
       log::Warning(
           "rendezvous: no round for this node after {} s, and etcd at {} does not say whether the "
           "coordinator (epoch {}) is alive: {}; if etcd is stalled, its log says why (slow disk "
           "syncs, 'failed to revoke')",
           waited.count(), client_.Endpoint(), epoch_.number, ttl.status().message());
-      return false;
+      return Probed::kThere;
     }
-    // Alive (or within a second of its expiry), or revoked: its watchers are
-    // about to hear.
-    if (!*ttl || **ttl >= 0) return false;
+    auto coord = ParseCoord(snap->ranges[0]);
+    if (!coord || coord->number != epoch_.number) {
+      log::Warning(
+          "rendezvous: the coordinator of epoch {} is gone from etcd at {}, and this node's watch "
+          "did not tell it (after {} s without a round); joining anew",
+          epoch_.number, client_.Endpoint(), waited.count());
+      return Probed::kGone;
+    }
+    // Alive (or within a second of its expiry), or revoked a moment ago.
+    if (said || !*ttl || **ttl >= 0) return Probed::kThere;
+    said = true;
     log::Warning(
         "rendezvous: no round for this node after {} s: the coordinator's lease in etcd (epoch {}) "
         "expired {} s ago, so its agent is likely gone, and etcd has not revoked it, which takes "
         "a commit; etcd at {} is likely stalled (its log: slow disk syncs, 'failed to revoke'); "
         "a survivor takes over once etcd revokes it",
         waited.count(), epoch_.number, -**ttl, client_.Endpoint());
-    return true;
+    return Probed::kThere;
   }
 
   std::shared_ptr<Shared> s_;
