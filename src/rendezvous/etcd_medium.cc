@@ -276,10 +276,7 @@ class EtcdLink final : public Link {
   Probed Probe(std::chrono::steady_clock::time_point since, bool& said) {
     const auto waited =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - since);
-    // A serializable read: it answers while etcd's commits are held up.
-    auto snap = client_.Get({{s_->coord_key, ""}}, /*serializable=*/true);
-    auto ttl = snap.ok() ? client_.LeaseTimeToLive(epoch_.lease) : snap.status();
-    if (!ttl.ok()) {
+    const auto silent = [&](const Status& why) {
       {
         std::lock_guard lk(watch_mu_);
         if (aborted_) return Probed::kThere;  // the node gives this link up: nothing to say
@@ -288,9 +285,12 @@ class EtcdLink final : public Link {
           "rendezvous: no round for this node after {} s, and etcd at {} does not say whether the "
           "coordinator (epoch {}) is alive: {}; if etcd is stalled, its log says why (slow disk "
           "syncs, 'failed to revoke')",
-          waited.count(), client_.Endpoint(), epoch_.number, ttl.status().message());
+          waited.count(), client_.Endpoint(), epoch_.number, why.message());
       return Probed::kThere;
-    }
+    };
+    // A serializable read: it answers while etcd's commits are held up.
+    auto snap = client_.Get({{s_->coord_key, ""}}, /*serializable=*/true);
+    if (!snap.ok()) return silent(snap.status());
     auto coord = ParseCoord(snap->ranges[0]);
     if (!coord || coord->number != epoch_.number) {
       log::Warning(
@@ -299,8 +299,11 @@ class EtcdLink final : public Link {
           epoch_.number, client_.Endpoint(), waited.count());
       return Probed::kGone;
     }
+    if (said) return Probed::kThere;
+    auto ttl = client_.LeaseTimeToLive(epoch_.lease);
+    if (!ttl.ok()) return silent(ttl.status());
     // Alive (or within a second of its expiry), or revoked a moment ago.
-    if (said || !*ttl || **ttl >= 0) return Probed::kThere;
+    if (!*ttl || **ttl >= 0) return Probed::kThere;
     said = true;
     log::Warning(
         "rendezvous: no round for this node after {} s: the coordinator's lease in etcd (epoch {}) "
