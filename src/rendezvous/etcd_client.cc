@@ -375,13 +375,33 @@ Status EtcdClient::OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_
     create["start_revision"] = std::to_string(start_revision);
     body_ += json{{"create_request", create}}.dump() + "\n";
   }
-  pending_.clear();
-  stream_failed_ = Status::OK();
-  stream_answered_ = false;
-  stream_tries_ = 1;
   sink_ = [this](std::string_view d) { return OnWatchData(d); };
-  Attach("/v3/watch", /*streaming=*/true);
-  return Status::OK();
+  // etcd's JSON gateway (3.4, seen in tests) now and then forwards only the
+  // first create requests of a body to the watch server: where the body
+  // reaches it in pieces, the rest is lost once the first watcher's answer
+  // has gone out. A watcher never created never tells anything, so every
+  // `created` is awaited here, and the stream opened anew where one is
+  // missing; the events that came meanwhile come again on the new stream.
+  constexpr int kTries = 3;
+  for (int tries = 1;; ++tries) {
+    pending_.clear();
+    events_.clear();
+    created_ = 0;
+    stream_failed_ = Status::OK();
+    stream_answered_ = false;
+    stream_tries_ = 1;
+    Attach("/v3/watch", /*streaming=*/true);
+    Status s = PumpWatch([&] { return created_ >= ranges.size(); },
+                         std::chrono::steady_clock::now() + options_.timeout);
+    if (s.ok() && created_ >= ranges.size()) return Status::OK();
+    CloseWatch();
+    if (!s.ok()) return s;
+    if (tries == kTries) {
+      return Status::IOError(fmt::format(
+          "etcd watch at {}: only {} of {} watchers were created, {} times in a row within {} ms",
+          Endpoint(), created_, ranges.size(), kTries, options_.timeout.count()));
+    }
+  }
 }
 
 Result<WatchEvent> EtcdClient::NextEvent() {
@@ -392,17 +412,21 @@ Result<WatchEvent> EtcdClient::NextEvent() {
 
 Result<std::optional<WatchEvent>> EtcdClient::NextEventBefore(
     std::chrono::steady_clock::time_point until) {
+  TRUN_RETURN_IF_ERROR(PumpWatch([&] { return !events_.empty(); }, until));
+  if (events_.empty()) return std::optional<WatchEvent>();
+  WatchEvent e = std::move(events_.front());
+  events_.pop_front();
+  return std::optional<WatchEvent>(std::move(e));
+}
+
+Status EtcdClient::PumpWatch(const std::function<bool()>& ready,
+                             std::chrono::steady_clock::time_point until) {
   const auto due = [&] { return std::chrono::steady_clock::now() >= until; };
-  while (true) {
-    if (!events_.empty()) {
-      WatchEvent e = std::move(events_.front());
-      events_.pop_front();
-      return std::optional<WatchEvent>(std::move(e));
-    }
+  while (!ready()) {
     if (!stream_failed_.ok()) return stream_failed_;
     if (!attached_) return Status::Internal("etcd watch: none is open");
-    if (due()) return std::optional<WatchEvent>();
-    auto ended = Run([&] { return !events_.empty() || !stream_failed_.ok() || due(); }, until);
+    if (due()) return Status::OK();
+    auto ended = Run([&] { return ready() || !stream_failed_.ok() || due(); }, until);
     if (!ended.ok()) return ended.status();
     if (!*ended || !stream_failed_.ok()) continue;
     Detach();
@@ -417,6 +441,7 @@ Result<std::optional<WatchEvent>> EtcdClient::NextEventBefore(
     }
     stream_failed_ = s.ok() ? Status::IOError("etcd watch: the stream ended") : s;
   }
+  return Status::OK();
 }
 
 void EtcdClient::CloseWatch() {
@@ -441,6 +466,7 @@ bool EtcdClient::OnWatchData(std::string_view d) {
           r.contains("cancel_reason") ? ": " + r["cancel_reason"].get<std::string>() : ""));
       return false;
     }
+    if (r.value("created", false)) ++created_;
     if (!r.contains("events")) continue;
     const int64_t revision = Int(r["header"], "revision");
     for (const auto& e : r["events"]) {

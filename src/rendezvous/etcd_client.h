@@ -121,14 +121,15 @@ class EtcdClient {
                const std::function<bool(const WatchEvent&)>& on_event);
 
   // A watch read at the caller's pace, which may last as long as the client:
-  // OpenWatch starts it, NextEvent waits for its next event in order (an
-  // error once the stream fails or Abort() is called; the events before
-  // come first), NextEventBefore the same until `until` (nothing where it
-  // came first, the watch still open), CloseWatch ends it. While one is
-  // open the client's other
-  // calls fail: a node keeps one client for its requests and one for its
-  // watch, each on one kept-alive connection (a watch ended early costs its
-  // connection; etcd spends CPU on every new one).
+  // OpenWatch starts it and returns once etcd has created a watcher for
+  // every range (an error where it would not, three times within the
+  // timeout), NextEvent waits for its next event in order (an error once
+  // the stream fails or Abort() is called; the events before come first),
+  // NextEventBefore the same until `until` (nothing where it came first, the
+  // watch still open), CloseWatch ends it. While one is open the client's
+  // other calls fail: a node keeps one client for its requests and one for
+  // its watch, each on one kept-alive connection (a watch ended early costs
+  // its connection; etcd spends CPU on every new one).
   Status OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_revision);
   Result<WatchEvent> NextEvent();
   Result<std::optional<WatchEvent>> NextEventBefore(std::chrono::steady_clock::time_point until);
@@ -158,7 +159,12 @@ class EtcdClient {
   // What the ended transfer's code and HTTP status mean; `connection_failed`
   // says whether another endpoint is worth a try.
   Status Outcome(const std::string& path, bool* connection_failed);
-  // The watch stream's bytes: whole lines become events_ or stream_failed_.
+  // Drives the open watch until `ready()` holds, its stream fails (its
+  // error) or `until` passes (OK either way), failing over to the next
+  // endpoint while none has answered.
+  Status PumpWatch(const std::function<bool()>& ready, std::chrono::steady_clock::time_point until);
+  // The watch stream's bytes: whole lines become events_, created_ or
+  // stream_failed_.
   bool OnWatchData(std::string_view data);
   void NextEndpoint() { endpoint_ = (endpoint_ + 1) % options_.endpoints.size(); }
 
@@ -175,10 +181,11 @@ class EtcdClient {
   std::function<bool(std::string_view)> sink_;
   int result_ = 0;  // a CURLcode
   // The open watch: its bytes not yet a whole line, its events not yet
-  // taken, why it ended, and whether any byte came (before, another
-  // endpoint may be tried).
+  // taken, how many of its watchers etcd created, why it ended, and whether
+  // any byte came (before, another endpoint may be tried).
   std::string pending_;
   std::deque<WatchEvent> events_;
+  size_t created_ = 0;
   Status stream_failed_;
   bool stream_answered_ = false;
   size_t stream_tries_ = 0;

@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/source_dir_for_tests.h"
 
@@ -79,6 +82,8 @@ class EtcdClientTest : public testing::Test {
     o.endpoints = {endpoint_};
     return o;
   }
+
+  static int EtcdPort() { return std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)); }
 
   static inline std::filesystem::path dir_;
   static inline std::string endpoint_;
@@ -220,6 +225,149 @@ TEST_F(EtcdClientTest, AWatchWaitedOnUntilATimeStaysOpen) {
   ASSERT_TRUE(a.ok()) << a.status().message();
   ASSERT_TRUE(a->has_value());
   EXPECT_EQ((*a)->kv.key, "/u/a");
+}
+
+// A loopback proxy to etcd that does to the first `lossy` watches it
+// forwards what etcd's JSON gateway does now and then: it lets only the
+// first create request of the body through (the others become spaces, which
+// JSON skips, so the length stays right). Everything else goes through
+// unchanged.
+class WatchesLoseTheirLaterWatchers {
+ public:
+  WatchesLoseTheirLaterWatchers(int etcd_port, int lossy) : etcd_port_(etcd_port), lossy_(lossy) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(listener_, 16);
+    socklen_t len = sizeof(a);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    threads_.emplace_back([this] { Accept(); });
+  }
+  ~WatchesLoseTheirLaterWatchers() {
+    ::shutdown(listener_, SHUT_RDWR);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& t : threads_) t.join();
+    ::close(listener_);
+    for (int fd : fds_) ::close(fd);
+  }
+  int port() const { return port_; }
+  int watches() const { return watches_; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    return a;
+  }
+  // Connections are accepted (and their threads started) on this thread
+  // only, so fds_ and threads_ change nowhere else until the destructor.
+  void Accept() {
+    while (true) {
+      int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Loopback(etcd_port_);
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      fds_.push_back(client);
+      fds_.push_back(server);
+      threads_.emplace_back([this, client, server] { Forward(client, server, true); });
+      threads_.emplace_back([this, client, server] { Forward(server, client, false); });
+    }
+  }
+  void Forward(int from, int to, bool requests) {
+    std::string buf;
+    char chunk[65536];
+    for (ssize_t n; (n = ::read(from, chunk, sizeof chunk)) > 0;) {
+      buf.append(chunk, static_cast<size_t>(n));
+      if (requests && buf.starts_with("POST /v3/watch") && !Mangle(buf)) continue;
+      if (::send(to, buf.data(), buf.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(buf.size())) {
+        break;
+      }
+      buf.clear();
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+  // Once the whole request is in `buf`: blanks its body after the first
+  // line if it is one of the first `lossy_` watches (false: wait for more).
+  bool Mangle(std::string& buf) {
+    const size_t head = buf.find("\r\n\r\n");
+    const size_t cl = buf.find("Content-Length: ");
+    if (head == std::string::npos || cl == std::string::npos) return false;
+    const size_t length = std::stoul(buf.substr(cl + 16));
+    if (buf.size() < head + 4 + length) return false;
+    if (watches_++ < lossy_) {
+      const size_t second = buf.find('\n', head + 4) + 1;
+      for (size_t i = second; i < head + 4 + length; ++i) buf[i] = ' ';
+    }
+    return true;
+  }
+
+  int etcd_port_;
+  int lossy_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<int> watches_{0};
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_;
+};
+
+// The gateway's loss, made certain: the watch sees it and opens its stream
+// anew, and every range's events come, the last's too.
+TEST_F(EtcdClientTest, AWatchWhoseWatchersEtcdDidNotAllCreateIsOpenedAnew) {
+  WatchesLoseTheirLaterWatchers proxy(EtcdPort(), 1);
+  EtcdOptions o = Options();
+  o.endpoints = {"http://127.0.0.1:" + std::to_string(proxy.port())};
+  o.timeout = 1s;
+  EtcdClient w(o);
+  EtcdClient c(Options());
+  auto start = c.Put("/g/before", "0");
+  ASSERT_TRUE(start.ok());
+  ASSERT_TRUE(c.Put("/g/c", "early").ok());
+  auto t0 = std::chrono::steady_clock::now();
+  Status open = w.OpenWatch({{"/g/a", ""}, {"/g/b", ""}, {"/g/c", ""}}, *start + 1);
+  ASSERT_TRUE(open.ok()) << open.message();
+  EXPECT_EQ(proxy.watches(), 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 1s);
+  ASSERT_TRUE(c.Put("/g/a", "1").ok());
+  ASSERT_TRUE(c.DeletePrefix("/g/c").ok());
+  std::vector<std::string> seen;
+  for (int i = 0; i < 3; ++i) {
+    auto e = w.NextEventBefore(std::chrono::steady_clock::now() + 5s);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    ASSERT_TRUE(e->has_value()) << i;
+    seen.push_back(((*e)->deleted ? "-" : "+") + (*e)->kv.key);
+  }
+  // Each range's events in order, the one before the watch opened once (etcd
+  // orders no range's events against another's: a range with history to
+  // send may come after one without).
+  EXPECT_EQ(std::erase(seen, "+/g/a"), 1u);
+  EXPECT_EQ(seen, (std::vector<std::string>{"+/g/c", "-/g/c"}));
+}
+
+// Where etcd never creates every watcher, the watch is an error that says
+// so; a watch of one range has no later watcher to lose.
+TEST_F(EtcdClientTest, AWatchEtcdNeverCreatesWhollyIsAnError) {
+  WatchesLoseTheirLaterWatchers proxy(EtcdPort(), 1'000);
+  EtcdOptions o = Options();
+  o.endpoints = {"http://127.0.0.1:" + std::to_string(proxy.port())};
+  o.timeout = 200ms;
+  EtcdClient w(o);
+  Status two = w.OpenWatch({{"/h/a", ""}, {"/h/b", ""}}, 0);
+  EXPECT_EQ(two.code(), StatusCode::kIOError);
+  EXPECT_NE(two.message().find("only 1 of 2 watchers were created, 3 times in a row"),
+            std::string::npos)
+      << two.message();
+  EXPECT_EQ(proxy.watches(), 3);
+  EXPECT_EQ(w.NextEvent().status().code(), StatusCode::kInternal);
+  Status one = w.OpenWatch({{"/h/a", ""}}, 0);
+  EXPECT_TRUE(one.ok()) << one.message();
 }
 
 TEST_F(EtcdClientTest, AbortEndsAWatchAtOnce) {
