@@ -249,7 +249,9 @@ class LocalAgent::Impl {
     StopWorkers(SIGTERM, [this] {
       CloseAttempt();
       if (pending_signal_ != 0) return Finish(ExitForSignal(pending_signal_));
-      failures_.Clear();
+      // failures_ keeps this node's own failures seen during the stop
+      // (OnWorkerExit): reported if no round comes, cleared by the next
+      // attempt.
       state_ = State::kWaiting;
       AskForRound();
     });
@@ -753,14 +755,25 @@ class LocalAgent::Impl {
       f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
                                               static_cast<size_t>(config_.failure_lines));
       failures_.Add(std::move(f));
-    } else if (state_ == State::kStopping && (!failures_.empty() || hang_failing_) &&
-               w.exitcode != 0) {
-      // A sibling stopped because of that failure: torchrun 2.x lists it.
+    } else if (state_ == State::kStopping && w.exitcode != 0) {
       WorkerFailure f =
           failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                    w.output.error_file, exited_at, w.output.Tail(true));
-      f.stopped = true;
-      failures_.Add(std::move(f));
+      if (!failures_.empty() || hang_failing_) {
+        // A sibling stopped because of that failure: torchrun 2.x lists it.
+        f.stopped = true;
+        failures_.Add(std::move(f));
+      } else if (!f.error_json.empty() && f.written_ns < stop_asked_ns_) {
+        // Stopped for another node's failure (or a signal), but its error
+        // file is older than the stop: it failed on its own and was reaped
+        // only after the stop began. Often it is the job's root cause, and
+        // the other node's failure only its echo (a peer that saw this
+        // worker's connection close); this node then reports it (table,
+        // error file) as torchrun's agent would, if no round comes.
+        f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
+                                                static_cast<size_t>(config_.failure_lines));
+        failures_.Add(std::move(f));
+      }
     }
   }
 
@@ -955,6 +968,9 @@ class LocalAgent::Impl {
   // after TORCH_ELASTIC_SHUTDOWN_TIMEOUT; `then` runs once all have exited.
   void StopWorkers(int sig, std::function<void()> then) {
     state_ = State::kStopping;
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    stop_asked_ns_ = now.tv_sec * 1'000'000'000LL + now.tv_nsec;
     workers_sup_->StopAll(sig,
                           std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::duration<double>(config_.shutdown_timeout_s)),
@@ -1042,10 +1058,11 @@ class LocalAgent::Impl {
   std::string hang_summary_;                     // its one line; "" before it
   std::optional<SecondTimeout> second_timeout_;  // when the judge fails on its own
   bool hang_failing_ = false;                    // --hang-action fail stops the workers
-  std::optional<double> quiet_s_;                // how long the workers have been quiet
-  bool asking_ = false;                          // the peers are being asked
-  double next_ask_at_ = 0;                       // not before (SteadySeconds)
-  bool warned_unknown_ = false;                  // said that a node cannot be asked
+  int64_t stop_asked_ns_ = 0;      // when the last stop began, as ErrorFile::written_ns
+  std::optional<double> quiet_s_;  // how long the workers have been quiet
+  bool asking_ = false;            // the peers are being asked
+  double next_ask_at_ = 0;         // not before (SteadySeconds)
+  bool warned_unknown_ = false;    // said that a node cannot be asked
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)

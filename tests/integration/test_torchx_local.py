@@ -84,6 +84,25 @@ def test_a_failure_is_the_status_root_cause(jobs):
     assert "FAILED (exitcode: 1)" in text and "error_msg: ValueError: boom" in text
 
 
+def test_a_failure_reaped_after_its_echo_stopped_it_is_still_the_root_cause(jobs):
+    # Rank 0's agent reports its failure first; rank 1's agent stops a
+    # worker that had failed before (its error file is older than the stop).
+    # That agent reports it as its own failure, and the app's root cause is
+    # rank 1's, the earlier one.
+    r = jobs.trun("run", "--wait", "dist.ddp", "-j", "2x1", "--rdzv_port", free_port(),
+                  "--script", FIXTURES / "late_reaped_failure.py", "--", jobs.tmp / "mark")
+    assert r.returncode == 1, r.err
+    handle = r.out.strip().splitlines()[0]
+    st = jobs.status(handle)
+    assert st["state"] == "FAILED", st
+    assert "ValueError: boom" in st["structured_error_msg"], st
+    # Each agent reports its own worker's failure, in torchrun's table.
+    log = jobs.trun("log", "--streams", "stderr", handle).out
+    for k, error in ((0, "RuntimeError: the peer's"), (1, "ValueError: boom")):
+        mine = "\n".join(ln for ln in log.splitlines() if ln.startswith(f"late_reaped_failure/{k} "))
+        assert re.search(rf"worker group failed:(.|\n)*Root Cause(.|\n)*{error}", mine), mine
+
+
 def test_cancel_from_another_process_stops_every_process(jobs):
     handle = jobs.submit("-cfg", "stop_timeout=5", "dist.ddp", "-j", "2x1", "--rdzv_port",
                          free_port(), "--script", ELASTIC, "--", "--steps", 1000, "--step-time",
