@@ -60,6 +60,19 @@ class Cluster(Jobs):
         """The ids of every job the controller holds (states change meanwhile)."""
         return {j[0] for j in self.jobs()}
 
+    def explain(self, handle):
+        """trun's view of the app, then the controller's and every daemon's
+        lines about its job."""
+        job_id = handle.rsplit("/", 1)[1]
+        show = self.slurm("scontrol", "show", "job", job_id)
+        logs = "".join(
+            f"== {log.name}, its lines about job {job_id}\n"
+            + "".join(ln for ln in log.read_text(errors="replace").splitlines(True)
+                      if re.search(rf"(JobId=|[Jj]ob |\[){job_id}\b", ln))
+            for log in sorted((self.conf.parent / "log").glob("*.log")))
+        return (f"{super().explain(handle)}== scontrol show job {job_id}\n{show.out}{show.err}"
+                f"{logs}")
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -221,7 +234,10 @@ def test_a_torchx_python_component_through_trun_run_and_the_runner(cluster, monk
     nap = runner.run_component(f"{component}:sleeper", {"seconds": 300}, scheduler="slurm")
     assert HANDLE.fullmatch(api) and HANDLE.fullmatch(nap), (api, nap)
     for handle in (cli, api):
-        st = runner.wait(handle, wait_interval=0.5, timeout=180)
+        try:
+            st = runner.wait(handle, wait_interval=0.5, timeout=180)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{cluster.explain(handle)}") from None
         assert st.state == specs.AppState.SUCCEEDED, st
         assert len({r.hostname for r in st.roles[0].replicas}) == 2, st
         lines = [ln for k in (0, 1) for ln in runner.log_lines(handle, "ddp_train", k)]

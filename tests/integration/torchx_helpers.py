@@ -52,7 +52,15 @@ class Jobs:
             if st["state"] in states:
                 return st
             time.sleep(0.2)
-        raise AssertionError(f"{handle} did not end: {st}")
+        raise AssertionError(f"{handle} did not end: {st}\n{self.explain(handle)}")
+
+    def explain(self, handle):
+        """What there is to read about an app that did not do what a test
+        waited for: trun's status and the app's whole log."""
+        status = self.trun("status", handle)
+        log = self.trun("log", handle)
+        return (f"== trun status {handle} (exit {status.returncode})\n{status.out}{status.err}"
+                f"== trun log {handle} (exit {log.returncode})\n{log.out}{log.err}")
 
     def wait_for_log(self, handle, pattern, timeout=120):
         deadline = time.time() + timeout
