@@ -125,8 +125,16 @@ class Node final : public Rendezvous {
     return s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument;
   }
 
+  // A node that has tried this long says once why it cannot connect: the
+  // host may simply start later, but something else on the port (a
+  // listener that never answers) would otherwise keep it silent until
+  // join_timeout.
+  static constexpr Duration kSayWhyAfter{30'000};
+
   Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over,
                                         bool after_loss) {
+    const auto since = now_();
+    bool said = false;
     while (true) {
       if (take_over && medium_->TakeOver([this] { return Stopping(); })) {
         if (after_loss) log::Warning("rendezvous: took over {}", medium_->Where());
@@ -137,6 +145,16 @@ class Node final : public Rendezvous {
       if (link.ok() || now_() >= deadline || Stopping()) return link;
       // A store that refuses this agent's job token will refuse it again.
       if (IsTokenRefusal(link.status())) return link;
+      if (!said && now_() - since >= kSayWhyAfter) {
+        said = true;
+        log::Warning(
+            "rendezvous: {} has not let this node in for {} s: {}; trying until "
+            "join_timeout, {} s from now",
+            medium_->Where(),
+            std::chrono::duration_cast<std::chrono::seconds>(now_() - since).count(),
+            link.status().message(),
+            std::chrono::duration_cast<std::chrono::seconds>(deadline - now_()).count());
+      }
     }
   }
 

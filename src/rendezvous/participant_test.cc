@@ -360,23 +360,31 @@ TEST_F(ParticipantTest, ANodeGivesUpOnASilentHostAfterTheHeartbeatTimeout) {
 
 // Nobody to reach within join_timeout (on the node's clock): a typed
 // timeout.
+// Unanswered, a node says once why after 30 s, and gives up at
+// join_timeout, naming what it could not reach.
 TEST_F(ParticipantTest, JoinTimesOutWithoutAHost) {
   MakeWorld(1, 1);
   Options o;
   o.backend = "c10d";
   o.node_id = "a";
-  o.join_timeout = seconds(10);
+  o.join_timeout = seconds(40);
   o.heartbeat_interval = Duration(2);
   Agent a;
   a.rdzv = MakeParticipant(io_, o, std::make_unique<FakeMedium>(*world_, "a", false, false),
                            [w = world_.get()] { return w->Now(); });
+  ::testing::internal::CaptureStderr();
   ASSERT_TRUE(a.rdzv
                   ->Start({[&](RoundOutcome r) { a.outcomes.push_back(std::move(r)); },
                            [&](const RoundEnd& e) { a.ends.push_back(e); }})
                   .ok());
-  bool got = AdvanceUntil([&] { return !a.outcomes.empty(); }, seconds(30));
+  bool got = AdvanceUntil([&] { return !a.outcomes.empty(); }, seconds(60));
   a.rdzv.reset();
+  const std::string said = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(got);
+  const std::string why = "the fake store has not let this node in for 3";
+  ASSERT_NE(said.find(why), std::string::npos) << said;
+  EXPECT_EQ(said.find(why, said.find(why) + 1), std::string::npos) << said;
+  EXPECT_NE(said.find("trying until join_timeout, "), std::string::npos) << said;
   ASSERT_NE(a.no_round(), nullptr);
   EXPECT_EQ(a.no_round()->kind, NoRound::Kind::kTimedOut);
   EXPECT_NE(a.no_round()->why.message().find("cannot reach the fake store within join_timeout"),
