@@ -243,9 +243,23 @@ def _ephemeral_low():
         return 0
 
 
+def _worker_ports(ports):
+    """This pytest-xdist worker's share of `ports`: each worker picks from
+    its own, so that two tests running side by side never get the same port
+    (each worker remembers only the ports it handed out)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return ports
+    share = len(ports) // count
+    start = ports.start + int(worker[2:]) * share
+    return range(start, start + share)
+
+
 # Ports free_port() may pick: below the kernel's ephemeral range, and below
-# 29400 (trun's and torch's default ports, which some tests leave as they are).
-_PORTS = range(20000, min(29000, _ephemeral_low()))
+# 29400 (trun's and torch's default ports, which some tests leave as they
+# are), this worker's share of them.
+_PORTS = _worker_ports(range(20000, min(29000, _ephemeral_low())))
 _handed_out = set()
 
 
