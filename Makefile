@@ -26,7 +26,7 @@ export CCACHE_MAXSIZE ?= 5G
 MYPY_CACHE_DIR ?= /var/cache/trun/mypy
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
-.PHONY: all deps configure build layers torch2 test unit-test sanitize-test fuzz integration-test \
+.PHONY: all deps configure build layers torch2 test unit-test sanitize-build sanitize-test fuzz integration-test \
 	integration-test-113 integration-test-2 integration-parallel-113 integration-parallel-2 \
 	integration-timing-113 integration-timing-2 integration-timing typecheck demo bench format clean install-python
 
@@ -126,9 +126,11 @@ integration-test: build torch2
 # process per test spent most of the stage starting ASan). Two per core:
 # some tests wait on timers, and a shard's time is its tests' sum.
 UNIT_SHARDS ?= $(shell echo $$(($(JOBS) * 2)))
-sanitize-test: deps
+sanitize-build: deps
 	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
+
+sanitize-test: sanitize-build
 	@TRUN_SOURCE_DIR=$(CURDIR) $(PYTHON) scripts/unit-shards.py $(BUILD)-asan/trun_tests $(UNIT_SHARDS)
 
 # The store's parser under libFuzzer (clang), for a bounded time; new inputs
@@ -154,9 +156,14 @@ typecheck: deps
 # integration suite as its three parts (integration-test's), each
 # generation's parallel part, then both generations' timing tests. The
 # torch 2.x root comes before the unit tests: one of them reads a stack in it.
+# The sanitizers' unit tests and the fuzzer run beside the torch 1.13 pass,
+# which leaves the CPU idle about half its time (its tests wait on
+# processes); their build comes before, alone, as it may compile for
+# minutes. The torch 2.x pass keeps both cores busy, and the timing tests
+# need them quiet.
 test:
-	@./scripts/test-stages.sh deps layers build typecheck torch2 sanitize-test fuzz \
-		integration-parallel-113 integration-parallel-2 integration-timing
+	@./scripts/test-stages.sh deps layers build typecheck torch2 sanitize-build \
+		sanitize-test,fuzz,integration-parallel-113 integration-parallel-2 integration-timing
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun

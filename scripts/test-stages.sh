@@ -6,7 +6,11 @@
 # the table each failed stage's lines that say why are printed again: a
 # reader of the run's last lines (a CI log's tail) sees the failed unit
 # test or integration test, not only the stage's name.
-# Usage: scripts/test-stages.sh STAGE...
+# Stages joined by commas (a,b,c) run side by side, each timed on its own,
+# its output printed whole when it ends: work that leaves the CPU idle (the
+# torch 1.13 integration pass waits on processes more than it computes)
+# takes the others along in its time.
+# Usage: scripts/test-stages.sh STAGE[,STAGE...]...
 set -u
 names=() times=() results=()
 failed=0
@@ -20,16 +24,38 @@ if [ -t 1 ]; then
   export PY_COLORS=1 CLICOLOR_FORCE=1
 fi
 trap 'rm -rf "$logs"' EXIT
-for stage in "$@"; do
-  t0=$SECONDS
-  make --no-print-directory "$stage" 2>&1 | tee "$logs/$stage"
-  if [ "${PIPESTATUS[0]}" = 0 ]; then r=ok; else r=FAILED; failed=1; fi
-  names+=("$stage") times+=($((SECONDS - t0))) results+=("$r")
+# One stage of a group: its output to its log, printed whole at its end
+# (under a lock, so that two ends never mix), then its time and result.
+side_by_side() {
+  local stage=$1 t0=$SECONDS rc
+  make --no-print-directory "$stage" >"$logs/$stage" 2>&1
+  rc=$?
+  flock "$logs/.print" cat "$logs/$stage"
+  echo "$((SECONDS - t0)) $rc" >"$logs/$stage.end"
+}
+for group in "$@"; do
+  IFS=, read -r -a stages <<<"$group"
+  if [ "${#stages[@]}" = 1 ]; then
+    stage=${stages[0]} t0=$SECONDS
+    make --no-print-directory "$stage" 2>&1 | tee "$logs/$stage"
+    echo "$((SECONDS - t0)) ${PIPESTATUS[0]}" >"$logs/$stage.end"
+  else
+    for stage in "${stages[@]}"; do side_by_side "$stage" & done
+    wait
+  fi
+  for stage in "${stages[@]}"; do
+    read -r took rc <"$logs/$stage.end"
+    if [ "$rc" = 0 ]; then r=ok; else r=FAILED; failed=1; fi
+    names+=("$stage") times+=("$took") results+=("$r")
+  done
 done
 echo
 echo "== make test: time per stage"
 for i in "${!names[@]}"; do
   printf '   %-22s %4dm%02ds  %s\n' "${names[$i]}" $((times[i] / 60)) $((times[i] % 60)) "${results[$i]}"
+done
+for group in "$@"; do
+  case $group in *,*) echo "   (side by side: ${group//,/, })" ;; esac
 done
 total=$((SECONDS - start))
 printf '   %-22s %4dm%02ds  %s\n' total $((total / 60)) $((total % 60)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
