@@ -248,10 +248,13 @@ class LocalAgent::Impl {
     telemetry_.GroupStopping("round_ended", end.reason, SIGTERM);
     StopWorkers(SIGTERM, [this] {
       CloseAttempt();
-      if (pending_signal_ != 0) return Finish(ExitForSignal(pending_signal_));
       // failures_ keeps this node's own failures seen during the stop
-      // (OnWorkerExit): reported if no round comes, cleared by the next
-      // attempt.
+      // (OnWorkerExit): reported if no round comes (or a signal ends
+      // trun), cleared by the next attempt.
+      if (pending_signal_ != 0) {
+        WriteRootCause();
+        return Finish(ExitForSignal(pending_signal_));
+      }
       state_ = State::kWaiting;
       AskForRound();
     });
@@ -759,17 +762,17 @@ class LocalAgent::Impl {
       WorkerFailure f =
           failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
                                    w.output.error_file, exited_at, w.output.Tail(true));
-      if (!failures_.empty() || hang_failing_) {
+      if (stop_for_own_failure_) {
         // A sibling stopped because of that failure: torchrun 2.x lists it.
         f.stopped = true;
         failures_.Add(std::move(f));
       } else if (!f.error_json.empty() && f.written_ns < stop_asked_ns_) {
-        // Stopped for another node's failure (or a signal), but its error
-        // file is older than the stop: it failed on its own and was reaped
-        // only after the stop began. Often it is the job's root cause, and
-        // the other node's failure only its echo (a peer that saw this
-        // worker's connection close); this node then reports it (table,
-        // error file) as torchrun's agent would, if no round comes.
+        // Stopped for another reason (another node's failure ended the
+        // round, a signal), but its error file is older than the stop: it
+        // failed before, and was reaped only after the stop began. Often it
+        // is the job's root cause, and the other node's failure only its
+        // echo (a peer that saw this worker's connections close); this node
+        // then reports it (table, error file) as torchrun's agent would.
         f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
                                                 static_cast<size_t>(config_.failure_lines));
         failures_.Add(std::move(f));
@@ -960,6 +963,7 @@ class LocalAgent::Impl {
     telemetry_.GroupStopping("signal", "received " + proc::SignalName(sig), sig);
     StopWorkers(sig, [this, sig] {
       CloseAttempt();
+      WriteRootCause();  // a worker that had failed before the signal
       Finish(ExitForSignal(sig));
     });
   }
@@ -968,8 +972,12 @@ class LocalAgent::Impl {
   // after TORCH_ELASTIC_SHUTDOWN_TIMEOUT; `then` runs once all have exited.
   void StopWorkers(int sig, std::function<void()> then) {
     state_ = State::kStopping;
+    stop_for_own_failure_ = !failures_.empty() || hang_failing_;
+    // The clock the kernel dates files by: an error file written after
+    // this moment is never dated before it (CLOCK_REALTIME runs up to a
+    // tick ahead of it). A file server's clock is another matter.
     timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
     stop_asked_ns_ = now.tv_sec * 1'000'000'000LL + now.tv_nsec;
     workers_sup_->StopAll(sig,
                           std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -1058,11 +1066,12 @@ class LocalAgent::Impl {
   std::string hang_summary_;                     // its one line; "" before it
   std::optional<SecondTimeout> second_timeout_;  // when the judge fails on its own
   bool hang_failing_ = false;                    // --hang-action fail stops the workers
-  int64_t stop_asked_ns_ = 0;      // when the last stop began, as ErrorFile::written_ns
-  std::optional<double> quiet_s_;  // how long the workers have been quiet
-  bool asking_ = false;            // the peers are being asked
-  double next_ask_at_ = 0;         // not before (SteadySeconds)
-  bool warned_unknown_ = false;    // said that a node cannot be asked
+  int64_t stop_asked_ns_ = 0;          // when the last stop began, as ErrorFile::written_ns
+  bool stop_for_own_failure_ = false;  // it began for this node's failure or hang
+  std::optional<double> quiet_s_;      // how long the workers have been quiet
+  bool asking_ = false;                // the peers are being asked
+  double next_ask_at_ = 0;             // not before (SteadySeconds)
+  bool warned_unknown_ = false;        // said that a node cannot be asked
 };
 
 LocalAgent::LocalAgent(launch::LaunchConfig config, ProcessTableFactory table, LoopFactory loop)
