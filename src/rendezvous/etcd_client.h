@@ -122,8 +122,10 @@ class EtcdClient {
 
   // A watch read at the caller's pace, which may last as long as the client:
   // OpenWatch starts it and returns once etcd has created a watcher for
-  // every range (an error where it would not, three times within the
-  // timeout), NextEvent waits for its next event in order (an error once
+  // every range (opening it anew where some but not all were created
+  // within the timeout, an error after three such tries; where none was,
+  // at once, the stream still open), NextEvent waits for its next event in
+  // order (an error once
   // the stream fails or Abort() is called; the events before come first),
   // NextEventBefore the same until `until` (nothing where it came first, the
   // watch still open), CloseWatch ends it. While one is open the client's

@@ -241,8 +241,13 @@ class EtcdLink final : public Link {
       }
       const std::string assign = fmt::format("{}assign/{}/", keys_, seq_);
       const std::string end = keys_ + "end/";
-      TRUN_RETURN_IF_ERROR(watch_->OpenWatch(
-          {{assign, PrefixEnd(assign)}, {end, PrefixEnd(end)}, {s_->coord_key, ""}}, floor_ + 1));
+      Status opened = watch_->OpenWatch(
+          {{assign, PrefixEnd(assign)}, {end, PrefixEnd(end)}, {s_->coord_key, ""}}, floor_ + 1);
+      if (!opened.ok()) {
+        std::lock_guard lk(watch_mu_);
+        watch_.reset();  // a later wait opens one anew
+        return opened;
+      }
     }
     const bool assignment = full.starts_with(keys_ + "assign/");
     const auto since = std::chrono::steady_clock::now();
