@@ -44,6 +44,8 @@ for group in "$@"; do
     wait
   fi
   for stage in "${stages[@]}"; do
+    # A stage that left no end (killed, a full disk) failed.
+    took=0 rc=missing
     read -r took rc <"$logs/$stage.end"
     if [ "$rc" = 0 ]; then r=ok; else r=FAILED; failed=1; fi
     names+=("$stage") times+=("$took") results+=("$r")

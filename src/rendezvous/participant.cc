@@ -127,8 +127,8 @@ class Node final : public Rendezvous {
 
   // A node that has tried this long says once why it cannot connect: the
   // host may simply start later, but something else on the port (a
-  // listener that never answers) would otherwise keep it silent until
-  // join_timeout.
+  // listener that never answers) would otherwise keep it silent until its
+  // deadline (join_timeout at the start).
   static constexpr Duration kSayWhyAfter{30'000};
 
   Result<std::unique_ptr<Link>> Connect(Clock::time_point deadline, bool take_over,
@@ -147,13 +147,11 @@ class Node final : public Rendezvous {
       if (IsTokenRefusal(link.status())) return link;
       if (!said && now_() - since >= kSayWhyAfter) {
         said = true;
-        log::Warning(
-            "rendezvous: {} has not let this node in for {} s: {}; trying until "
-            "join_timeout, {} s from now",
-            medium_->Where(),
-            std::chrono::duration_cast<std::chrono::seconds>(now_() - since).count(),
-            link.status().message(),
-            std::chrono::duration_cast<std::chrono::seconds>(deadline - now_()).count());
+        log::Warning("rendezvous: {} has not let this node in for {} s: {}; trying for {} s more",
+                     medium_->Where(),
+                     std::chrono::duration_cast<std::chrono::seconds>(now_() - since).count(),
+                     link.status().message(),
+                     std::chrono::duration_cast<std::chrono::seconds>(deadline - now_()).count());
       }
     }
   }

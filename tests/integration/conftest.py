@@ -245,14 +245,15 @@ def _ephemeral_low():
 
 def _worker_ports(ports):
     """This pytest-xdist worker's share of `ports`: each worker picks from
-    its own, so that two tests running side by side never get the same port
-    (each worker remembers only the ports it handed out)."""
+    its own, so that two tests of one pass running side by side never get
+    the same port (each worker remembers only the ports it handed out)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if not worker.startswith("gw") or count <= 1:
         return ports
     share = len(ports) // count
-    start = ports.start + int(worker[2:]) * share
+    # A worker started again in a dead one's place counts on (gw3 of 3).
+    start = ports.start + int(worker[2:]) % count * share
     return range(start, start + share)
 
 
