@@ -742,26 +742,16 @@ class LocalAgent::Impl {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
                  w.local_rank, w.pid, config_.worker_argv[0]);
-      WorkerFailure f =
-          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                   w.output.error_file, exited_at, w.output.Tail(true));
-      f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
-                                              static_cast<size_t>(config_.failure_lines));
+      WorkerFailure f = Describe(w, exited_at, /*last_lines=*/true);
       if (!w.watchdog.empty()) f.message += "\n  watchdog: " + w.watchdog;
       failures_.Add(std::move(f));
     } else if (state_ == State::kStopping && !w.hang.empty()) {
       // Stopped because it hung (--hang-action fail): the root cause.
-      WorkerFailure f =
-          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                   w.output.error_file, exited_at, w.output.Tail(true));
+      WorkerFailure f = Describe(w, exited_at, /*last_lines=*/true);
       f.message += "\n  hung: " + w.hang;
-      f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
-                                              static_cast<size_t>(config_.failure_lines));
       failures_.Add(std::move(f));
     } else if (state_ == State::kStopping && w.exitcode != 0) {
-      WorkerFailure f =
-          failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
-                                   w.output.error_file, exited_at, w.output.Tail(true));
+      WorkerFailure f = Describe(w, exited_at, /*last_lines=*/!stop_for_own_failure_);
       if (stop_for_own_failure_) {
         // A sibling stopped because of that failure: torchrun 2.x lists it.
         f.stopped = true;
@@ -773,11 +763,21 @@ class LocalAgent::Impl {
         // is the job's root cause, and the other node's failure only its
         // echo (a peer that saw this worker's connections close); this node
         // then reports it (table, error file) as torchrun's agent would.
-        f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
-                                                static_cast<size_t>(config_.failure_lines));
         failures_.Add(std::move(f));
       }
     }
+  }
+
+  // A worker's failure as the report shows it: its error file read, and,
+  // for a failure of its own, its last lines of output.
+  WorkerFailure Describe(const Worker& w, int64_t exited_at, bool last_lines) const {
+    WorkerFailure f = failure::DescribeFailure(w.local_rank, w.global_rank, w.pid, w.exitcode,
+                                               w.output.error_file, exited_at, w.output.Tail(true));
+    if (last_lines) {
+      f.last_lines = failure::FormatLastLines(f, w.output.Tail(false), w.output.Tail(true),
+                                              static_cast<size_t>(config_.failure_lines));
+    }
+    return f;
   }
 
   // The running worker that `pid` is, or whose process group it is in.

@@ -214,9 +214,9 @@ class EtcdLink final : public Link {
   // whether its coordinator is still there, as its watch should have told:
   //  - `coord` gone or another's while the watch said nothing: the node
   //    goes on as if it had heard. etcd 3.4.23's gateway sometimes leaves
-  //    the last watcher of a request uncreated (a captured stream had
-  //    `created` for `assign/` and `end/`, none for `coord`), and CI twice
-  //    saw a survivor wait 60 s so;
+  //    the later watchers of a request uncreated, and CI twice saw a
+  //    survivor wait 60 s so; EtcdClient::OpenWatch now awaits every
+  //    `created`, so this is a second line of defence;
   //  - `coord` there, its lease expired and not revoked: revoking is a
   //    commit, and an etcd whose disk holds commits past its request
   //    timeout fails it and tries again seconds later, while reads still
