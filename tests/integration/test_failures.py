@@ -126,9 +126,14 @@ def test_restarts_run_out():
 def test_a_signal_after_a_failure_still_writes_the_root_cause(tmp):
     # A scheduler that stops trun after a worker failed (the local scheduler
     # stops the other replicas of a failed job) must still learn the cause.
+    # Rank 1 fails only once rank 0 ignores SIGTERM: else, on a loaded
+    # machine, the stop could kill rank 0 before it set that up, and trun
+    # would end (exit 1) before the test's signals came.
     agent_file = tmp / "agent_error.json"
+    ready = tmp / "ignoring"
     p = subprocess.Popen([TRUN, "--nproc-per-node", "2",
-                          *worker("ignore:TERM@0", "exit:3@1", "sleep:60")],
+                          *worker("ignore:TERM@0", f"touch:{ready}@0", f"await:{ready}@1",
+                                  "exit:3@1", "sleep:60")],
                          stderr=subprocess.PIPE, env=base_env(TORCHELASTIC_ERROR_FILE=agent_file))
     seen = b""
     while b"failed (exitcode: 3)" not in seen:
