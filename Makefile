@@ -24,6 +24,10 @@ export CCACHE_MAXSIZE ?= 5G
 # mypy's cache, outside the clone too: it checks each file's content, so a
 # later clone rechecks only what changed (38 s cold, under a second warm).
 MYPY_CACHE_DIR ?= /var/cache/trun/mypy
+# What `make test` runs beside the integration tests, that need no answer
+# soon (compiles, mypy), runs at a lower priority: the tests' waits on
+# processes and timers keep their CPU first.
+BESIDE = nice -n 10
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 .PHONY: all deps configure build layers torch2 test unit-test sanitize-build sanitize-test fuzz integration-test \
@@ -128,7 +132,7 @@ integration-test: build torch2
 UNIT_SHARDS ?= $(shell echo $$(($(JOBS) * 2)))
 sanitize-build: deps
 	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON >/dev/null
-	@cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
+	@$(BESIDE) cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
 
 sanitize-test: sanitize-build
 	@TRUN_SOURCE_DIR=$(CURDIR) $(PYTHON) scripts/unit-shards.py $(BUILD)-asan/trun_tests $(UNIT_SHARDS)
@@ -149,21 +153,23 @@ fuzz: deps
 # Debian's mypy --strict over the Python package (its settings: pyproject.toml,
 # [tool.mypy]); its cache is MYPY_CACHE_DIR's.
 typecheck: deps
-	@mypy --strict --cache-dir $(MYPY_CACHE_DIR)
+	@$(BESIDE) mypy --strict --cache-dir $(MYPY_CACHE_DIR)
 
 # Every stage, each timed; a table of the times at the end
 # (scripts/test-stages.sh), so that the next slow stage is seen: the
 # integration suite as its three parts (integration-test's), each
 # generation's parallel part, then both generations' timing tests. The
 # torch 2.x root comes before the unit tests: one of them reads a stack in it.
-# The sanitizers' unit tests and the fuzzer run beside the torch 1.13 pass,
-# which leaves the CPU idle about half its time (its tests wait on
-# processes); their build comes before, alone, as it may compile for
-# minutes. The torch 2.x pass keeps both cores busy, and the timing tests
-# need them quiet.
+# The type check, the sanitizers' build and unit tests, and the fuzzer run
+# beside the torch 1.13 pass, which leaves the CPU idle about half its time
+# (its tests wait on processes). With empty compiler caches the sanitizers'
+# build compiles for minutes: it and mypy yield the CPU to the tests
+# ($(BESIDE)), which were seen to pass beside two busy loops. The torch 2.x
+# pass keeps both cores busy, and the timing tests need them quiet.
 test:
-	@./scripts/test-stages.sh deps layers build typecheck torch2 sanitize-build \
-		sanitize-test,fuzz,integration-parallel-113 integration-parallel-2 integration-timing
+	@./scripts/test-stages.sh deps layers build torch2 \
+		typecheck+sanitize-build+sanitize-test,fuzz,integration-parallel-113 \
+		integration-parallel-2 integration-timing
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trun

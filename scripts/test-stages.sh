@@ -10,7 +10,10 @@
 # its output printed whole when it ends: work that leaves the CPU idle (the
 # torch 1.13 integration pass waits on processes more than it computes)
 # takes the others along in its time.
-# Usage: scripts/test-stages.sh STAGE[,STAGE...]...
+# Within a group, stages joined by plus signs (a+b) run one after the
+# other, each timed on its own: the sanitizers' build, then their tests,
+# beside the integration pass that does not need them.
+# Usage: scripts/test-stages.sh STAGE[+STAGE...][,STAGE[+STAGE...]...]...
 set -u
 names=() times=() results=()
 failed=0
@@ -24,23 +27,29 @@ if [ -t 1 ]; then
   export PY_COLORS=1 CLICOLOR_FORCE=1
 fi
 trap 'rm -rf "$logs"' EXIT
-# One stage of a group: its output to its log, printed whole at its end
-# (under a lock, so that two ends never mix), then its time and result.
+# One chain of a group (stages joined by +), one stage after the other:
+# each one's output to its log, printed whole at its end (under a lock, so
+# that two ends never mix), then its time and result.
 side_by_side() {
-  local stage=$1 t0=$SECONDS rc
-  make --no-print-directory "$stage" >"$logs/$stage" 2>&1
-  rc=$?
-  flock "$logs/.print" cat "$logs/$stage"
-  echo "$((SECONDS - t0)) $rc" >"$logs/$stage.end"
+  local stage t0 rc
+  IFS=+ read -r -a chain <<<"$1"
+  for stage in "${chain[@]}"; do
+    t0=$SECONDS
+    make --no-print-directory "$stage" >"$logs/$stage" 2>&1
+    rc=$?
+    flock "$logs/.print" cat "$logs/$stage"
+    echo "$((SECONDS - t0)) $rc" >"$logs/$stage.end"
+  done
 }
 for group in "$@"; do
-  IFS=, read -r -a stages <<<"$group"
+  IFS=, read -r -a chains <<<"$group"
+  IFS=,+ read -r -a stages <<<"$group"
   if [ "${#stages[@]}" = 1 ]; then
     stage=${stages[0]} t0=$SECONDS
     make --no-print-directory "$stage" 2>&1 | tee "$logs/$stage"
     echo "$((SECONDS - t0)) ${PIPESTATUS[0]}" >"$logs/$stage.end"
   else
-    for stage in "${stages[@]}"; do side_by_side "$stage" & done
+    for chain in "${chains[@]}"; do side_by_side "$chain" & done
     wait
   fi
   for stage in "${stages[@]}"; do
@@ -57,7 +66,7 @@ for i in "${!names[@]}"; do
   printf '   %-22s %4dm%02ds  %s\n' "${names[$i]}" $((times[i] / 60)) $((times[i] % 60)) "${results[$i]}"
 done
 for group in "$@"; do
-  case $group in *,*) echo "   (side by side: ${group//,/, })" ;; esac
+  case $group in *,*) echo "   (side by side: ${group//,/, }; a+b is a, then b)" ;; esac
 done
 total=$((SECONDS - start))
 printf '   %-22s %4dm%02ds  %s\n' total $((total / 60)) $((total % 60)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
