@@ -734,10 +734,6 @@ class LocalAgent::Impl {
     // anything is reported, so a crash never loses its last lines.
     w.output.Drain();
     if (timers_) timers_->ClearPid(w.pid);
-    telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped,
-                            !w.watchdog.empty() ? FailureCause::kWatchdog
-                            : w.exitcode < 0    ? FailureCause::kSignal
-                                                : FailureCause::kExitCode);
     if (state_ == State::kRunning && w.exitcode != 0) {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
@@ -762,10 +758,16 @@ class LocalAgent::Impl {
         // failed before, and was reaped only after the stop began. Often it
         // is the job's root cause, and the other node's failure only its
         // echo (a peer that saw this worker's connections close); this node
-        // then reports it (table, error file) as torchrun's agent would.
+        // then reports it (table, error file) as torchrun's agent would,
+        // and /health and the events call it failed, not stopped.
+        w.stopped = false;
         failures_.Add(std::move(f));
       }
     }
+    telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped,
+                            !w.watchdog.empty() ? FailureCause::kWatchdog
+                            : w.exitcode < 0    ? FailureCause::kSignal
+                                                : FailureCause::kExitCode);
   }
 
   // A worker's failure as the report shows it: its error file read, and,

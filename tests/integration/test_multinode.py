@@ -1,6 +1,7 @@
 """Several agents forming one job: static and c10d rendezvous, elasticity,
 fault tolerance and the job-wide restart budget, with real agents on loopback
 running real gloo DDP workers."""
+import json
 import re
 import time
 
@@ -108,6 +109,27 @@ def test_one_failure_restarts_every_node_once(agents, tmp_path):
     out = a[0].text() + a[1].text()
     assert "RESULT world=4" in out
     assert "restarting, attempt 1 of 1" in out
+
+
+def test_a_failure_reaped_after_its_echo_is_its_nodes_own_failure(agents, tmp_path):
+    # Rank 1 raises and lingers; rank 0 fails once it has, and its agent's
+    # report ends the round. Rank 1's agent stops a worker whose error file
+    # is older than the stop: that is its node's own failure, in its table
+    # and in its events (failed, not stopped). The torchx view of the same
+    # case is test_torchx_local's.
+    port = free_port()
+    a = [agents(f"n{i}", *c10d(port, 2), "--event-log-file", tmp_path / f"events{i}.jsonl",
+                FIXTURES / "late_reaped_failure.py", tmp_path / "mark") for i in range(2)]
+    assert [x.wait() for x in a] == [1, 1], a[0].text() + a[1].text()
+    exited = {}
+    for i in range(2):
+        for line in (tmp_path / f"events{i}.jsonl").read_text().splitlines():
+            e = json.loads(line)
+            if e["name"] == "trun.worker.exited":
+                exited[e["metadata"]["rank"]] = (i, e["metadata"]["outcome"])
+    assert sorted(outcome for _, outcome in exited.values()) == ["failed", "failed"], exited
+    root = a[exited[1][0]].text()
+    assert "ValueError: boom" in root[root.index("Root Cause"):], root
 
 
 def elastic(port, nnodes, ckpt, *extra):
