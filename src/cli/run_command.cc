@@ -224,10 +224,10 @@ Result<Args> RunArgsFromJson(std::string_view json) {
                                         "tee_logs",
                                         "component_args",
                                         "component_args_str"};
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& field : j.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
-                     [&](const char* f) { return key == f; }) == std::end(kFields)) {
-      problems.push_back(fmt::format("{}: not a field of TorchX's run arguments", key));
+                     [&](const char* f) { return field.key() == f; }) == std::end(kFields)) {
+      problems.push_back(fmt::format("{}: not a field of TorchX's run arguments", field.key()));
     }
   }
   want("component_name", get("component_name").is_string(), "a string");

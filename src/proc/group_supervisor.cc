@@ -42,7 +42,7 @@ void GroupSupervisor::Stop(const std::vector<pid_t>& groups, int sig,
     table_.SignalGroup(pid, sig);
   }
   const bool joining = stop_.has_value();
-  if (!joining) stop_.emplace();
+  if (!joining) stop_ = PendingStop{};
   stop_->then = std::move(then);
   if (!joining && sig != SIGKILL) {
     stop_->grace_timer = loop_.After(grace, [this] {
