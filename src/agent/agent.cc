@@ -734,6 +734,9 @@ class LocalAgent::Impl {
     // anything is reported, so a crash never loses its last lines.
     w.output.Drain();
     if (timers_) timers_->ClearPid(w.pid);
+    FailureCause cause = !w.watchdog.empty() ? FailureCause::kWatchdog
+                         : w.exitcode < 0    ? FailureCause::kSignal
+                                             : FailureCause::kExitCode;
     if (state_ == State::kRunning && w.exitcode != 0) {
       // Said at once, in torch's words, before the siblings are stopped.
       log::Error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", w.exitcode,
@@ -761,13 +764,11 @@ class LocalAgent::Impl {
         // then reports it (table, error file) as torchrun's agent would,
         // and /health and the events call it failed, not stopped.
         w.stopped = false;
+        cause = FailureCause::kErrorFile;
         failures_.Add(std::move(f));
       }
     }
-    telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped,
-                            !w.watchdog.empty() ? FailureCause::kWatchdog
-                            : w.exitcode < 0    ? FailureCause::kSignal
-                                                : FailureCause::kExitCode);
+    telemetry_.WorkerExited(w.local_rank, w.global_rank, w.pid, w.exitcode, w.stopped, cause);
   }
 
   // A worker's failure as the report shows it: its error file read, and,

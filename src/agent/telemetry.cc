@@ -33,6 +33,8 @@ const char* CauseName(FailureCause c) {
       return "signal";
     case FailureCause::kWatchdog:
       return "watchdog";
+    case FailureCause::kErrorFile:
+      return "error_file";
   }
   return "exit_code";
 }

@@ -91,8 +91,10 @@ struct GroupHealth {
 bool IsHealthy(const GroupHealth& h);
 std::string EncodeHealth(const GroupHealth& h, const TelemetryOptions& o);
 
-// Why a worker's exit failed the group.
-enum class FailureCause { kExitCode, kSignal, kWatchdog };
+// Why a worker's exit failed the group. kErrorFile: trun stopped it for
+// another reason, but its error file predates the stop (it failed first,
+// and was reaped late), so its exit code or signal is the stop's, not its.
+enum class FailureCause { kExitCode, kSignal, kWatchdog, kErrorFile };
 
 class Telemetry {
  public:

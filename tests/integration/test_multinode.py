@@ -126,8 +126,10 @@ def test_a_failure_reaped_after_its_echo_is_its_nodes_own_failure(agents, tmp_pa
         for line in (tmp_path / f"events{i}.jsonl").read_text().splitlines():
             e = json.loads(line)
             if e["name"] == "trun.worker.exited":
-                exited[e["metadata"]["rank"]] = (i, e["metadata"]["outcome"])
-    assert sorted(outcome for _, outcome in exited.values()) == ["failed", "failed"], exited
+                exited[e["metadata"]["rank"]] = (i, e["metadata"]["outcome"],
+                                                 e["metadata"]["cause"])
+    assert [exited[r][1:] for r in (0, 1)] == [("failed", "exit_code"),
+                                              ("failed", "error_file")], exited
     root = a[exited[1][0]].text()
     assert "ValueError: boom" in root[root.index("Root Cause"):], root
 
