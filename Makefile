@@ -24,9 +24,11 @@ export CCACHE_MAXSIZE ?= 5G
 # mypy's cache, outside the clone too: it checks each file's content, so a
 # later clone rechecks only what changed (38 s cold, under a second warm).
 MYPY_CACHE_DIR ?= /var/cache/trun/mypy
-# What `make test` runs beside the integration tests, that need no answer
-# soon (compiles, mypy), runs at a lower priority: the tests' waits on
-# processes and timers keep their CPU first.
+# What `make test` runs beside the integration tests for minutes and needs
+# no answer soon (the sanitizers' compile, mypy) runs at a lower priority:
+# the tests' waits on processes and timers keep their CPU first. The
+# fuzzer's 30 s and the unit tests' 20 s keep theirs: their bounds and
+# timers are as tight as the integration tests'.
 BESIDE = nice -n 10
 PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
@@ -132,12 +134,13 @@ integration-test: build torch2
 # The tree is compiled by clang (installed for the fuzzer): with UBSan's
 # checks g++ takes twice its time (the whole tree from nothing on 2 cores:
 # 3m07s against 6m36s), and a second compiler's warnings come with it.
-# CC and CXX choose the compiler of a new tree only (CMake keeps a tree's
-# compiler; naming it on every configure would rebuild the tree each time).
+# Named by absolute path, as CMake records it: a bare name differs from the
+# cached path and makes CMake start the tree anew on every configure, and
+# CC/CXX would leave a tree an older g++ configured on g++.
 UNIT_SHARDS ?= $(shell echo $$(($(JOBS) * 2)))
 sanitize-build: deps
-	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-		-DTRUN_ASAN=ON >/dev/null
+	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRUN_ASAN=ON \
+		-DCMAKE_C_COMPILER=$$(command -v clang) -DCMAKE_CXX_COMPILER=$$(command -v clang++) >/dev/null
 	@$(BESIDE) cmake --build $(BUILD)-asan -j $(JOBS) --target trun_tests
 
 sanitize-test: sanitize-build

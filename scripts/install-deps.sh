@@ -5,7 +5,7 @@
 set -eu
 pkgs="g++ cmake make ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
 libasio-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-torch python3-pytest
-procps iproute2 curl clang libclang-rt-14-dev libcurl4-openssl-dev etcd-server libyaml-cpp-dev libsodium-dev python3-yaml
+procps iproute2 curl clang libclang-rt-14-dev llvm-14 libcurl4-openssl-dev etcd-server libyaml-cpp-dev libsodium-dev python3-yaml
 slurmctld slurmd slurm-client munge debootstrap zsh tcsh python3-cloudpickle python3-setuptools
 python3-pip openssh-server openssh-client python3-jsonschema openssl ccache
 python3-pytest-xdist mypy gdb"

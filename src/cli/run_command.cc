@@ -224,6 +224,7 @@ Result<Args> RunArgsFromJson(std::string_view json) {
                                         "tee_logs",
                                         "component_args",
                                         "component_args_str"};
+  // No structured binding: clang 14 (the sanitizer tree's) cannot capture one.
   for (const auto& field : j.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
                      [&](const char* f) { return field.key() == f; }) == std::end(kFields)) {

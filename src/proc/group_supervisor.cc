@@ -42,6 +42,8 @@ void GroupSupervisor::Stop(const std::vector<pid_t>& groups, int sig,
     table_.SignalGroup(pid, sig);
   }
   const bool joining = stop_.has_value();
+  // Assigned, not emplace()d: clang 14 (the sanitizer tree's compiler)
+  // does not see PendingStop as default-constructible inside this class.
   if (!joining) stop_ = PendingStop{};
   stop_->then = std::move(then);
   if (!joining && sig != SIGKILL) {
