@@ -12,7 +12,9 @@
 # takes the others along in its time.
 # Within a group, stages joined by plus signs (a+b) run one after the
 # other, each timed on its own: the sanitizers' build, then their tests,
-# beside the integration pass that does not need them.
+# beside the integration pass that does not need them. A chain stops at a
+# stage that failed; the stages after it are shown as skipped.
+# A stage may be named once (its log and time are kept under its name).
 # Usage: scripts/test-stages.sh STAGE[+STAGE...][,STAGE[+STAGE...]...]...
 set -u
 names=() times=() results=()
@@ -31,9 +33,14 @@ trap 'rm -rf "$logs"' EXIT
 # each one's output to its log, printed whole at its end (under a lock, so
 # that two ends never mix), then its time and result.
 side_by_side() {
-  local stage t0 rc
+  local stage t0 rc=0
+  local -a chain
   IFS=+ read -r -a chain <<<"$1"
   for stage in "${chain[@]}"; do
+    if [ "$rc" != 0 ]; then
+      echo "0 skipped" >"$logs/$stage.end"
+      continue
+    fi
     t0=$SECONDS
     make --no-print-directory "$stage" >"$logs/$stage" 2>&1
     rc=$?
@@ -41,6 +48,11 @@ side_by_side() {
     echo "$((SECONDS - t0)) $rc" >"$logs/$stage.end"
   done
 }
+IFS=' ,+' read -r -a all <<<"$*"
+if [ "$(printf '%s\n' "${all[@]}" | sort | uniq -d)" ]; then
+  echo "test-stages: a stage is named twice in: $*" >&2
+  exit 2
+fi
 for group in "$@"; do
   IFS=, read -r -a chains <<<"$group"
   IFS=,+ read -r -a stages <<<"$group"
@@ -56,7 +68,11 @@ for group in "$@"; do
     # A stage that left no end (killed, a full disk) failed.
     took=0 rc=missing
     read -r took rc <"$logs/$stage.end"
-    if [ "$rc" = 0 ]; then r=ok; else r=FAILED; failed=1; fi
+    case $rc in
+      0) r=ok ;;
+      skipped) r=skipped ;;
+      *) r=FAILED failed=1 ;;
+    esac
     names+=("$stage") times+=("$took") results+=("$r")
   done
 done
@@ -66,7 +82,10 @@ for i in "${!names[@]}"; do
   printf '   %-22s %4dm%02ds  %s\n' "${names[$i]}" $((times[i] / 60)) $((times[i] % 60)) "${results[$i]}"
 done
 for group in "$@"; do
-  case $group in *,*) echo "   (side by side: ${group//,/, }; a+b is a, then b)" ;; esac
+  case $group in
+    *,*+* | *+*,*) echo "   (side by side: ${group//,/, }; a+b is a, then b)" ;;
+    *,*) echo "   (side by side: ${group//,/, })" ;;
+  esac
 done
 total=$((SECONDS - start))
 printf '   %-22s %4dm%02ds  %s\n' total $((total / 60)) $((total % 60)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
