@@ -246,18 +246,10 @@ class LocalAgent::Impl {
       return AskForRound();
     }
     telemetry_.GroupStopping("round_ended", end.reason, SIGTERM);
-    StopWorkers(SIGTERM, [this] {
-      CloseAttempt();
-      // failures_ keeps this node's own failures seen during the stop
-      // (OnWorkerExit): reported if no round comes (or a signal ends
-      // trun), cleared by the next attempt.
-      if (pending_signal_ != 0) {
-        WriteRootCause();
-        return Finish(ExitForSignal(pending_signal_));
-      }
-      state_ = State::kWaiting;
-      AskForRound();
-    });
+    // failures_ keeps this node's own failures seen during the stop
+    // (OnWorkerExit): reported if no round comes (or a signal ends trun),
+    // cleared by the next attempt.
+    StopWorkers(SIGTERM, [this] { AfterStop(); });
   }
 
   // Puts this node in the next round; OnRound hears back.
@@ -705,7 +697,7 @@ class LocalAgent::Impl {
     log::Error("--hang-action fail: stopping the workers ({})", restart_reason_);
     telemetry_.GroupStopping("hang", restart_reason_, SIGTERM);
     rdzv_->Failed(restart_reason_);
-    StopWorkers(SIGTERM, [this] { AfterFailure(); });
+    StopWorkers(SIGTERM, [this] { AfterStop(); });
   }
 
   // ---- events ---------------------------------------------------------------
@@ -869,7 +861,7 @@ class LocalAgent::Impl {
                                     root.global_rank, root.local_rank, root.pid, root.exitcode);
       telemetry_.GroupStopping("failure", restart_reason_, SIGTERM);
       rdzv_->Failed(restart_reason_);
-      StopWorkers(SIGTERM, [this] { AfterFailure(); });
+      StopWorkers(SIGTERM, [this] { AfterStop(); });
       return;
     }
     if (workers_sup_->live() == 0) {
@@ -892,21 +884,21 @@ class LocalAgent::Impl {
         "the job ends here, as under torchrun; leave SIGCHLD out of --signals-to-handle");
     pending_signal_ = SIGCHLD;
     telemetry_.GroupStopping("signal", "received SIGCHLD", SIGTERM);
-    StopWorkers(SIGTERM, [this] {
-      CloseAttempt();
-      WriteRootCause();
-      Finish(ExitForSignal(SIGCHLD));
-    });
+    StopWorkers(SIGTERM, [this] { AfterStop(); });
   }
 
-  void AfterFailure() {
+  // Once every worker of a stop has exited, whatever began it (a failure, a
+  // hang, the round's end, a signal): a signal ends trun, with the root
+  // cause of a worker that had failed before it written; else on to the
+  // next round.
+  void AfterStop() {
     CloseAttempt();
     if (pending_signal_ != 0) {
       WriteRootCause();
       Finish(ExitForSignal(pending_signal_));
       return;
     }
-    // The rendezvous counts the failed round against the job's budget and
+    // The rendezvous counts a failed round against the job's budget and
     // answers with the next round or with the news that it is spent.
     state_ = State::kWaiting;
     AskForRound();
@@ -955,7 +947,7 @@ class LocalAgent::Impl {
     pending_signal_ = sig;
     log::Warning("received {}; stopping workers", proc::SignalName(sig));
     if (state_ == State::kStopping) {
-      // Already stopping after a failure: AfterFailure sees pending_signal_.
+      // Already stopping after a failure: AfterStop sees pending_signal_.
       return;
     }
     if (state_ == State::kWaiting || state_ == State::kStarting) {
@@ -964,11 +956,7 @@ class LocalAgent::Impl {
       return;
     }
     telemetry_.GroupStopping("signal", "received " + proc::SignalName(sig), sig);
-    StopWorkers(sig, [this, sig] {
-      CloseAttempt();
-      WriteRootCause();  // a worker that had failed before the signal
-      Finish(ExitForSignal(sig));
-    });
+    StopWorkers(sig, [this] { AfterStop(); });
   }
 
   // Signals every live worker's process group, then SIGKILLs what is left

@@ -125,13 +125,13 @@ class EtcdClient {
   // every range (opening it anew where some but not all were created
   // within the timeout, an error after three such tries; where none was,
   // at once, the stream still open), NextEvent waits for its next event in
-  // order (an error once
-  // the stream fails or Abort() is called; the events before come first),
-  // NextEventBefore the same until `until` (nothing where it came first, the
-  // watch still open), CloseWatch ends it. While one is open the client's
-  // other calls fail: a node keeps one client for its requests and one for
-  // its watch, each on one kept-alive connection (a watch ended early costs
-  // its connection; etcd spends CPU on every new one).
+  // order (an error once the stream fails or Abort() is called; the events
+  // before come first), NextEventBefore the same until `until` (nothing
+  // where it came first, the watch still open), CloseWatch ends it. While
+  // one is open the client's other calls fail: a node keeps one client for
+  // its requests and one for its watch, each on one kept-alive connection
+  // (a watch ended early costs its connection; etcd spends CPU on every new
+  // one).
   Status OpenWatch(const std::vector<KeyRange>& ranges, int64_t start_revision);
   Result<WatchEvent> NextEvent();
   Result<std::optional<WatchEvent>> NextEventBefore(std::chrono::steady_clock::time_point until);

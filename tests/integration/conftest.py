@@ -1,4 +1,5 @@
 """Shared helpers: run build/trun (and torch 1.13's torchrun) as a user would."""
+import json
 import os
 import pathlib
 import random
@@ -202,6 +203,11 @@ def torchrun(*args, timeout=180, env=None):
 def worker(*actions):
     """The command line tail that runs tests/fixtures/worker.py with actions."""
     return [str(FIXTURES / "worker.py"), *actions]
+
+
+def read_events(path):
+    """The events of a JSON-lines file (--event-log-file)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def live_processes_with(token):

@@ -1,20 +1,15 @@
 """--hang-timeout and --hang-action: a job that makes no progress is
 reported, rank by rank, and can be failed (docs/cli.md, "--hang-timeout")."""
-import json
 import os
 import re
 
 import pytest
 
-from conftest import FIXTURES, free_port
+from conftest import FIXTURES, free_port, read_events
 
 SCRIPT = FIXTURES / "stack_worker.py"
 SLEEP_LINE = next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1)
                   if "SLEEP_LINE" in line)
-
-
-def events(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def hang_job(agents, tmp_path, script, *args, token=()):
@@ -46,9 +41,9 @@ def the_report(tmp_path, first, second, odd):
     (other,) = [a for a in (first, second) if a is not judge]
     assert "on any of the job's 2 node(s)" in judge.text(), judge.text()
     assert "no progress for 5 s on any" not in other.text(), other.text()
-    assert not [e for e in events(tmp_path / f"{other.name}.jsonl")
+    assert not [e for e in read_events(tmp_path / f"{other.name}.jsonl")
                 if e["name"] == "trun.group.hung"]
-    (report,) = [e for e in events(tmp_path / f"{judge.name}.jsonl")
+    (report,) = [e for e in read_events(tmp_path / f"{judge.name}.jsonl")
                  if e["name"] == "trun.group.hung"]
     assert odd in report["metadata"]["summary"]
     assert report["metadata"]["idle_seconds"] == 5, report
@@ -144,7 +139,7 @@ def test_a_checkpoint_is_not_a_hang_and_a_judge_that_finished_still_judges(agent
         assert "cannot be asked" not in a.text(), a.text()
     odd = f"rank 3 is not where the others are: in last_rank_sleeps at checkpoint.py:{line}"
     judge, other, report = the_report(tmp_path, first, second, odd)
-    names = [e["name"] for e in events(tmp_path / f"{judge.name}.jsonl")]
+    names = [e["name"] for e in read_events(tmp_path / f"{judge.name}.jsonl")]
     assert names.index("trun.group.succeeded") < names.index("trun.group.hung"), names
     # Made after rank 3 fell asleep, the timeout later: the checkpoint was
     # not taken for a hang.

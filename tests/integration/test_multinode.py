@@ -1,13 +1,13 @@
 """Several agents forming one job: static and c10d rendezvous, elasticity,
 fault tolerance and the job-wide restart budget, with real agents on loopback
 running real gloo DDP workers."""
-import json
 import re
 import time
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, TORCHRUN, TRUN, free_port, kill_one_of_two, trun
+from conftest import (EXAMPLES, FIXTURES, TORCHRUN, TRUN, free_port, kill_one_of_two, read_events,
+                      trun)
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -121,13 +121,9 @@ def test_a_failure_reaped_after_its_echo_is_its_nodes_own_failure(agents, tmp_pa
     a = [agents(f"n{i}", *c10d(port, 2), "--event-log-file", tmp_path / f"events{i}.jsonl",
                 FIXTURES / "late_reaped_failure.py", tmp_path / "mark") for i in range(2)]
     assert [x.wait() for x in a] == [1, 1], a[0].text() + a[1].text()
-    exited = {}
-    for i in range(2):
-        for line in (tmp_path / f"events{i}.jsonl").read_text().splitlines():
-            e = json.loads(line)
-            if e["name"] == "trun.worker.exited":
-                exited[e["metadata"]["rank"]] = (i, e["metadata"]["outcome"],
-                                                 e["metadata"]["cause"])
+    exited = {e["metadata"]["rank"]: (i, e["metadata"]["outcome"], e["metadata"]["cause"])
+              for i in range(2) for e in read_events(tmp_path / f"events{i}.jsonl")
+              if e["name"] == "trun.worker.exited"}
     assert [exited[r][1:] for r in (0, 1)] == [("failed", "exit_code"),
                                               ("failed", "error_file")], exited
     root = a[exited[1][0]].text()

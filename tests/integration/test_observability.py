@@ -8,11 +8,7 @@ import subprocess
 import threading
 import time
 
-from conftest import FIXTURES, TRUN, base_env, free_port, trun, worker
-
-
-def read_events(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from conftest import FIXTURES, TRUN, base_env, free_port, read_events, trun, worker
 
 
 def names(events):
