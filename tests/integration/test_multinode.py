@@ -222,22 +222,23 @@ def test_the_lost_store_host_is_named_when_nobody_can_take_over(agents, hosts, t
                   "the worker is a shell script, not torch")
 @pytest.mark.parametrize("restarts", [0, 2])
 def test_a_failure_after_the_store_hosts_node_finished_ends_the_job_promptly(agents, restarts):
-    # Node 0 hosts the store and its worker succeeds at once; node 1's fails
-    # 3 s later. With or without restarts left, node 1 can form no round of
-    # 2 (node 0's agent has exited), so it must fail at once, not wait for
-    # the join timeout.
+    # n0 hosts the store and its worker succeeds at once; n1's fails 3 s
+    # later. With or without restarts left, n1 can form no round of 2 (n0's
+    # agent has exited), so it must fail at once, not wait for the join
+    # timeout. Each agent runs its own script: the group ranks follow the
+    # order of joining, and n1 may join first (n0 says it hosts the store
+    # before it joins).
     port = free_port()
-    script = 'if [ "$GROUP_RANK" = 1 ]; then sleep 3; echo boom-$RANK >&2; exit 3; fi'
     args = [*c10d(port, 2, 1, "--rdzv-conf", "join_timeout=120"), "--max-restarts", restarts,
-            "--no-python", "sh", "-c", script]
-    n0 = agents("n0", *args)
+            "--no-python", "sh", "-c"]
+    n0 = agents("n0", *args, "exit 0")
     n0.wait_for("hosting the store")
-    n1 = agents("n1", *args)
-    n1.wait_for(r"boom-1")
+    n1 = agents("n1", *args, "sleep 3; echo boom-$RANK >&2; exit 3")
+    rank = n1.wait_for(r"boom-(\d)").group(1)
     failed_at = time.time()
     rc1 = n1.wait(timeout=150)
     took = time.time() - failed_at
     assert rc1 != 0, n1.text()
-    assert took < 20, f"node 1 took {took:.0f} s to end:\n{n1.text()}"
-    assert "Root Cause" in n1.text() and re.search(r"rank\s*:\s*1\b", n1.text()), n1.text()
+    assert took < 20, f"n1 took {took:.0f} s to end:\n{n1.text()}"
+    assert "Root Cause" in n1.text() and re.search(rf"rank\s*:\s*{rank}\b", n1.text()), n1.text()
     assert n0.wait(timeout=60) == 0, n0.text()
