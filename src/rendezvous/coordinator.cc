@@ -641,7 +641,14 @@ std::optional<Clock::time_point> Coordinator::NextDeadline() const {
       consider(*min_reached_at_ +
                (first_ && expected_.empty() ? options_.last_call_timeout : options_.close_timeout));
     }
-    if (!first_ || !expected_.empty()) consider(forming_since_ + options_.close_timeout);
+    // The close timeout acts only on a failure to judge or on a round with
+    // its minimum; past it, a round short of its minimum waits for a node
+    // or the join timeout, and a deadline left in the past would fire the
+    // timer again at once, forever (100% of a core until join_timeout).
+    if ((!first_ || !expected_.empty()) &&
+        (pending_failure_ || waiting_ >= static_cast<size_t>(options_.min_nodes))) {
+      consider(forming_since_ + options_.close_timeout);
+    }
     consider(forming_since_ + options_.join_timeout);
   }
   return next;

@@ -76,6 +76,7 @@ class Harness {
     return ids;
   }
   Coordinator& coord() { return coord_; }
+  Clock::time_point now() const { return now_; }
   // The last round write's Write::seen_from.
   const std::vector<std::string>& seen_from() const { return seen_from_; }
   // Makes the coordinator's writes, as the store would.
@@ -278,6 +279,32 @@ TEST(CoordinatorTest, ALostNodeEndsTheRoundAndTheSurvivorsCarryOn) {
   // Every node still alive is back: no need to wait for anyone.
   EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a"}));
   EXPECT_EQ(h.coord().failures(), 0);  // a membership change is not a failure
+}
+
+TEST(CoordinatorTest, ARestartShortOfItsMinimumSetsNoDeadlineInThePast) {
+  // A node of two lost, min 2: the survivor waits past the close timeout
+  // for a node or the join timeout, its host's timer never due at once
+  // (it fired again and again, a core's worth, until the join timeout).
+  Harness h(Elastic(2, 2));
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  ASSERT_TRUE(h.Get("round/0"));
+  h.Disconnect(2);
+  h.Ready(1, 2);
+  for (int i = 0; i < 5; ++i) {
+    h.Heartbeat(1);
+    h.Advance(1000ms);
+    auto next = h.coord().NextDeadline();
+    ASSERT_TRUE(next);
+    EXPECT_GT(*next, h.now()) << "after " << (i + 1) << " s";
+  }
+  EXPECT_FALSE(h.Get("assign/1/2"));
+  // A node back in time closes the round at once: the close timeout passed.
+  h.Join(3, "c");
+  h.Ready(3, 1);
+  EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a", "c"}));
 }
 
 TEST(CoordinatorTest, SilenceForTheHeartbeatTimeoutIsALoss) {
