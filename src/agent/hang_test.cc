@@ -279,21 +279,18 @@ TEST(HangProgress, ASpinningDeviceWaitIsFoundAndAStepLoopIsNot) {
   auto [spans, wait] = WatchSpans(watcher, stuck.pid(), 3);
   EXPECT_EQ(spans, 3);
   EXPECT_NE(wait.find("torch/cuda/__init__.py"), std::string::npos) << wait;
-  // Steps of 2 ms in the same wait, each followed by a tenth of that of the
-  // script's own work: the reads every 2 ms see it leave. Not in every
-  // span on a loaded machine (the reads and the steps are both late), but
-  // a hang needs every span of the timeout: six in a row here. The work
-  // is a tenth of the step's time as the clock saw it, not a fixed count:
-  // on a loaded machine the step ends late, waiting for a core, and that
-  // wait is still in the step's frame, so a fixed 0.2 ms of work became a
-  // hundredth of the loop and six spans in CI found no read outside it.
+  // Steps of 2 ms in the same wait, each followed by 1 ms of the script's
+  // own waiting (a data loader's, say): the reads every 2 ms see it leave.
+  // Not in every span on a loaded machine, but a hang needs every span of
+  // the timeout: six in a row here. Outside the wait the script sleeps
+  // rather than computes: a reader on a busy machine gets a core mostly
+  // when the script blocks, so a short computation between the waits was
+  // seldom read, and CI once found all six spans in the wait.
   FakeTorchWaiter steps(
       "import time\n"
       "while True:\n"
-      "    start = time.monotonic()\n"
       "    torch.cuda.synchronize(0.002)\n"
-      "    end = time.monotonic() + (time.monotonic() - start) / 10\n"
-      "    while time.monotonic() < end: pass\n");
+      "    time.sleep(0.001)\n");
   EXPECT_LT(WatchSpans(watcher, steps.pid(), 6).first, 6);
   // The script's own loop is never a device wait; a process not watched
   // has none.

@@ -196,7 +196,7 @@ def torchrun(*args, timeout=180, env=None):
               f"Its output: {e.stdout!r} {e.stderr!r}", file=sys.stderr)
         r = run(cmd, timeout=timeout, env=env)
     if r.returncode != 0 and b"errno: 98 - Address already in use" in r.stderr:
-        # The peer's own port race (torch #126510, #85604): its agent picks
+        # The peer's own port race (torch #85604): its agent picks
         # the workers' MASTER_PORT by binding port 0 and closing it, and
         # rank 0 binds it seconds later, after its imports; beside the other
         # tests' connections the kernel handed it out meanwhile (seen with
