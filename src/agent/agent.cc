@@ -106,7 +106,22 @@ class LocalAgent::Impl {
   // ---- rounds ----------------------------------------------------------------
 
   void OnRound(rendezvous::RoundOutcome outcome) {
-    if (state_ != State::kWaiting) return;
+    if (state_ != State::kWaiting) {
+      // No round will come (the rendezvous's host lost, and nobody could
+      // take over) while the workers start, run or stop: the participant's
+      // threads have ended, so the agent would wait for a round forever.
+      // It is heard once the workers are stopped, when the agent would ask
+      // for a round (AskForRound).
+      const auto* none = std::get_if<rendezvous::NoRound>(&outcome);
+      if (!none || no_round_ || state_ == State::kDone) return;
+      no_round_ = *none;
+      if (state_ == State::kRunning) {
+        log::Warning("stopping the worker group: {}", none->why.message());
+        telemetry_.GroupStopping("round_ended", none->why.message(), SIGTERM);
+        StopWorkers(SIGTERM, [this] { AfterStop(); });
+      }
+      return;
+    }
     if (const auto* none = std::get_if<rendezvous::NoRound>(&outcome)) return OnNoRound(*none);
     rendezvous::Round* r = &std::get<rendezvous::Round>(outcome);
     const bool restart = round_.has_value();
@@ -171,9 +186,17 @@ class LocalAgent::Impl {
     // The round may have ended meanwhile (OnRoundEnded), or the job (a
     // signal); a later round's own wait may have started its workers.
     if (state_ != State::kStarting) return;
+    if (no_round_) return NoWorkersToStart();
     relay_.reset();
     if (WantRelay()) return LinkRelay();
     StartOrStop(StartAttempt());
+  }
+
+  // A round was given, and then the news that no round will come, before
+  // its workers started: none start.
+  void NoWorkersToStart() {
+    state_ = State::kWaiting;
+    AskForRound();
   }
 
   void StartOrStop(Status s) {
@@ -223,8 +246,9 @@ class LocalAgent::Impl {
           fmt::format("--store-relay: the workers' relay cannot link to the job's store: {}",
                       fd.status().message())));
     }
-    if (state_ != State::kStarting) {
+    if (state_ != State::kStarting || no_round_) {
       ::close(*fd);
+      if (state_ == State::kStarting) NoWorkersToStart();
       return;
     }
     auto relay = store::Relay::Serve(io_, std::move(o), *fd);
@@ -254,6 +278,7 @@ class LocalAgent::Impl {
 
   // Puts this node in the next round; OnRound hears back.
   void AskForRound() {
+    if (no_round_) return OnNoRound(*no_round_);
     telemetry_.RendezvousStarted();
     rdzv_->Ready();
   }
@@ -1036,6 +1061,9 @@ class LocalAgent::Impl {
   std::vector<std::string> agent_env_;  // our environment, for WorkerEnv
 
   State state_ = State::kWaiting;
+  // The rendezvous's news that no round will come, heard while the workers
+  // were not stopped (OnRound).
+  std::optional<rendezvous::NoRound> no_round_;
   bool succeeded_ = false;  // every worker exited 0; in the exit barrier
   int attempts_ = 0;        // groups started by this agent
   // Why the group is being restarted, for the next round's event.

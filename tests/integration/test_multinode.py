@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import (EXAMPLES, FIXTURES, TORCHRUN, TRUN, free_port, kill_one_of_two, read_events,
-                      trun)
+                      trun, worker)
 
 DDP = EXAMPLES / "ddp_train.py"
 ELASTIC = FIXTURES / "elastic_train.py"
@@ -206,6 +206,33 @@ def test_a_host_cut_off_is_dropped_and_the_rest_carry_on(agents, hosts, tmp_path
     # an address it does not own; its workers are stopped, not left hanging.
     assert h2.wait(timeout=60) == 1, h2.text()
     assert "no surviving node could take it over" in h2.text(), h2.text()
+
+
+@pytest.mark.once("when the agent hears that no round will come is trun's own logic; the "
+                  "worker is a script that ignores SIGTERM, not torch")
+def test_no_round_heard_while_the_workers_stop_still_ends_the_node(agents, hosts, tmp_path):
+    # h2 is cut off while its worker ignores SIGTERM: the news that nobody
+    # can take over the store comes while its agent waits out the grace
+    # before SIGKILL. It used to be dropped there, and h2 waited forever for
+    # a round from a rendezvous whose threads had ended.
+    args = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.200.0.1:29400", "--rdzv-id", "ns",
+            "--rdzv-conf", "last_call_timeout=0.5,heartbeat_timeout=2", "--shutdown-timeout", 8]
+    started = tmp_path / "h2-started"
+    h1 = agents("h1", *args, *worker("sleep:60"), prefix=hosts.run(1))
+    h1.wait_for("hosting the store")
+    h2 = agents("h2", *args, *worker("ignore:TERM", f"touch:{started}", "sleep:60"),
+                prefix=hosts.run(2))
+    deadline = time.time() + 60
+    while not started.exists():
+        assert time.time() < deadline and h2.proc.poll() is None, h2.text()
+        time.sleep(0.1)
+    hosts.cut(2)
+    assert h2.wait(timeout=60) == 1, h2.text()
+    text = h2.text()
+    assert "no surviving node could take it over" in text, text
+    # The news came within the grace, and was acted on after it.
+    assert text.index("restarting the worker group") < text.index("no surviving node"), text
 
 
 def test_the_lost_store_host_is_named_when_nobody_can_take_over(agents, hosts, tmp_path):
