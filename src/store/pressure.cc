@@ -1,5 +1,7 @@
 #include "store/pressure.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace trun::store {
@@ -85,6 +87,21 @@ RefusalLimiter::Decision RefusalLimiter::Note(std::string_view source, std::stri
   Decision d = Count(pool_, !std::exchange(pool_used_, true), now);
   d.pooled = true;
   return d;
+}
+
+std::optional<std::string> RefusalLimiter::Line(std::string_view source, std::string_view reason,
+                                                std::string_view line, Clock::time_point now) {
+  Decision d = Note(source, reason, now);
+  if (!d.log) return std::nullopt;
+  if (d.pooled) {
+    return fmt::format(
+        "{} (refused sources are too many to log each: {} more from them since the last such "
+        "line)",
+        line, d.unlogged);
+  }
+  if (d.unlogged > 0)
+    return fmt::format("{} (and {} more from it since the last such line)", line, d.unlogged);
+  return std::string(line);
 }
 
 }  // namespace trun::store

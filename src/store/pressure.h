@@ -99,6 +99,10 @@ class RefusalLimiter {
   };
   // A refusal from `source` for `reason` at `now`.
   Decision Note(std::string_view source, std::string_view reason, Clock::time_point now);
+  // The same, as the line to log: `line` with what went unlogged since,
+  // or nothing where this refusal is not to be logged.
+  std::optional<std::string> Line(std::string_view source, std::string_view reason,
+                                  std::string_view line, Clock::time_point now);
 
   size_t size() const { return entries_.size(); }
 

@@ -94,6 +94,18 @@ TEST(RefusalLimiterTest, OneLineAPeriodPerSourceAndReason) {
   EXPECT_FALSE(d.pooled);
 }
 
+TEST(RefusalLimiterTest, ALineSaysWhatWentUnlogged) {
+  RefusalLimiter r(1, seconds(60));
+  EXPECT_EQ(r.Line("10.0.0.1", "why", "dropped 10.0.0.1", t0), "dropped 10.0.0.1");
+  EXPECT_FALSE(r.Line("10.0.0.1", "why", "dropped 10.0.0.1", t0 + seconds(1)));
+  EXPECT_EQ(r.Line("10.0.0.1", "why", "dropped 10.0.0.1", t0 + seconds(61)),
+            "dropped 10.0.0.1 (and 1 more from it since the last such line)");
+  // The table (one row) is full: another source shares the pooled entry.
+  EXPECT_EQ(r.Line("10.0.0.2", "why", "dropped 10.0.0.2", t0 + seconds(62)),
+            "dropped 10.0.0.2 (refused sources are too many to log each: 0 more from them since "
+            "the last such line)");
+}
+
 TEST(RefusalLimiterTest, ManySourcesResetNobodysLimitAndShareOneLine) {
   RefusalLimiter r(64, seconds(60));
   EXPECT_TRUE(r.Note("127.0.0.1", "wrong token", t0).log);

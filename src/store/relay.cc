@@ -17,6 +17,7 @@
 #include "store/connection.h"
 #include "store/encode.h"
 #include "store/link.h"
+#include "store/pressure.h"
 #include "store/process_limits.h"
 
 namespace trun::store {
@@ -38,6 +39,16 @@ std::vector<int64_t> SplitAddResult(int64_t upstream_value, const std::vector<in
 }
 
 namespace {
+
+// A link carries at most kMaxLinkStreams streams, and the store drops a
+// link that opens more, with every client of its node: one stream per
+// client that sent what only the store answers, one per key waited on, and
+// the shared one. So the relay serves at most half that many clients at
+// once and waits on at most half that many keys, less the shared stream's
+// one; a node's ranks are a few, and a local process that opens thousands
+// of connections, or waits on thousands of keys, is refused, not the link.
+constexpr size_t kMaxClients = kMaxLinkStreams / 2;
+constexpr size_t kMaxKeyWaits = kMaxLinkStreams / 2 - 1;
 
 std::string OneByte(uint8_t v) {
   std::string o;
@@ -134,8 +145,9 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
 
   void Drop(const ConnectionPtr& c, const std::string& why) override {
     if (c->closed) return;
-    if (!why.empty())
-      log::Warning("store relay: dropped client {}: {}", c->peer().to_string(), why);
+    // Limited as the store's refusals are: a client that breaks the
+    // protocol in a loop costs a line a minute.
+    if (!why.empty()) Refused(c->peer().to_string(), why, "dropped client");
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -217,7 +229,13 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   };
 
   void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
-    if (!linked_) {
+    if (!linked_ || clients_.size() >= kMaxClients) {
+      if (linked_) {
+        Refused(peer.to_string(),
+                fmt::format("it serves at most {} clients at once (this node's ranks are a few)",
+                            kMaxClients),
+                "refused a client");
+      }
       std::error_code ec;
       s.close(ec);
       return;
@@ -228,6 +246,13 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     clients_[c->id].conn = c;
     ++stats_.clients;
     c->Start();
+  }
+
+  void Refused(const std::string& source, const std::string& why, std::string_view what) {
+    if (auto l = refusals_.Line(
+            source, why, fmt::format("store relay: {} {}: {}", what, source, why), Clock::now())) {
+      log::Warning("{}", *l);
+    }
   }
 
   Client* ClientOf(uint64_t id) {
@@ -492,6 +517,13 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
         auto it = key_waits_.find(key);
         if (it != key_waits_.end() && it->second.seq < client.up_seq) return Forward(client, r);
       }
+    }
+    const auto fresh = std::count_if(distinct.begin(), distinct.end(),
+                                     [&](const std::string& k) { return !key_waits_.contains(k); });
+    if (key_waits_.size() + static_cast<size_t>(fresh) > kMaxKeyWaits) {
+      return Drop(client.conn,
+                  fmt::format("its WAIT would make the relay wait on more than {} keys at once",
+                              kMaxKeyWaits));
     }
     auto w = std::make_shared<LocalWait>();
     w->client = client.conn->id;
@@ -771,6 +803,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::vector<std::string> adds_due_;  // keys whose queued ADDs may go up
   std::unordered_map<std::string, std::shared_ptr<GetBatch>> gets_;
   std::unordered_map<std::string, KeyWait> key_waits_;
+  RefusalLimiter refusals_;
   RelayStats stats_;
 };
 

@@ -518,6 +518,33 @@ TEST_F(RelayTest, OversizedTruncatedAndSlowClientsHarmNoOne) {
   EXPECT_TRUE(Linked());
 }
 
+// A link carries kMaxLinkStreams streams at most, and the store drops a
+// link that opens more, with every client of the node: a local client that
+// would make the relay open more is refused, not the link. A WAIT on more
+// keys than the relay may wait on at once (a stream each) closes its
+// client; the clients past the relay's cap are closed at accept.
+TEST_F(RelayTest, ClientsAndWaitsThatWouldOverflowTheLinkAreRefusedNotTheLink) {
+  StoreClient good = ViaRelay();
+  ASSERT_TRUE(good.Set("fine", "1").ok());
+  RawSocket waiter(relay_->port());
+  std::string keys;
+  for (size_t i = 0; i <= kMaxLinkStreams; ++i) keys += Str("k" + std::to_string(i));
+  ASSERT_TRUE(waiter.Send(V2(Op1(v2::kWait) + U64(kMaxLinkStreams + 1) + keys)));
+  EXPECT_TRUE(waiter.Closed());
+  EXPECT_TRUE(Linked());
+  // Each client asks what only the store answers (a stream each), then a
+  // PING that comes back once the store has its SET.
+  std::vector<RawSocket> many;
+  for (size_t i = 0; i <= kMaxLinkStreams; ++i) many.emplace_back(relay_->port());
+  for (auto& c : many)
+    (void)c.Send(V2(Op1(v2::kSet) + Str("m") + Str("1") + Op1(v2::kPing) + U32(7)));
+  size_t answered = 0;
+  for (auto& c : many) answered += c.Recv(4) == U32(7);
+  EXPECT_EQ(answered, kMaxLinkStreams / 2 - 1);  // `good` is the cap's last
+  EXPECT_TRUE(Linked());
+  EXPECT_EQ(*good.Get("fine"), "1");
+}
+
 TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
   RelayOptions o;
   o.store_host = "127.0.0.1";

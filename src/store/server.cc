@@ -441,17 +441,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // lock out its real agent.
   void LogRefusal(const asio::ip::address& source, const std::string& reason,
                   const std::string& line) {
-    auto d = refusals_.Note(source.to_string(), reason, Clock::now());
-    if (!d.log) return;
-    if (d.pooled) {
-      log::Warning(
-          "{} (refused sources are too many to log each: {} more from them since the "
-          "last such line)",
-          line, d.unlogged);
-    } else if (d.unlogged > 0) {
-      log::Warning("{} (and {} more from it since the last such line)", line, d.unlogged);
-    } else {
-      log::Warning("{}", line);
+    if (auto l = refusals_.Line(source.to_string(), reason, line, Clock::now())) {
+      log::Warning("{}", *l);
     }
   }
 
