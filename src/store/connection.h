@@ -189,6 +189,33 @@ class Connection {
   bool spoke_ : 1 = false;  // sent a byte since accept
 };
 
+// Connections in the order they were added, on their own list hooks
+// (Connection::list_prev, list_next): a store of thousands of silent
+// clients pays two pointers for each rather than a std::set node.
+class ConnectionList {
+ public:
+  Connection* front() const { return head_; }
+  void PushBack(Connection& c) {
+    c.list_prev = tail_;
+    c.list_next = nullptr;
+    (tail_ ? tail_->list_next : head_) = &c;
+    tail_ = &c;
+    c.listed = true;
+  }
+  // Takes `c` off the list; nothing where it is not on it.
+  void Erase(Connection& c) {
+    if (!c.listed) return;
+    (c.list_prev ? c.list_prev->list_next : head_) = c.list_next;
+    (c.list_next ? c.list_next->list_prev : tail_) = c.list_prev;
+    c.list_prev = c.list_next = nullptr;
+    c.listed = false;
+  }
+
+ private:
+  Connection* head_ = nullptr;
+  Connection* tail_ = nullptr;
+};
+
 inline ConnectionPtr::ConnectionPtr(Connection* c) : c_(c) {
   if (c_) ++c_->refs_;
 }

@@ -94,6 +94,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     link_.close(ec);
     for (auto& [id, c] : clients_) c.conn->Close();
     clients_.clear();
+    silent_ = ConnectionList();
   }
 
   int port() const { return acceptor_->port(); }
@@ -148,6 +149,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     // Limited as the store's refusals are: a client that breaks the
     // protocol in a loop costs a line a minute.
     if (!why.empty()) Refused(c->peer().to_string(), why, "dropped client");
+    silent_.Erase(*c);
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -159,7 +161,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     clients_.erase(it);
   }
 
-  void Spoke(Connection&) override {}
+  void Spoke(Connection& c) override { silent_.Erase(c); }
   const Limits& limits() const override { return options_.limits; }
   size_t max_pending_reply_bytes() const override { return kDefaultMaxBufferedBytes; }
   std::array<char, 64 * 1024>& read_buf() override { return read_buf_; }
@@ -229,13 +231,19 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   };
 
   void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
-    if (!linked_ || clients_.size() >= kMaxClients) {
-      if (linked_) {
-        Refused(peer.to_string(),
-                fmt::format("it serves at most {} clients at once (this node's ranks are a few)",
-                            kMaxClients),
-                "refused a client");
+    // At the cap the oldest client that has sent nothing yet gives way, as
+    // at the store's: a flood of idle connections cannot keep a node's
+    // ranks out; where every client has spoken, the newcomer is refused.
+    if (linked_ && clients_.size() >= kMaxClients) {
+      const std::string why = fmt::format(
+          "the relay serves at most {} clients at once (this node's ranks are a few)", kMaxClients);
+      if (Connection* oldest = silent_.front()) {
+        Drop(ConnectionPtr(oldest), why + ": the oldest that sent nothing gives way");
+      } else {
+        Refused(peer.to_string(), why, "refused a client");
       }
+    }
+    if (!linked_ || clients_.size() >= kMaxClients) {
       std::error_code ec;
       s.close(ec);
       return;
@@ -244,6 +252,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     s.set_option(tcp::no_delay(true), ignored);
     ConnectionPtr c = Connection::Make(*this, std::move(s), ++last_client_, peer);
     clients_[c->id].conn = c;
+    silent_.PushBack(*c);
     ++stats_.clients;
     c->Start();
   }
@@ -804,6 +813,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::unordered_map<std::string, std::shared_ptr<GetBatch>> gets_;
   std::unordered_map<std::string, KeyWait> key_waits_;
   RefusalLimiter refusals_;
+  ConnectionList silent_;  // clients that sent nothing yet, oldest first
   RelayStats stats_;
 };
 

@@ -545,6 +545,21 @@ TEST_F(RelayTest, ClientsAndWaitsThatWouldOverflowTheLinkAreRefusedNotTheLink) {
   EXPECT_EQ(*good.Get("fine"), "1");
 }
 
+// At the cap, the oldest client that has sent nothing yet gives way to a
+// newcomer: idle connections cannot keep a node's ranks out.
+TEST_F(RelayTest, AtTheCapTheOldestSilentClientGivesWay) {
+  StoreClient good = ViaRelay();
+  ASSERT_TRUE(good.Set("fine", "1").ok());
+  std::vector<RawSocket> idle;
+  for (size_t i = 0; i < kMaxLinkStreams / 2 - 1; ++i) idle.emplace_back(relay_->port());
+  RawSocket spoke(relay_->port());  // the newcomer: the first idle one goes
+  ASSERT_TRUE(spoke.Send(V2(Op1(v2::kPing) + U32(7))));
+  EXPECT_EQ(spoke.Recv(4), U32(7));
+  EXPECT_TRUE(idle.front().Closed());
+  EXPECT_EQ(*good.Get("fine"), "1");
+  EXPECT_TRUE(Linked());
+}
+
 TEST_F(RelayTest, ARelayWithoutTheTokenIsRefused) {
   RelayOptions o;
   o.store_host = "127.0.0.1";
