@@ -42,6 +42,20 @@ std::optional<uint64_t> PartialRequests::OverBudget() const {
   return by_last_byte_.begin()->second;
 }
 
+std::string PartialRequests::OverBudgetReason(std::string_view host) const {
+  return fmt::format(
+      "unfinished requests held more than {}'s budget of {} bytes, and this client's waited "
+      "longest for its next byte",
+      host, budget_);
+}
+
+std::string PartialRequests::StalledReason() {
+  return fmt::format(
+      "its unfinished request got under {} bytes in {} s, the floor for a request that is not "
+      "whole",
+      kPartialFloorBytes, kPartialWindow.count());
+}
+
 std::vector<uint64_t> PartialRequests::Stalled(Clock::time_point now) {
   std::vector<uint64_t> out;
   for (auto& [conn, e] : by_conn_) {

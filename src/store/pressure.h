@@ -61,11 +61,33 @@ class PartialRequests {
   // has gone longest without a byte (the caller closes it, Removes it, and
   // asks again). nullopt at or under the budget.
   std::optional<uint64_t> OverBudget() const;
+  // Closes (`close(conn)`, which may find it gone already) and Removes the
+  // connections OverBudget names until the total is under the budget.
+  template <typename Close>
+  void CloseOverBudget(Close close) {
+    while (auto victim = OverBudget()) {
+      close(*victim);
+      Remove(*victim);
+    }
+  }
   // The connections whose request received fewer than kPartialFloorBytes
   // in a whole window, or nothing for a window; every other request's
   // window that has run out starts again at `now`. Called about once a
   // second.
   std::vector<uint64_t> Stalled(Clock::time_point now);
+  // Closes (`close(conn)`, which may find it gone already) and Removes the
+  // Stalled connections.
+  template <typename Close>
+  void CloseStalled(Clock::time_point now, Close close) {
+    for (uint64_t conn : Stalled(now)) {
+      close(conn);
+      Remove(conn);
+    }
+  }
+  // Why a connection was closed, for the log: over the budget of `host`
+  // ("the store"), or under the rate floor.
+  std::string OverBudgetReason(std::string_view host) const;
+  static std::string StalledReason();
 
   size_t total() const { return total_; }
   size_t size() const { return by_conn_.size(); }

@@ -69,18 +69,32 @@ std::string V2Hello() {
 class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public ConnectionHost {
  public:
   Impl(asio::io_context& io, RelayOptions options, tcp::socket link)
-      : io_(io), options_(std::move(options)), link_(std::move(link)) {}
+      : io_(io),
+        options_(std::move(options)),
+        link_(std::move(link)),
+        partial_sweep_(io),
+        partial_(options_.max_partial_bytes) {}
 
   Status Listen() {
     Acceptor::Callbacks cb;
     cb.open = [this] { return clients_.size(); };
-    cb.make_room = [] { return false; };
-    cb.refuse = [](Acceptor::Socket&, const asio::ip::address&) {};
+    // At the cap the oldest client that has sent nothing yet gives way, as
+    // at the store's: a flood of idle connections cannot keep a node's
+    // ranks out; where every client has spoken, the newcomer is refused.
+    cb.make_room = [this] {
+      Connection* oldest = silent_.front();
+      if (oldest == nullptr) return false;
+      Drop(ConnectionPtr(oldest), CapReason() + ": the oldest that sent nothing gives way");
+      return true;
+    };
+    cb.refuse = [this](Acceptor::Socket&, const asio::ip::address& peer) {
+      Refused(peer.to_string(), CapReason(), "refused a client");
+    };
     cb.serve = [this](Acceptor::Socket s, const asio::ip::address& peer) {
       Serve(std::move(s), peer);
     };
-    auto acceptor = Acceptor::Listen(io_, {options_.host, options_.port, "store relay", SIZE_MAX},
-                                     std::move(cb));
+    auto acceptor = Acceptor::Listen(
+        io_, {options_.host, options_.port, "store relay", kMaxClients}, std::move(cb));
     if (!acceptor.ok()) return acceptor.status();
     acceptor_ = std::move(*acceptor);
     ReadLink();
@@ -95,6 +109,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     for (auto& [id, c] : clients_) c.conn->Close();
     clients_.clear();
     silent_ = ConnectionList();
+    partial_sweep_.cancel();
   }
 
   int port() const { return acceptor_->port(); }
@@ -142,7 +157,29 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
   }
 
-  bool AfterRead(const ConnectionPtr& c, size_t) override { return !c->closed; }
+  // What requests not yet whole hold is bounded as at the store: a budget
+  // over all clients, and a rate floor (pressure.h).
+  bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
+    partial_.Update(c->id, arrived, c->parser() ? c->parser()->held() : 0, Clock::now());
+    partial_.CloseOverBudget([&](uint64_t victim) {
+      if (Client* v = ClientOf(victim)) Drop(v->conn, partial_.OverBudgetReason("the relay"));
+    });
+    if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
+    return !c->closed;
+  }
+
+  void SweepPartial() {
+    partial_sweep_armed_ = true;
+    partial_sweep_.expires_after(std::chrono::seconds(1));
+    partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
+      self->partial_sweep_armed_ = false;
+      if (ec || !self->linked_) return;
+      self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
+        if (Client* c = self->ClientOf(id)) self->Drop(c->conn, PartialRequests::StalledReason());
+      });
+      if (self->partial_.size() > 0) self->SweepPartial();
+    });
+  }
 
   void Drop(const ConnectionPtr& c, const std::string& why) override {
     if (c->closed) return;
@@ -150,6 +187,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     // protocol in a loop costs a line a minute.
     if (!why.empty()) Refused(c->peer().to_string(), why, "dropped client");
     silent_.Erase(*c);
+    partial_.Remove(c->id);
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -230,20 +268,13 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     bool shared_ops = false;  // the ADDs' and GETs'
   };
 
+  static std::string CapReason() {
+    return fmt::format("the relay serves at most {} clients at once (this node's ranks are a few)",
+                       kMaxClients);
+  }
+
   void Serve(Acceptor::Socket s, const asio::ip::address& peer) {
-    // At the cap the oldest client that has sent nothing yet gives way, as
-    // at the store's: a flood of idle connections cannot keep a node's
-    // ranks out; where every client has spoken, the newcomer is refused.
-    if (linked_ && clients_.size() >= kMaxClients) {
-      const std::string why = fmt::format(
-          "the relay serves at most {} clients at once (this node's ranks are a few)", kMaxClients);
-      if (Connection* oldest = silent_.front()) {
-        Drop(ConnectionPtr(oldest), why + ": the oldest that sent nothing gives way");
-      } else {
-        Refused(peer.to_string(), why, "refused a client");
-      }
-    }
-    if (!linked_ || clients_.size() >= kMaxClients) {
+    if (!linked_) {
       std::error_code ec;
       s.close(ec);
       return;
@@ -814,6 +845,9 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::unordered_map<std::string, KeyWait> key_waits_;
   RefusalLimiter refusals_;
   ConnectionList silent_;  // clients that sent nothing yet, oldest first
+  asio::steady_timer partial_sweep_;
+  bool partial_sweep_armed_ = false;
+  PartialRequests partial_;
   RelayStats stats_;
 };
 

@@ -88,6 +88,9 @@ struct RelayOptions {
   std::string job_token;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   Limits limits;
+  // Bytes that its clients' requests not yet whole may hold over all of
+  // them, and their rate floor, as at the store (ServerOptions, pressure.h).
+  size_t max_partial_bytes = kDefaultMaxBufferedBytes;
   // Raise the process's open-file limit at start (as the store does).
   bool raise_open_file_limit = true;
 };

@@ -175,8 +175,9 @@ class RelayTest : public ::testing::Test {
     if (thread_.joinable()) thread_.join();
   }
 
-  Status StartRelay(const std::string& token) {
+  Status StartRelay(const std::string& token, size_t max_partial_bytes = kDefaultMaxBufferedBytes) {
     RelayOptions o;
+    o.max_partial_bytes = max_partial_bytes;
     o.store_host = "127.0.0.1";
     o.store_port = store_->port();
     o.job_token = token;
@@ -543,6 +544,37 @@ TEST_F(RelayTest, ClientsAndWaitsThatWouldOverflowTheLinkAreRefusedNotTheLink) {
   EXPECT_EQ(answered, kMaxLinkStreams / 2 - 1);  // `good` is the cap's last
   EXPECT_TRUE(Linked());
   EXPECT_EQ(*good.Get("fine"), "1");
+}
+
+// What clients' unfinished requests hold is bounded as at the store: over
+// the budget, the client whose request waited longest for its next byte is
+// closed, and the others are not.
+TEST(RelayPressureTest, UnfinishedRequestsAreHeldToTheBudget) {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  auto store = StoreServerThread::Start(so);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  asio::io_context io;
+  RelayOptions o;
+  o.store_host = "127.0.0.1";
+  o.store_port = (*store)->port();
+  o.connect_timeout = milliseconds(5000);
+  o.max_partial_bytes = 1 << 20;
+  auto relay = Relay::Start(io, o);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  std::thread loop([&] { io.run_for(std::chrono::seconds(30)); });
+  const std::string big(700 * 1024, 'x');
+  const std::string set = V2(Op1(v2::kSet) + Str("k") + Str(big));
+  RawSocket first((*relay)->port()), second((*relay)->port());
+  ASSERT_TRUE(first.Send(set.substr(0, set.size() - 1)));
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(second.Send(set.substr(0, set.size() - 1)));
+  EXPECT_TRUE(first.Closed());
+  ASSERT_TRUE(second.Send(set.substr(set.size() - 1) + Op1(v2::kPing) + U32(7)));
+  EXPECT_EQ(second.Recv(4), U32(7));
+  asio::post(io, [&] { relay->reset(); });
+  io.stop();
+  loop.join();
 }
 
 // At the cap, the oldest client that has sent nothing yet gives way to a

@@ -326,17 +326,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   // budget (pressure.h). Returns false when `c` was closed.
   bool HoldPartial(const ConnectionPtr& c, size_t arrived) {
     partial_.Update(c->id, arrived, links_.HeldBy(*c), Clock::now());
-    while (auto victim = partial_.OverBudget()) {
-      Connection* v = connections_.Find(*victim);
-      if (v == nullptr) {
-        partial_.Remove(*victim);
-        continue;
+    partial_.CloseOverBudget([&](uint64_t victim) {
+      if (Connection* v = connections_.Find(victim)) {
+        Drop(ConnectionPtr(v), partial_.OverBudgetReason("the store"));
       }
-      Drop(ConnectionPtr(v),
-           fmt::format("unfinished requests held more than the store's budget of {} bytes, and "
-                       "this client's waited longest for its next byte",
-                       options_.max_partial_bytes));
-    }
+    });
     if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
     return !c->closed;
   }
@@ -349,17 +343,11 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
       self->partial_sweep_armed_ = false;
       if (ec || self->closed_) return;
-      for (uint64_t id : self->partial_.Stalled(Clock::now())) {
-        Connection* c = self->connections_.Find(id);
-        if (c == nullptr) {
-          self->partial_.Remove(id);
-          continue;
+      self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
+        if (Connection* c = self->connections_.Find(id)) {
+          self->Drop(ConnectionPtr(c), PartialRequests::StalledReason());
         }
-        self->Drop(ConnectionPtr(c),
-                   fmt::format("its unfinished request got under {} bytes in {} s, the "
-                               "floor for a request that is not whole",
-                               kPartialFloorBytes, kPartialWindow.count()));
-      }
+      });
       if (self->partial_.size() > 0) self->SweepPartial();
     });
   }
