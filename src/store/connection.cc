@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/net.h"
+#include "store/pressure.h"
 
 namespace trun::store {
 
@@ -132,6 +133,16 @@ void Connection::Send(std::string_view bytes) {
   if (!outbox_) outbox_ = std::make_unique<Outbox>();
   outbox_->out.append(bytes);
   if (!writing_) Flush();
+  Book(false);
+}
+
+// Large queues are booked with the host, which bounds what all of its
+// connections' unread replies hold (pressure.h); small ones cost nothing.
+void Connection::Book(bool drained) {
+  const size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
+  if (!booked_ && queued < kBookedReplyBytes) return;
+  booked_ = queued >= kBookedReplyBytes;
+  host_.RepliesQueued(*this, booked_ ? queued : 0, drained);
 }
 
 void Connection::Flush() {
@@ -158,6 +169,7 @@ void Connection::OnWritten(std::error_code ec) {
                  ec == asio::error::connection_reset;
     return host_.Drop(ConnectionPtr(this), quiet ? "" : ec.message());
   }
+  Book(true);
   if (closing && !Sending()) return host_.Drop(ConnectionPtr(this), "");
   Flush();
 }
@@ -168,6 +180,10 @@ void Connection::Close() {
   std::error_code ec;
   socket_.shutdown(Acceptor::Socket::shutdown_both, ec);
   socket_.close(ec);
+  // Replies queued behind the write in flight go now, not when its handler
+  // runs: a flood of clients closed for their unread replies would hold
+  // them all until the loop gets to their handlers.
+  if (outbox_) std::string().swap(outbox_->out);
 }
 
 size_t Connection::BufferBytes() const {

@@ -84,6 +84,9 @@ class ConnectionHost {
   // before anything else runs).
   virtual const Limits& limits() const = 0;
   virtual size_t max_pending_reply_bytes() const = 0;
+  // `c` has `queued` reply bytes queued (0: fewer than kBookedReplyBytes,
+  // pressure.h); `drained`: some reached its socket since the last call.
+  virtual void RepliesQueued(Connection& c, size_t queued, bool drained) = 0;
   virtual std::array<char, 64 * 1024>& read_buf() = 0;
 };
 
@@ -159,6 +162,7 @@ class Connection {
   bool Consume(const char* data, size_t n);
   bool Parse(const char* data, size_t n);
   void Flush();
+  void Book(bool drained);
 
   ConnectionHost& host_;
   Acceptor::Socket socket_;
@@ -186,7 +190,8 @@ class Connection {
  private:
   Generation generation_ = Generation::kUnknown;  // while parser_ is null
   bool writing_ : 1 = false;
-  bool spoke_ : 1 = false;  // sent a byte since accept
+  bool spoke_ : 1 = false;   // sent a byte since accept
+  bool booked_ : 1 = false;  // its replies are booked with the host (Book)
 };
 
 // Connections in the order they were added, on their own list hooks

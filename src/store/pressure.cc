@@ -74,6 +74,46 @@ std::vector<uint64_t> PartialRequests::Stalled(Clock::time_point now) {
   return out;
 }
 
+void QueuedReplies::Update(uint64_t conn, size_t queued, bool drained, Clock::time_point now) {
+  if (queued == 0) return Remove(conn);
+  auto [it, added] = by_conn_.try_emplace(conn, Entry{0, now});
+  Entry& e = it->second;
+  if (!added) {
+    total_ -= e.queued;
+    if (drained) {
+      by_since_.erase({e.since, conn});
+      e.since = now;
+      by_since_.insert({e.since, conn});
+    }
+  } else {
+    by_since_.insert({e.since, conn});
+  }
+  e.queued = queued;
+  total_ += queued;
+}
+
+void QueuedReplies::Remove(uint64_t conn) {
+  auto it = by_conn_.find(conn);
+  if (it == by_conn_.end()) return;
+  total_ -= it->second.queued;
+  by_since_.erase({it->second.since, conn});
+  by_conn_.erase(it);
+}
+
+std::optional<uint64_t> QueuedReplies::OverBudget(Clock::time_point now) const {
+  if (total_ <= budget_ || by_since_.empty()) return std::nullopt;
+  const auto& [since, conn] = *by_since_.begin();
+  if (total_ <= 2 * budget_ && now - since < kReplyStall) return std::nullopt;
+  return conn;
+}
+
+std::string QueuedReplies::OverBudgetReason(std::string_view host) const {
+  return fmt::format(
+      "replies queued for clients that do not read them held more than {}'s budget of {} bytes, "
+      "and this client's had gone longest unread",
+      host, budget_);
+}
+
 RefusalLimiter::Decision RefusalLimiter::Count(Entry& e, bool fresh, Clock::time_point now) {
   if (!fresh && now - e.logged < period_) {
     ++e.unlogged;

@@ -19,6 +19,16 @@
 //     so a worker's large SET over a slow link goes through, while a client
 //     that starts a request and trickles it (one byte a second), or sends
 //     most of it and stops, is closed within about 10 s.
+// - QueuedReplies: replies queued for clients that do not read them. One
+//   connection may queue ServerOptions::max_pending_reply_bytes; a budget
+//   over all connections (max_queued_reply_bytes) bounds the rest: over
+//   it, the connection whose replies have gone longest without any of them
+//   reaching its socket is closed, one at a time until the total is under
+//   it again, once they have sat there kReplyStall (a reader of a burst of
+//   large replies drains them within it); over twice the budget, at
+//   once. A client that reads is never chosen while another leaves its
+//   replies unread. Only queues of kBookedReplyBytes or more are booked:
+//   small replies, nearly all of them, cost the bookkeeping nothing.
 // - RefusalLimiter: refusals are logged at most once a period per source
 //   address and reason. Its table is bounded without losing the limit:
 //   full of sources seen within the period, every further source shares
@@ -104,6 +114,44 @@ class PartialRequests {
   std::unordered_map<uint64_t, Entry> by_conn_;
   // (last byte, connection): the first is the one to close over budget.
   std::set<std::pair<Clock::time_point, uint64_t>> by_last_byte_;
+};
+
+inline constexpr auto kReplyStall = std::chrono::seconds(1);
+inline constexpr size_t kBookedReplyBytes = 64 * 1024;
+
+class QueuedReplies {
+ public:
+  explicit QueuedReplies(size_t budget) : budget_(budget) {}
+
+  // `conn` has `queued` reply bytes queued at `now` (0: none; its entry is
+  // dropped); `drained`: some of its replies reached its socket since.
+  void Update(uint64_t conn, size_t queued, bool drained, Clock::time_point now);
+  void Remove(uint64_t conn);
+
+  // Closes (`close(conn)`, which may find it gone already) and Removes the
+  // connections that the rule above names at `now`.
+  template <typename Close>
+  void CloseOverBudget(Clock::time_point now, Close close) {
+    while (auto victim = OverBudget(now)) {
+      close(*victim);
+      Remove(*victim);
+    }
+  }
+  std::optional<uint64_t> OverBudget(Clock::time_point now) const;
+  std::string OverBudgetReason(std::string_view host) const;
+
+  size_t total() const { return total_; }
+  size_t size() const { return by_conn_.size(); }
+
+ private:
+  struct Entry {
+    size_t queued = 0;
+    Clock::time_point since;  // booked, or last drained
+  };
+  size_t budget_;
+  size_t total_ = 0;
+  std::unordered_map<uint64_t, Entry> by_conn_;
+  std::set<std::pair<Clock::time_point, uint64_t>> by_since_;
 };
 
 class RefusalLimiter {

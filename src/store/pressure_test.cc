@@ -81,6 +81,36 @@ TEST(PartialRequestsTest, ANewRequestStartsAFreshWindow) {
   EXPECT_EQ(p.Stalled(t0 + seconds(18)), std::vector<uint64_t>{1});
 }
 
+TEST(QueuedRepliesTest, OverTheBudgetTheLongestUnreadGoesOnceItSatASecond) {
+  QueuedReplies q(10);
+  q.Update(1, 6, false, t0);
+  q.Update(2, 6, false, t0 + milliseconds(100));
+  EXPECT_EQ(q.total(), 12u);
+  // Over the budget, but nobody's replies sat a second: a burst to
+  // readers passes.
+  EXPECT_FALSE(q.OverBudget(t0 + milliseconds(500)));
+  // 2 drains some of its replies; 1 reads nothing.
+  q.Update(2, 5, true, t0 + milliseconds(900));
+  EXPECT_EQ(q.OverBudget(t0 + milliseconds(1100)), 1u);
+  std::vector<uint64_t> closed;
+  q.CloseOverBudget(t0 + milliseconds(1100), [&](uint64_t c) { closed.push_back(c); });
+  EXPECT_EQ(closed, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(q.total(), 5u);
+  // A queue that empties leaves the books.
+  q.Update(2, 0, true, t0 + milliseconds(1200));
+  EXPECT_EQ(q.size(), 0u);
+}
+
+TEST(QueuedRepliesTest, OverTwiceTheBudgetTheOldestGoesAtOnce) {
+  QueuedReplies q(10);
+  q.Update(1, 12, false, t0);
+  q.Update(2, 13, false, t0 + milliseconds(1));
+  std::vector<uint64_t> closed;
+  q.CloseOverBudget(t0 + milliseconds(2), [&](uint64_t c) { closed.push_back(c); });
+  EXPECT_EQ(closed, (std::vector<uint64_t>{1}));  // 13 left: over 10, under 20
+  EXPECT_EQ(q.total(), 13u);
+}
+
 TEST(RefusalLimiterTest, OneLineAPeriodPerSourceAndReason) {
   RefusalLimiter r(16, seconds(60));
   EXPECT_TRUE(r.Note("10.0.0.1", "wrong token", t0).log);

@@ -72,8 +72,9 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
       : io_(io),
         options_(std::move(options)),
         link_(std::move(link)),
-        partial_sweep_(io),
-        partial_(options_.max_partial_bytes) {}
+        sweep_(io),
+        partial_(options_.max_partial_bytes),
+        replies_(options_.max_queued_reply_bytes) {}
 
   Status Listen() {
     Acceptor::Callbacks cb;
@@ -109,7 +110,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     for (auto& [id, c] : clients_) c.conn->Close();
     clients_.clear();
     silent_ = ConnectionList();
-    partial_sweep_.cancel();
+    sweep_.cancel();
   }
 
   int port() const { return acceptor_->port(); }
@@ -157,28 +158,45 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     }
   }
 
-  // What requests not yet whole hold is bounded as at the store: a budget
-  // over all clients, and a rate floor (pressure.h).
+  // What requests not yet whole and replies left unread hold is bounded as
+  // at the store: budgets over all clients, and a rate floor (pressure.h).
   bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
     partial_.Update(c->id, arrived, c->parser() ? c->parser()->held() : 0, Clock::now());
     partial_.CloseOverBudget([&](uint64_t victim) {
       if (Client* v = ClientOf(victim)) Drop(v->conn, partial_.OverBudgetReason("the relay"));
     });
-    if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
+    CloseUnreadOverBudget();
+    if (!sweep_armed_ && Unsettled()) Sweep();
     return !c->closed;
   }
 
-  void SweepPartial() {
-    partial_sweep_armed_ = true;
-    partial_sweep_.expires_after(std::chrono::seconds(1));
-    partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
-      self->partial_sweep_armed_ = false;
+  void CloseUnreadOverBudget() {
+    replies_.CloseOverBudget(Clock::now(), [&](uint64_t victim) {
+      if (Client* v = ClientOf(victim)) Drop(v->conn, replies_.OverBudgetReason("the relay"));
+    });
+  }
+
+  bool Unsettled() const {
+    return partial_.size() > 0 || replies_.total() > options_.max_queued_reply_bytes;
+  }
+
+  void Sweep() {
+    sweep_armed_ = true;
+    sweep_.expires_after(std::chrono::seconds(1));
+    sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
+      self->sweep_armed_ = false;
       if (ec || !self->linked_) return;
       self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
         if (Client* c = self->ClientOf(id)) self->Drop(c->conn, PartialRequests::StalledReason());
       });
-      if (self->partial_.size() > 0) self->SweepPartial();
+      self->CloseUnreadOverBudget();
+      if (self->Unsettled()) self->Sweep();
     });
+  }
+
+  void RepliesQueued(Connection& c, size_t queued, bool drained) override {
+    replies_.Update(c.id, queued, drained, Clock::now());
+    if (!sweep_armed_ && Unsettled()) Sweep();
   }
 
   void Drop(const ConnectionPtr& c, const std::string& why) override {
@@ -188,6 +206,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     if (!why.empty()) Refused(c->peer().to_string(), why, "dropped client");
     silent_.Erase(*c);
     partial_.Remove(c->id);
+    replies_.Remove(c->id);
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -845,9 +864,10 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::unordered_map<std::string, KeyWait> key_waits_;
   RefusalLimiter refusals_;
   ConnectionList silent_;  // clients that sent nothing yet, oldest first
-  asio::steady_timer partial_sweep_;
-  bool partial_sweep_armed_ = false;
+  asio::steady_timer sweep_;
+  bool sweep_armed_ = false;
   PartialRequests partial_;
+  QueuedReplies replies_;
   RelayStats stats_;
 };
 

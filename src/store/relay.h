@@ -91,6 +91,8 @@ struct RelayOptions {
   // Bytes that its clients' requests not yet whole may hold over all of
   // them, and their rate floor, as at the store (ServerOptions, pressure.h).
   size_t max_partial_bytes = kDefaultMaxBufferedBytes;
+  // And replies left unread, as ServerOptions::max_queued_reply_bytes.
+  size_t max_queued_reply_bytes = 4 * kDefaultMaxBufferedBytes;
   // Raise the process's open-file limit at start (as the store does).
   bool raise_open_file_limit = true;
 };

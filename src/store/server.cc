@@ -41,8 +41,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       : options_(std::move(options)),
         io_(io),
         keys_(*this, options_.limits.max_value_bytes),
-        partial_sweep_(io),
+        sweep_(io),
         partial_(options_.max_partial_bytes),
+        replies_(options_.max_queued_reply_bytes),
         links_(*this, keys_, options_.limits) {}
 
   Status Listen() {
@@ -66,7 +67,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Close() {
     closed_ = true;
     if (acceptor_) acceptor_->Close();
-    partial_sweep_.cancel();
+    sweep_.cancel();
     connections_.ForEach([](const ConnectionPtr& c) { CloseSocket(*c); });
     silent_ = ConnectionList();
     connections_.Clear();
@@ -80,6 +81,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   int port() const { return acceptor_->port(); }
   size_t num_keys() const { return keys_.num_keys(); }
   size_t num_connections() const { return connections_.size(); }
+  size_t queued_reply_bytes() const { return replies_.total(); }
   size_t num_waits() const { return keys_.num_waits(); }
   void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect) {
     observed_prefix_ = std::move(prefix);
@@ -322,8 +324,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   // Books what `c`'s unfinished request holds after `arrived` bytes, and
-  // closes connections while unfinished requests hold more than the
-  // budget (pressure.h). Returns false when `c` was closed.
+  // closes connections while unfinished requests, or replies left unread,
+  // hold more than their budgets (pressure.h). Returns false when `c` was
+  // closed.
   bool HoldPartial(const ConnectionPtr& c, size_t arrived) {
     partial_.Update(c->id, arrived, links_.HeldBy(*c), Clock::now());
     partial_.CloseOverBudget([&](uint64_t victim) {
@@ -331,25 +334,47 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
         Drop(ConnectionPtr(v), partial_.OverBudgetReason("the store"));
       }
     });
-    if (partial_.size() > 0 && !partial_sweep_armed_) SweepPartial();
+    CloseUnreadOverBudget();
+    if (!sweep_armed_ && Unsettled()) Sweep();
     return !c->closed;
   }
 
-  // About once a second while any request is unfinished: close those
-  // under the rate floor (pressure.h).
-  void SweepPartial() {
-    partial_sweep_armed_ = true;
-    partial_sweep_.expires_after(std::chrono::seconds(1));
-    partial_sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
-      self->partial_sweep_armed_ = false;
+  void CloseUnreadOverBudget() {
+    replies_.CloseOverBudget(Clock::now(), [&](uint64_t victim) {
+      if (Connection* v = connections_.Find(victim)) {
+        Drop(ConnectionPtr(v), replies_.OverBudgetReason("the store"));
+      }
+    });
+  }
+
+  bool Unsettled() const {
+    return partial_.size() > 0 || replies_.total() > options_.max_queued_reply_bytes;
+  }
+
+  // About once a second while any request is unfinished, or replies left
+  // unread are over their budget: close requests under the rate floor, and
+  // the unread replies' connections that the budget's rule names.
+  void Sweep() {
+    sweep_armed_ = true;
+    sweep_.expires_after(std::chrono::seconds(1));
+    sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
+      self->sweep_armed_ = false;
       if (ec || self->closed_) return;
       self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
         if (Connection* c = self->connections_.Find(id)) {
           self->Drop(ConnectionPtr(c), PartialRequests::StalledReason());
         }
       });
-      if (self->partial_.size() > 0) self->SweepPartial();
+      self->CloseUnreadOverBudget();
+      if (self->Unsettled()) self->Sweep();
     });
+  }
+
+  void RepliesQueued(Connection& c, size_t queued, bool drained) override {
+    replies_.Update(c.id, queued, drained, Clock::now());
+    // Nothing is closed here, in the middle of a request: the next read's
+    // end or the sweep does it.
+    if (!sweep_armed_ && Unsettled()) Sweep();
   }
 
   // The job token's exchange, step 2 (auth.h): the agent's proof for this
@@ -418,6 +443,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       LogRefusal(Unmapped(address), why, fmt::format("store: dropped client {}: {}", name, why));
     }
     partial_.Remove(c->id);
+    replies_.Remove(c->id);
     silent_.Erase(*c);
     keys_.Forget(c->id);
     links_.Forget(c->id);
@@ -500,9 +526,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string job_token_;  // "" when none is asked for
   uint64_t refused_ = 0;
   RefusalLimiter refusals_;
-  asio::steady_timer partial_sweep_;
-  bool partial_sweep_armed_ = false;
+  asio::steady_timer sweep_;
+  bool sweep_armed_ = false;
   PartialRequests partial_;
+  QueuedReplies replies_;
   ConnectionList silent_;      // connections that sent nothing yet, oldest first
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
@@ -525,6 +552,7 @@ StoreServer::~StoreServer() { impl_->Close(); }
 int StoreServer::port() const { return impl_->port(); }
 size_t StoreServer::num_keys() const { return impl_->num_keys(); }
 size_t StoreServer::num_connections() const { return impl_->num_connections(); }
+size_t StoreServer::queued_reply_bytes() const { return impl_->queued_reply_bytes(); }
 size_t StoreServer::num_waits() const { return impl_->num_waits(); }
 size_t StoreServer::num_wait_index_entries() const { return impl_->num_wait_index_entries(); }
 size_t StoreServer::connection_buffer_bytes() const { return impl_->connection_buffer_bytes(); }

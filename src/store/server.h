@@ -49,6 +49,11 @@ struct ServerOptions {
   // Bytes of replies one connection may have queued before it is dropped
   // (a client that never reads).
   size_t max_pending_reply_bytes = kDefaultMaxBufferedBytes;
+  // Bytes of replies that all connections may have queued, unread
+  // (pressure.h): over it, the connection whose replies went longest
+  // unread is closed, once they sat there a second (at once over twice
+  // it). A burst of large replies to readers passes.
+  size_t max_queued_reply_bytes = 4 * kDefaultMaxBufferedBytes;
   // Bytes that requests not yet whole may hold over all connections
   // (pressure.h): over it, the connection whose request waited longest for
   // its next byte is closed. One request of the largest size a connection
@@ -80,6 +85,8 @@ class StoreServer {
   int port() const;
   size_t num_keys() const;
   size_t num_connections() const;
+  // Reply bytes booked as queued, unread (pressure.h's QueuedReplies).
+  size_t queued_reply_bytes() const;
   // WAITs not yet answered, cancelled or dropped; and the entries of the
   // key -> waiters index (which a cancel may leave behind for a while, but
   // never unboundedly). For tests.

@@ -45,13 +45,15 @@ class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
   void Start(Limits limits, size_t max_pending_reply_bytes = 1 << 20, std::string host = "",
-             size_t max_partial_bytes = kDefaultMaxBufferedBytes) {
+             size_t max_partial_bytes = kDefaultMaxBufferedBytes,
+             size_t max_queued_reply_bytes = 4 * kDefaultMaxBufferedBytes) {
     server_.reset();
     ServerOptions options;
     options.host = host.empty() ? "127.0.0.1" : host;
     options.limits = limits;
     options.max_pending_reply_bytes = max_pending_reply_bytes;
     options.max_partial_bytes = max_partial_bytes;
+    options.max_queued_reply_bytes = max_queued_reply_bytes;
     auto s = StoreServerThread::Start(options);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
@@ -696,6 +698,40 @@ TEST_F(ServerTest, QueuesWithTheClient) {
   EXPECT_EQ(*c.QueuePop("/q", true), "late");  // a blocking pop waits for the push
   pusher.join();
   EXPECT_EQ(*c.QueueLen("/q"), 0);
+}
+
+TEST_F(ServerTest, RepliesLeftUnreadAreHeldToABudgetOverAllConnections) {
+  // Each connection may queue 8 MiB of replies, all of them 8 MiB. Six
+  // clients ask for a 2 MiB value twice and never read: what their sockets
+  // will not take is held as queued strings until their writes end, over
+  // the budget: those whose replies sat unread longest are closed (at once
+  // over twice the budget, else once they sat a second, by the sweep, as
+  // nobody reads meanwhile) until the rest fit; a reader is served
+  // meanwhile and after.
+  Start({}, /*max_pending_reply_bytes=*/8 << 20, "", kDefaultMaxBufferedBytes,
+        /*max_queued_reply_bytes=*/8 << 20);
+  const std::string value(2 << 20, 'v');
+  StoreClient setter = Connect();
+  ASSERT_TRUE(setter.Set("/big", value).ok());
+  ASSERT_TRUE(setter.Ping().ok());
+  std::vector<Raw> hogs;
+  for (int i = 0; i < 6; ++i) {
+    hogs.emplace_back(port());
+    hogs.back().SmallReceiveBuffer();
+    ASSERT_TRUE(hogs.back().Send(Op1(v1::kGet) + Str("/big") + Op1(v1::kGet) + Str("/big")));
+  }
+  EXPECT_EQ(*setter.Get("/big"), value);
+  auto queued = [&] {
+    size_t n = 0;
+    server_->RunOnLoop([&](StoreServer& s) { n = s.queued_reply_bytes(); });
+    return n;
+  };
+  // Each hog holds what its socket would not take (how much the kernel's
+  // buffers took varies): under the budget soon, with hogs closed.
+  EXPECT_TRUE(Eventually([&] { return queued() <= (8u << 20) && Connections() < 1 + 6; }))
+      << queued() << " bytes queued, " << Connections() << " connections";
+  StoreClient reader = Connect();
+  EXPECT_EQ(*reader.Get("/big"), value);
 }
 
 TEST_F(ServerTest, RepliesOverTheReplyLimitAreRefusedBeforeTheyAreBuilt) {
