@@ -18,6 +18,7 @@
 #include "store/encode.h"
 #include "store/link.h"
 #include "store/pressure.h"
+#include "store/pressure_guard.h"
 #include "store/process_limits.h"
 
 namespace trun::store {
@@ -72,9 +73,10 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
       : io_(io),
         options_(std::move(options)),
         link_(std::move(link)),
-        sweep_(io),
-        partial_(options_.max_partial_bytes),
-        replies_(options_.max_queued_reply_bytes) {}
+        pressure_(io, "the relay", options_.max_partial_bytes, options_.max_queued_reply_bytes,
+                  [this](uint64_t id, const std::string& why) {
+                    if (Client* c = ClientOf(id)) Drop(c->conn, why);
+                  }) {}
 
   Status Listen() {
     Acceptor::Callbacks cb;
@@ -110,7 +112,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     for (auto& [id, c] : clients_) c.conn->Close();
     clients_.clear();
     silent_ = ConnectionList();
-    sweep_.cancel();
+    pressure_.Stop();
   }
 
   int port() const { return acceptor_->port(); }
@@ -159,44 +161,14 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   }
 
   // What requests not yet whole and replies left unread hold is bounded as
-  // at the store: budgets over all clients, and a rate floor (pressure.h).
+  // at the store (pressure_guard.h).
   bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
-    partial_.Update(c->id, arrived, c->parser() ? c->parser()->held() : 0, Clock::now());
-    partial_.CloseOverBudget([&](uint64_t victim) {
-      if (Client* v = ClientOf(victim)) Drop(v->conn, partial_.OverBudgetReason("the relay"));
-    });
-    CloseUnreadOverBudget();
-    if (!sweep_armed_ && Unsettled()) Sweep();
+    pressure_.AfterRead(c->id, arrived, c->parser() ? c->parser()->held() : 0);
     return !c->closed;
   }
 
-  void CloseUnreadOverBudget() {
-    replies_.CloseOverBudget(Clock::now(), [&](uint64_t victim) {
-      if (Client* v = ClientOf(victim)) Drop(v->conn, replies_.OverBudgetReason("the relay"));
-    });
-  }
-
-  bool Unsettled() const {
-    return partial_.size() > 0 || replies_.total() > options_.max_queued_reply_bytes;
-  }
-
-  void Sweep() {
-    sweep_armed_ = true;
-    sweep_.expires_after(std::chrono::seconds(1));
-    sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
-      self->sweep_armed_ = false;
-      if (ec || !self->linked_) return;
-      self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
-        if (Client* c = self->ClientOf(id)) self->Drop(c->conn, PartialRequests::StalledReason());
-      });
-      self->CloseUnreadOverBudget();
-      if (self->Unsettled()) self->Sweep();
-    });
-  }
-
   void RepliesQueued(Connection& c, size_t queued, bool drained) override {
-    replies_.Update(c.id, queued, drained, Clock::now());
-    if (!sweep_armed_ && Unsettled()) Sweep();
+    pressure_.RepliesQueued(c.id, queued, drained);
   }
 
   void Drop(const ConnectionPtr& c, const std::string& why) override {
@@ -205,8 +177,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
     // protocol in a loop costs a line a minute.
     if (!why.empty()) Refused(c->peer().to_string(), why, "dropped client");
     silent_.Erase(*c);
-    partial_.Remove(c->id);
-    replies_.Remove(c->id);
+    pressure_.Remove(c->id);
     c->Close();
     auto it = clients_.find(c->id);
     if (it == clients_.end()) return;
@@ -864,10 +835,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   std::unordered_map<std::string, KeyWait> key_waits_;
   RefusalLimiter refusals_;
   ConnectionList silent_;  // clients that sent nothing yet, oldest first
-  asio::steady_timer sweep_;
-  bool sweep_armed_ = false;
-  PartialRequests partial_;
-  QueuedReplies replies_;
+  PressureGuard pressure_;
   RelayStats stats_;
 };
 

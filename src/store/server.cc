@@ -20,6 +20,7 @@
 #include "store/link.h"
 #include "store/link_host.h"
 #include "store/pressure.h"
+#include "store/pressure_guard.h"
 #include "store/process_limits.h"
 
 namespace trun::store {
@@ -41,9 +42,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       : options_(std::move(options)),
         io_(io),
         keys_(*this, options_.limits.max_value_bytes),
-        sweep_(io),
-        partial_(options_.max_partial_bytes),
-        replies_(options_.max_queued_reply_bytes),
+        pressure_(io, "the store", options_.max_partial_bytes, options_.max_queued_reply_bytes,
+                  [this](uint64_t id, const std::string& why) {
+                    if (Connection* c = connections_.Find(id)) Drop(ConnectionPtr(c), why);
+                  }),
         links_(*this, keys_, options_.limits) {}
 
   Status Listen() {
@@ -67,7 +69,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   void Close() {
     closed_ = true;
     if (acceptor_) acceptor_->Close();
-    sweep_.cancel();
+    pressure_.Stop();
     connections_.ForEach([](const ConnectionPtr& c) { CloseSocket(*c); });
     silent_ = ConnectionList();
     connections_.Clear();
@@ -81,7 +83,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   int port() const { return acceptor_->port(); }
   size_t num_keys() const { return keys_.num_keys(); }
   size_t num_connections() const { return connections_.size(); }
-  size_t queued_reply_bytes() const { return replies_.total(); }
+  size_t queued_reply_bytes() const { return pressure_.queued_reply_bytes(); }
   size_t num_waits() const { return keys_.num_waits(); }
   void Observe(std::string prefix, Observer observer, std::function<void(uint64_t)> on_disconnect) {
     observed_prefix_ = std::move(prefix);
@@ -323,60 +325,6 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
     return false;
   }
 
-  // Books what `c`'s unfinished request holds after `arrived` bytes, and
-  // closes connections while unfinished requests, or replies left unread,
-  // hold more than their budgets (pressure.h). Returns false when `c` was
-  // closed.
-  bool HoldPartial(const ConnectionPtr& c, size_t arrived) {
-    partial_.Update(c->id, arrived, links_.HeldBy(*c), Clock::now());
-    partial_.CloseOverBudget([&](uint64_t victim) {
-      if (Connection* v = connections_.Find(victim)) {
-        Drop(ConnectionPtr(v), partial_.OverBudgetReason("the store"));
-      }
-    });
-    CloseUnreadOverBudget();
-    if (!sweep_armed_ && Unsettled()) Sweep();
-    return !c->closed;
-  }
-
-  void CloseUnreadOverBudget() {
-    replies_.CloseOverBudget(Clock::now(), [&](uint64_t victim) {
-      if (Connection* v = connections_.Find(victim)) {
-        Drop(ConnectionPtr(v), replies_.OverBudgetReason("the store"));
-      }
-    });
-  }
-
-  bool Unsettled() const {
-    return partial_.size() > 0 || replies_.total() > options_.max_queued_reply_bytes;
-  }
-
-  // About once a second while any request is unfinished, or replies left
-  // unread are over their budget: close requests under the rate floor, and
-  // the unread replies' connections that the budget's rule names.
-  void Sweep() {
-    sweep_armed_ = true;
-    sweep_.expires_after(std::chrono::seconds(1));
-    sweep_.async_wait([self = shared_from_this()](std::error_code ec) {
-      self->sweep_armed_ = false;
-      if (ec || self->closed_) return;
-      self->partial_.CloseStalled(Clock::now(), [&](uint64_t id) {
-        if (Connection* c = self->connections_.Find(id)) {
-          self->Drop(ConnectionPtr(c), PartialRequests::StalledReason());
-        }
-      });
-      self->CloseUnreadOverBudget();
-      if (self->Unsettled()) self->Sweep();
-    });
-  }
-
-  void RepliesQueued(Connection& c, size_t queued, bool drained) override {
-    replies_.Update(c.id, queued, drained, Clock::now());
-    // Nothing is closed here, in the middle of a request: the next read's
-    // end or the sweep does it.
-    if (!sweep_armed_ && Unsettled()) Sweep();
-  }
-
   // The job token's exchange, step 2 (auth.h): the agent's proof for this
   // connection's nonce, and its own nonce, which the store's answer proves
   // the token with. A refusal is answered, then the connection closed: a
@@ -442,8 +390,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
       // loop costs a line a minute.
       LogRefusal(Unmapped(address), why, fmt::format("store: dropped client {}: {}", name, why));
     }
-    partial_.Remove(c->id);
-    replies_.Remove(c->id);
+    pressure_.Remove(c->id);
     silent_.Erase(*c);
     keys_.Forget(c->id);
     links_.Forget(c->id);
@@ -489,11 +436,23 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   }
 
   bool LinkBytes(const ConnectionPtr& c, const char* data, size_t n) override {
-    return links_.Bytes(c, data, n) && HoldPartial(c, n);
+    return links_.Bytes(c, data, n) && Hold(c, n);
   }
 
   bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
-    return JudgePending(c) && HoldPartial(c, arrived);
+    return JudgePending(c) && Hold(c, arrived);
+  }
+
+  // Books what `c`'s unfinished request holds after `arrived` bytes, and
+  // closes connections over the budgets (pressure_guard.h). Returns false
+  // when `c` was closed.
+  bool Hold(const ConnectionPtr& c, size_t arrived) {
+    pressure_.AfterRead(c->id, arrived, links_.HeldBy(*c));
+    return !c->closed;
+  }
+
+  void RepliesQueued(Connection& c, size_t queued, bool drained) override {
+    pressure_.RepliesQueued(c.id, queued, drained);
   }
 
   void Spoke(Connection& c) override { silent_.Erase(c); }
@@ -526,10 +485,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<StoreServer::Impl>
   std::string job_token_;  // "" when none is asked for
   uint64_t refused_ = 0;
   RefusalLimiter refusals_;
-  asio::steady_timer sweep_;
-  bool sweep_armed_ = false;
-  PartialRequests partial_;
-  QueuedReplies replies_;
+  PressureGuard pressure_;
   ConnectionList silent_;      // connections that sent nothing yet, oldest first
   uint64_t current_conn_ = 0;  // the connection whose request is being handled
   std::string observed_prefix_;
