@@ -240,16 +240,17 @@ class LocalAgent::Impl {
   }
 
   void OnRelayLinked(store::RelayOptions o, Result<int> fd) {
+    // No round to come is the likelier news where the link failed: the
+    // host lost served the store.
+    if (state_ != State::kStarting || no_round_) {
+      if (fd.ok()) ::close(*fd);
+      if (state_ == State::kStarting) NoWorkersToStart();
+      return;
+    }
     if (!fd.ok()) {
-      if (state_ != State::kStarting) return;
       return StartOrStop(Status::Unavailable(
           fmt::format("--store-relay: the workers' relay cannot link to the job's store: {}",
                       fd.status().message())));
-    }
-    if (state_ != State::kStarting || no_round_) {
-      ::close(*fd);
-      if (state_ == State::kStarting) NoWorkersToStart();
-      return;
     }
     auto relay = store::Relay::Serve(io_, std::move(o), *fd);
     if (!relay.ok()) return StartOrStop(relay.status());

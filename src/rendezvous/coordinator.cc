@@ -641,15 +641,17 @@ std::optional<Clock::time_point> Coordinator::NextDeadline() const {
       consider(*min_reached_at_ +
                (first_ && expected_.empty() ? options_.last_call_timeout : options_.close_timeout));
     }
-    // The close timeout acts only on a failure to judge or on a round with
-    // its minimum; past it, a round short of its minimum waits for a node
-    // or the join timeout, and a deadline left in the past would fire the
-    // timer again at once, forever (100% of a core until join_timeout).
-    if ((!first_ || !expected_.empty()) &&
-        (pending_failure_ || waiting_ >= static_cast<size_t>(options_.min_nodes))) {
-      consider(forming_since_ + options_.close_timeout);
-    }
-    consider(forming_since_ + options_.join_timeout);
+    // Each deadline only where Evaluate acts on it: one left in the past
+    // would fire the timer again at once, forever (100% of a core). The
+    // close timeout acts on a failure to judge or on a round with its
+    // minimum; the join timeout on a round short of it, once no failure
+    // waits to be judged (which waits for the close timeout).
+    const bool short_of_min = waiting_ < static_cast<size_t>(options_.min_nodes);
+    const auto close_at = forming_since_ + options_.close_timeout;
+    const auto join_at = forming_since_ + options_.join_timeout;
+    if ((!first_ || !expected_.empty()) && (pending_failure_ || !short_of_min)) consider(close_at);
+    if (short_of_min)
+      consider(pending_failure_ && awaited_ > 0 ? std::max(join_at, close_at) : join_at);
   }
   return next;
 }

@@ -307,6 +307,26 @@ TEST(CoordinatorTest, ARestartShortOfItsMinimumSetsNoDeadlineInThePast) {
   EXPECT_EQ(h.RoundIds(1), (std::vector<std::string>{"a", "c"}));
 }
 
+TEST(CoordinatorTest, AFirstRoundAtItsMinimumNearTheJoinTimeoutSetsNoDeadlineInThePast) {
+  // The minimum reached half a second before the join timeout: the round
+  // closes at the last call, after it, and the join timeout, past, is no
+  // deadline meanwhile.
+  auto o = Elastic(2, 3);
+  o.heartbeat_timeout = 0ms;
+  Harness h(o);
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Advance(9500ms);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(600ms);
+  auto next = h.coord().NextDeadline();
+  ASSERT_TRUE(next);
+  EXPECT_GT(*next, h.now());
+  h.Advance(500ms);
+  EXPECT_EQ(h.RoundIds(0), (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(CoordinatorTest, SilenceForTheHeartbeatTimeoutIsALoss) {
   Harness h(Elastic(1, 2));
   h.Join(1, "a");

@@ -138,7 +138,10 @@ void Connection::Send(std::string_view bytes) {
 
 // Large queues are booked with the host, which bounds what all of its
 // connections' unread replies hold (pressure.h); small ones cost nothing.
+// A relay's link is not: it carries a node's every client, proved the job
+// token, and closing it for another's unread replies would fail the node.
 void Connection::Book(bool drained) {
+  if (link) return;
   const size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
   if (!booked_ && queued < kBookedReplyBytes) return;
   booked_ = queued >= kBookedReplyBytes;

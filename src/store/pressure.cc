@@ -80,37 +80,35 @@ void QueuedReplies::Update(uint64_t conn, size_t queued, bool drained, Clock::ti
   Entry& e = it->second;
   if (!added) {
     total_ -= e.queued;
-    if (drained) {
-      by_since_.erase({e.since, conn});
-      e.since = now;
-      by_since_.insert({e.since, conn});
-    }
-  } else {
-    by_since_.insert({e.since, conn});
+    by_queued_.erase({e.queued, conn});
+    if (drained) e.since = now;
   }
   e.queued = queued;
   total_ += queued;
+  by_queued_.insert({e.queued, conn});
 }
 
 void QueuedReplies::Remove(uint64_t conn) {
   auto it = by_conn_.find(conn);
   if (it == by_conn_.end()) return;
   total_ -= it->second.queued;
-  by_since_.erase({it->second.since, conn});
+  by_queued_.erase({it->second.queued, conn});
   by_conn_.erase(it);
 }
 
 std::optional<uint64_t> QueuedReplies::OverBudget(Clock::time_point now) const {
-  if (total_ <= budget_ || by_since_.empty()) return std::nullopt;
-  const auto& [since, conn] = *by_since_.begin();
-  if (total_ <= 2 * budget_ && now - since < kReplyStall) return std::nullopt;
-  return conn;
+  if (total_ <= budget_ || by_queued_.empty()) return std::nullopt;
+  if (total_ > 2 * budget_) return by_queued_.begin()->second;
+  for (const auto& [queued, conn] : by_queued_) {
+    if (now - by_conn_.at(conn).since >= kReplyStall) return conn;
+  }
+  return std::nullopt;
 }
 
 std::string QueuedReplies::OverBudgetReason(std::string_view host) const {
   return fmt::format(
       "replies queued for clients that do not read them held more than {}'s budget of {} bytes, "
-      "and this client's had gone longest unread",
+      "and this client's unread replies were the most",
       host, budget_);
 }
 

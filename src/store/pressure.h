@@ -22,13 +22,14 @@
 // - QueuedReplies: replies queued for clients that do not read them. One
 //   connection may queue ServerOptions::max_pending_reply_bytes; a budget
 //   over all connections (max_queued_reply_bytes) bounds the rest: over
-//   it, the connection whose replies have gone longest without any of them
-//   reaching its socket is closed, one at a time until the total is under
-//   it again, once they have sat there kReplyStall (a reader of a burst of
-//   large replies drains them within it); over twice the budget, at
-//   once. A client that reads is never chosen while another leaves its
-//   replies unread. Only queues of kBookedReplyBytes or more are booked:
-//   small replies, nearly all of them, cost the bookkeeping nothing.
+//   it, of the connections whose replies have sat kReplyStall without any
+//   write of theirs ending (a reader of a burst of large replies drains
+//   them within it), the one that holds the most is closed, one at a time
+//   until the total is under it again; over twice the budget, the one that
+//   holds the most at once. A client that asks for many replies and reads
+//   none holds more than one that reads what it asked for. Only queues of
+//   kBookedReplyBytes or more are booked: small replies, nearly all of
+//   them, cost the bookkeeping nothing.
 // - RefusalLimiter: refusals are logged at most once a period per source
 //   address and reason. Its table is bounded without losing the limit:
 //   full of sources seen within the period, every further source shares
@@ -41,6 +42,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -151,7 +153,7 @@ class QueuedReplies {
   size_t budget_;
   size_t total_ = 0;
   std::unordered_map<uint64_t, Entry> by_conn_;
-  std::set<std::pair<Clock::time_point, uint64_t>> by_since_;
+  std::set<std::pair<size_t, uint64_t>, std::greater<>> by_queued_;  // most first
 };
 
 class RefusalLimiter {

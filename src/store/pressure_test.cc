@@ -81,34 +81,36 @@ TEST(PartialRequestsTest, ANewRequestStartsAFreshWindow) {
   EXPECT_EQ(p.Stalled(t0 + seconds(18)), std::vector<uint64_t>{1});
 }
 
-TEST(QueuedRepliesTest, OverTheBudgetTheLongestUnreadGoesOnceItSatASecond) {
+TEST(QueuedRepliesTest, OverTheBudgetTheMostUnreadGoesOnceItSatASecond) {
   QueuedReplies q(10);
-  q.Update(1, 6, false, t0);
-  q.Update(2, 6, false, t0 + milliseconds(100));
+  q.Update(1, 5, false, t0);
+  q.Update(2, 7, false, t0 + milliseconds(100));
   EXPECT_EQ(q.total(), 12u);
   // Over the budget, but nobody's replies sat a second: a burst to
   // readers passes.
   EXPECT_FALSE(q.OverBudget(t0 + milliseconds(500)));
-  // 2 drains some of its replies; 1 reads nothing.
-  q.Update(2, 5, true, t0 + milliseconds(900));
+  // 2 drains some of its replies, and holds the most; 1 reads nothing.
+  q.Update(2, 6, true, t0 + milliseconds(900));
   EXPECT_EQ(q.OverBudget(t0 + milliseconds(1100)), 1u);
+  // Both sat a second: the one that holds the most goes.
+  EXPECT_EQ(q.OverBudget(t0 + milliseconds(2000)), 2u);
   std::vector<uint64_t> closed;
-  q.CloseOverBudget(t0 + milliseconds(1100), [&](uint64_t c) { closed.push_back(c); });
-  EXPECT_EQ(closed, (std::vector<uint64_t>{1}));
+  q.CloseOverBudget(t0 + milliseconds(2000), [&](uint64_t c) { closed.push_back(c); });
+  EXPECT_EQ(closed, (std::vector<uint64_t>{2}));
   EXPECT_EQ(q.total(), 5u);
   // A queue that empties leaves the books.
-  q.Update(2, 0, true, t0 + milliseconds(1200));
+  q.Update(1, 0, true, t0 + milliseconds(2100));
   EXPECT_EQ(q.size(), 0u);
 }
 
-TEST(QueuedRepliesTest, OverTwiceTheBudgetTheOldestGoesAtOnce) {
+TEST(QueuedRepliesTest, OverTwiceTheBudgetTheMostGoesAtOnce) {
   QueuedReplies q(10);
   q.Update(1, 12, false, t0);
   q.Update(2, 13, false, t0 + milliseconds(1));
   std::vector<uint64_t> closed;
   q.CloseOverBudget(t0 + milliseconds(2), [&](uint64_t c) { closed.push_back(c); });
-  EXPECT_EQ(closed, (std::vector<uint64_t>{1}));  // 13 left: over 10, under 20
-  EXPECT_EQ(q.total(), 13u);
+  EXPECT_EQ(closed, (std::vector<uint64_t>{2}));  // 12 left: over 10, under 20
+  EXPECT_EQ(q.total(), 12u);
 }
 
 TEST(RefusalLimiterTest, OneLineAPeriodPerSourceAndReason) {

@@ -45,9 +45,10 @@ namespace {
 // link that opens more, with every client of its node: one stream per
 // client that sent what only the store answers, one per key waited on, and
 // the shared one. So the relay serves at most half that many clients at
-// once and waits on at most half that many keys, less the shared stream's
-// one; a node's ranks are a few, and a local process that opens thousands
-// of connections, or waits on thousands of keys, is refused, not the link.
+// once and shares waits on at most half that many keys, less the shared
+// stream's one; a node's ranks are a few, and a local process that opens
+// thousands of connections is refused, not the link; a WAIT past the keys
+// goes up on its client's own stream.
 constexpr size_t kMaxClients = kMaxLinkStreams / 2;
 constexpr size_t kMaxKeyWaits = kMaxLinkStreams / 2 - 1;
 
@@ -548,13 +549,12 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
         if (it != key_waits_.end() && it->second.seq < client.up_seq) return Forward(client, r);
       }
     }
+    // Past the keys the relay may wait on at once (their waits linger until
+    // the key is set, also after their clients went), the WAIT goes up on
+    // the client's own stream, which it has anyway: unshared, never refused.
     const auto fresh = std::count_if(distinct.begin(), distinct.end(),
                                      [&](const std::string& k) { return !key_waits_.contains(k); });
-    if (key_waits_.size() + static_cast<size_t>(fresh) > kMaxKeyWaits) {
-      return Drop(client.conn,
-                  fmt::format("its WAIT would make the relay wait on more than {} keys at once",
-                              kMaxKeyWaits));
-    }
+    if (key_waits_.size() + static_cast<size_t>(fresh) > kMaxKeyWaits) return Forward(client, r);
     auto w = std::make_shared<LocalWait>();
     w->client = client.conn->id;
     w->missing = r.args.size();

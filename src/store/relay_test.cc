@@ -520,18 +520,32 @@ TEST_F(RelayTest, OversizedTruncatedAndSlowClientsHarmNoOne) {
 }
 
 // A link carries kMaxLinkStreams streams at most, and the store drops a
-// link that opens more, with every client of the node: a local client that
-// would make the relay open more is refused, not the link. A WAIT on more
-// keys than the relay may wait on at once (a stream each) closes its
-// client; the clients past the relay's cap are closed at accept.
+// link that opens more, with every client of the node: a local client
+// cannot make the relay open more. A WAIT on more keys than the relay may
+// share waits on (a stream each) goes up on its client's own stream, and
+// the keys it left waited on are no reason to refuse another's WAIT; the
+// clients past the relay's cap are closed at accept.
 TEST_F(RelayTest, ClientsAndWaitsThatWouldOverflowTheLinkAreRefusedNotTheLink) {
   StoreClient good = ViaRelay();
   ASSERT_TRUE(good.Set("fine", "1").ok());
-  RawSocket waiter(relay_->port());
-  std::string keys;
-  for (size_t i = 0; i <= kMaxLinkStreams; ++i) keys += Str("k" + std::to_string(i));
-  ASSERT_TRUE(waiter.Send(V2(Op1(v2::kWait) + U64(kMaxLinkStreams + 1) + keys)));
-  EXPECT_TRUE(waiter.Closed());
+  {
+    RawSocket waiter(relay_->port());
+    std::string keys;
+    for (size_t i = 0; i <= kMaxLinkStreams; ++i) keys += Str("k" + std::to_string(i));
+    ASSERT_TRUE(waiter.Send(V2(Op1(v2::kWait) + U64(kMaxLinkStreams + 1) + keys)));
+    RawSocket half(relay_->port());  // most of the shared waits, then gone
+    keys.clear();
+    for (size_t i = 0; i < kMaxLinkStreams / 2 - 2; ++i) keys += Str("h" + std::to_string(i));
+    ASSERT_TRUE(half.Send(V2(Op1(v2::kWait) + U64(kMaxLinkStreams / 2 - 2) + keys)));
+    ASSERT_TRUE(half.Send(V2(Op1(v2::kPing) + U32(1))));
+    EXPECT_FALSE(half.Closed(200));
+    EXPECT_FALSE(waiter.Closed(200));
+  }
+  RawSocket rank(relay_->port());
+  ASSERT_TRUE(rank.Send(V2(Op1(v2::kWait) + U64(2) + Str("w1") + Str("w2"))));
+  ASSERT_TRUE(good.Set("w1", "1").ok());
+  ASSERT_TRUE(good.Set("w2", "1").ok());
+  EXPECT_EQ(rank.Recv(1), Op1(kWaitStopWaiting));
   EXPECT_TRUE(Linked());
   // Each client asks what only the store answers (a stream each), then a
   // PING that comes back once the store has its SET.
@@ -541,7 +555,7 @@ TEST_F(RelayTest, ClientsAndWaitsThatWouldOverflowTheLinkAreRefusedNotTheLink) {
     (void)c.Send(V2(Op1(v2::kSet) + Str("m") + Str("1") + Op1(v2::kPing) + U32(7)));
   size_t answered = 0;
   for (auto& c : many) answered += c.Recv(4) == U32(7);
-  EXPECT_EQ(answered, kMaxLinkStreams / 2 - 1);  // `good` is the cap's last
+  EXPECT_EQ(answered, kMaxLinkStreams / 2 - 2);  // `good` and `rank` hold two of the cap
   EXPECT_TRUE(Linked());
   EXPECT_EQ(*good.Get("fine"), "1");
 }
