@@ -281,15 +281,20 @@ TEST(CoordinatorTest, ALostNodeEndsTheRoundAndTheSurvivorsCarryOn) {
   EXPECT_EQ(h.coord().failures(), 0);  // a membership change is not a failure
 }
 
+void FormRoundOfTwo(Harness& h) {
+  h.Join(1, "a");
+  h.Ready(1, 1);
+  h.Join(2, "b");
+  h.Ready(2, 1);
+  h.Advance(1100ms);
+}
+
 TEST(CoordinatorTest, ARestartShortOfItsMinimumSetsNoDeadlineInThePast) {
   // A node of two lost, min 2: the survivor waits past the close timeout
   // for a node or the join timeout, its host's timer never due at once
   // (it fired again and again, a core's worth, until the join timeout).
   Harness h(Elastic(2, 2));
-  h.Join(1, "a");
-  h.Ready(1, 1);
-  h.Join(2, "b");
-  h.Ready(2, 1);
+  FormRoundOfTwo(h);
   ASSERT_TRUE(h.Get("round/0"));
   h.Disconnect(2);
   h.Ready(1, 2);
@@ -370,14 +375,6 @@ TEST(CoordinatorTest, TheBudgetIsSpentOncePerFailedRound) {
 }
 
 // Nodes a (1) and b (2) join and are ready; round 0 closes with both.
-void FormRoundOfTwo(Harness& h) {
-  h.Join(1, "a");
-  h.Ready(1, 1);
-  h.Join(2, "b");
-  h.Ready(2, 1);
-  h.Advance(1100ms);
-}
-
 // etcd learns of a dead node when its lease expires, after its peers'
 // workers have failed on their broken connections: the loss is what
 // happened, and it spends nothing.

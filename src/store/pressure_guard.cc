@@ -13,10 +13,8 @@ PressureGuard::PressureGuard(asio::io_context& io, std::string host, size_t max_
       replies_(max_queued_reply_bytes),
       sweep_(io) {}
 
-PressureGuard::~PressureGuard() { Stop(); }
-
 void PressureGuard::Stop() {
-  stopped_ = true;
+  alive_.reset();
   sweep_.cancel();
 }
 
@@ -48,13 +46,12 @@ bool PressureGuard::Unsettled() const {
 }
 
 void PressureGuard::Sweep() {
-  if (stopped_) return;
+  if (!alive_) return;
   sweep_armed_ = true;
   sweep_.expires_after(std::chrono::seconds(1));
   sweep_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](std::error_code ec) {
     if (ec || alive.expired()) return;
     sweep_armed_ = false;
-    if (stopped_) return;
     partial_.CloseStalled(Clock::now(),
                           [&](uint64_t id) { close_(id, PartialRequests::StalledReason()); });
     CloseUnreadOverBudget();

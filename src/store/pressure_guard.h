@@ -28,7 +28,6 @@ class PressureGuard {
   using Close = std::function<void(uint64_t conn, const std::string& why)>;
   PressureGuard(asio::io_context& io, std::string host, size_t max_partial_bytes,
                 size_t max_queued_reply_bytes, Close close);
-  ~PressureGuard();
   PressureGuard(const PressureGuard&) = delete;
   PressureGuard& operator=(const PressureGuard&) = delete;
 
@@ -56,9 +55,9 @@ class PressureGuard {
   QueuedReplies replies_;
   asio::steady_timer sweep_;
   bool sweep_armed_ = false;
-  bool stopped_ = false;
-  // The sweep's handler may run after this guard is gone (with an error):
-  // it finds this expired and touches nothing.
+  // Reset by Stop; the sweep's handler may run after that, or after this
+  // guard is gone (with an error): it finds this expired and touches
+  // nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
