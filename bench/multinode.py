@@ -2,8 +2,9 @@
 c10d at --monitor_interval 0.1 where torchrun can do the same thing.
 
 - job8: 8 agents x 1 worker running `true`, the whole job, trun vs torchrun.
-- rdzv: the rendezvous of N agents (10 to 1,000) in one process, each a real
-  trun Rendezvous on its own loop (build/rdzv_scale).
+- rdzv: the rendezvous of N agents (10 to 10,000), each a real trun
+  Rendezvous (build/rdzv_scale: the host's in this process, the others
+  spread over child processes).
 - recovery: from an agent's death to the survivor's new worker's exec, for
   the ways an agent dies (kill -9: its connections close; SIGSTOP: it goes
   silent, as a host cut off does, and only the heartbeat timeout finds it)

@@ -1,11 +1,14 @@
 // The rendezvous at scale: N agents' rendezvous, each a real trun
-// Rendezvous made from real launch flags on its own event loop (the code
-// every agent runs: its loop, its two threads, its own store connections).
-// The first agent hosts the store and the coordinator in this process; the
-// others are spread over P child processes (this program again, `--child`),
-// as a process may hold at most 20,000 descriptors here and each agent holds
-// store connections. Prints the seconds from the first Start() to the moment
-// every agent has its round.
+// Rendezvous made from real launch flags (the code every agent runs: its two
+// threads, its own store connections). The first agent hosts the store and
+// the coordinator in this process, on a loop of its own; the others are
+// spread over P child processes (this program again, `--child`), as a
+// process may hold at most 20,000 descriptors here and each agent holds
+// store connections. A child's agents share one event loop, which only
+// runs what their threads post (an agent's loop of its own would be one
+// thread more per agent on the same 2 cores), and run below the host's
+// priority (Child says why). Prints the seconds from the first Start() to
+// the moment every agent has its round.
 //
 //   rdzv_scale N c10d PORT [P [CONF [HOLD]]]
 //   rdzv_scale N etcd HOST:PORT [P [CONF [HOLD]]]
@@ -60,19 +63,24 @@ struct Setup {
   std::string run_id;
 };
 
-// One loop per agent, as each agent has.
-struct Agent {
+// The loop that agents' rendezvous post to. Each agent has its own; here
+// a child's agents share one, which only dispatches what their threads post.
+struct Loop {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-  std::thread loop;
+  std::thread thread{[this] { io.run(); }};
+};
+
+struct Agent {
+  asio::io_context& io;
   std::unique_ptr<rendezvous::Rendezvous> rdzv;
   // It reported the failure that ends the round (loop thread only): it
   // asked for the next round then, as an agent does, not at the round's end.
   bool failed = false;
 };
 
-std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
-  auto agent = std::make_unique<Agent>();
+std::unique_ptr<Agent> MakeAgent(Loop& loop, const Setup& s, bool host) {
+  auto agent = std::make_unique<Agent>(loop.io);
   std::string conf = fmt::format("is_host={},join_timeout=120", host ? 1 : 0);
   if (!s.conf.empty()) conf += "," + s.conf;
   // One node fewer may go on, as after a kill (KILL): MIN:MAX.
@@ -95,7 +103,6 @@ std::unique_ptr<Agent> MakeAgent(const Setup& s, bool host) {
     std::exit(2);
   }
   agent->rdzv = std::move(*r);
-  agent->loop = std::thread([a = agent.get()] { a->io.run(); });
   return agent;
 }
 
@@ -146,8 +153,15 @@ void FailWorkers(Agent& a) {
 // without leaving: the measurement is over, and a host that outlives its
 // nodes' goodbyes is not what is measured.
 int Child(const Setup& s, int count) {
+  // Below the host's process: on a real job every agent has a host of its
+  // own, and the host's loop (the store, the coordinator) or etcd has
+  // its cores to itself. Here 10,000 agents' threads would take the loop's
+  // turn, its accept queue would overflow, and the kernel would drop the
+  // connects that do not fit (retried 0.2-1 s later).
+  ::setpriority(PRIO_PROCESS, 0, 10);
+  Loop loop;
   std::vector<std::unique_ptr<Agent>> agents;
-  for (int i = 0; i < count; ++i) agents.push_back(MakeAgent(s, false));
+  for (int i = 0; i < count; ++i) agents.push_back(MakeAgent(loop, s, false));
   std::printf("ready\n");
   std::fflush(stdout);
   char line[16];
@@ -251,7 +265,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto host = MakeAgent(s, true);
+  Loop host_loop;
+  auto host = MakeAgent(host_loop, s, true);
   std::vector<Kid> kids;
   const int others = s.nodes - 1 - (kill ? 1 : 0);
   for (int p = 0; p < procs; ++p) {
