@@ -2,6 +2,7 @@
 fault tolerance and the job-wide restart budget, with real agents on loopback
 running real gloo DDP workers."""
 import re
+import sys
 import time
 
 import pytest
@@ -46,18 +47,29 @@ def test_two_c10d_agents_run_one_ddp_job_of_world_4(agents):
 def test_two_c10d_agents_train_the_same_parameters_as_torchrun(agents):
     # Side by side with this torch generation's torchrun: the same 2 x 2 job
     # over c10d on loopback computes the same parameters, bit for bit.
-    def job(launcher, exe, flags):
-        a = [agents(f"{launcher}{i}", *flags, DDP, "--steps", 5, exe=exe) for i in range(2)]
-        assert [x.wait(timeout=180) for x in a] == [0, 0], a[0].text() + a[1].text()
-        m = re.findall(r"RESULT world=4 loss=\S+ params=\w+", a[0].text() + a[1].text())
-        assert len(m) == 1, a[0].text() + a[1].text()
+    def job(launcher, exe, flags, attempt=0):
+        endpoint = ["--rdzv_endpoint", f"127.0.0.1:{free_port()}"]
+        a = [agents(f"{launcher}{attempt}{i}", *flags, *endpoint, DDP, "--steps", 5, exe=exe)
+             for i in range(2)]
+        codes = [x.wait(timeout=180) for x in a]
+        text = a[0].text() + a[1].text()
+        if (codes != [0, 0] and exe == TORCHRUN and attempt == 0
+                and "errno: 98 - Address already in use" in text):
+            # torchrun's own port race (conftest.torchrun says more): its
+            # rank 0 agent picks MASTER_PORT by binding port 0 and closing
+            # it; the comparison needs torchrun's answer, so once more.
+            print(f"torchrun: its port was taken; once more. Its output: {text}",
+                  file=sys.stderr)
+            return job(launcher, exe, flags, attempt + 1)
+        assert codes == [0, 0], text
+        m = re.findall(r"RESULT world=4 loss=\S+ params=\w+", text)
+        assert len(m) == 1, text
         return m[0]
 
     # torch 1.13's torchrun knows only the underscore spellings.
     flags = ["--nnodes", 2, "--nproc_per_node", 2, "--rdzv_backend", "c10d", "--rdzv_id", "job"]
-    ours = job("trun", (TRUN,), [*flags, "--rdzv_endpoint", f"127.0.0.1:{free_port()}"])
-    theirs = job("torchrun", TORCHRUN, [*flags, "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
-                                        "--monitor_interval", "0.1"])
+    ours = job("trun", (TRUN,), flags)
+    theirs = job("torchrun", TORCHRUN, [*flags, "--monitor_interval", "0.1"])
     assert ours == theirs
 
 
