@@ -66,7 +66,36 @@ void Connection::OnReadable() {
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) return OnReadError(ec);
     if (!Consume(buf.data(), k)) return;
+    // Held back (Backlogged): nothing more is read until its replies go.
+    if (held_back_) return;
     if (k < buf.size()) break;
+  }
+  Read();
+}
+
+// A client that sends requests faster than it reads their replies is held
+// back: once kHoldBackReplyBytes of its replies wait, its next requests stay
+// in the parser, unhandled, and its socket unread (TCP pushes back on it),
+// until its replies drain. Without it, one read of a few kilobytes of GETs
+// of a large value made the store copy that value once per GET (each reply
+// is a copy) before any budget could act: a few hundred such clients kept
+// the store's loop copying for seconds and their replies held gigabytes.
+// torch's clients wait for each reply before the next request, so none is
+// ever held back; a relay's link is not (it carries a node's every client,
+// each of which reads its own replies).
+bool Connection::Backlogged() const { return !link && Unsent() >= kHoldBackReplyBytes; }
+
+// Handles what a held-back connection kept once its replies drained, then
+// reads again.
+void Connection::Resume() {
+  held_back_ = false;
+  if (!parser_) return Read();
+  Request req;
+  if (!HandleParsed(req) || !host_.AfterRead(ConnectionPtr(this), 0)) return;
+  if (held_back_) return;
+  if (parser_->pending() == nullptr && parser_->buffered() == 0) {
+    generation_ = parser_->generation();
+    parser_.reset();
   }
   Read();
 }
@@ -97,7 +126,17 @@ bool Connection::Parse(const char* data, size_t n) {
     return false;
   }
   Request req;
+  return HandleParsed(req);
+}
+
+// Hands the parser's whole requests to the host until it needs more bytes
+// or the connection is held back; false when the connection is gone.
+bool Connection::HandleParsed(Request& req) {
   while (true) {
+    if (Backlogged()) {
+      held_back_ = true;
+      return true;
+    }
     auto r = parser_->Next(&req);
     if (r == RequestParser::Result::kNeedMore) return true;
     if (r == RequestParser::Result::kError) {
@@ -120,20 +159,57 @@ bool Connection::Parse(const char* data, size_t n) {
 bool Connection::CanQueue(size_t n) const { return n <= ReplyRoom(); }
 
 size_t Connection::ReplyRoom() const {
-  size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
+  size_t queued = Unsent();
   size_t max = host_.max_pending_reply_bytes();
   return queued < max ? max - queued : 0;
 }
 
-// One write is in flight at a time, and everything queued meanwhile goes
-// out in the next one.
+size_t Connection::Unsent() const {
+  return outbox_ ? outbox_->sending.size() - outbox_->sent + outbox_->out.size() : 0;
+}
+
+// A reply goes straight to the socket, which does not block; what it does
+// not take waits in the outbox, in order, until it is writable again
+// (Flush). asio never holds a pointer into the outbox, so a closed
+// connection frees its replies at once (Close), and a reply the socket
+// takes whole costs neither a buffer nor a trip through the event loop.
 void Connection::Send(std::string_view bytes) {
   if (closed) return;
   if (!CanQueue(bytes.size())) return host_.Drop(ConnectionPtr(this), "too many unread replies");
-  if (!outbox_) outbox_ = std::make_unique<Outbox>();
-  outbox_->out.append(bytes);
-  if (!writing_) Flush();
+  if (outbox_) {
+    outbox_->out.append(bytes);
+  } else {
+    size_t n = 0;
+    if (!Write(bytes, n)) return;
+    if (n == bytes.size()) return;
+    outbox_ = std::make_unique<Outbox>();
+    outbox_->sending.assign(bytes.substr(n));
+    WaitWritable();
+  }
   Book(false);
+}
+
+// Writes what the socket takes of `bytes` now: `n`. False when that failed
+// and the connection was dropped.
+bool Connection::Write(std::string_view bytes, size_t& n) {
+  std::error_code ec;
+  n = socket_.write_some(asio::buffer(bytes.data(), bytes.size()), ec);
+  if (!ec) return true;
+  n = 0;
+  if (ec == asio::error::would_block || ec == asio::error::try_again) return true;
+  bool quiet = ec == asio::error::broken_pipe || ec == asio::error::connection_reset;
+  host_.Drop(ConnectionPtr(this), quiet ? "" : ec.message());
+  return false;
+}
+
+void Connection::WaitWritable() {
+  socket_.async_wait(Acceptor::Socket::wait_write, OnWritable{ConnectionPtr(this)});
+}
+
+void Connection::OnWritable::operator()(std::error_code ec) const {
+  if (self->closed) return;
+  if (ec) return self->host_.Drop(self, ec.message());
+  self->Flush();
 }
 
 // Large queues are booked with the host, which bounds what all of its
@@ -142,39 +218,38 @@ void Connection::Send(std::string_view bytes) {
 // token, and closing it for another's unread replies would fail the node.
 void Connection::Book(bool drained) {
   if (link) return;
-  const size_t queued = outbox_ ? outbox_->out.size() + outbox_->sending.size() : 0;
+  const size_t queued = Unsent();
   if (!booked_ && queued < kBookedReplyBytes) return;
   booked_ = queued >= kBookedReplyBytes;
   host_.RepliesQueued(*this, booked_ ? queued : 0, drained);
 }
 
+// Its socket is writable: writes what waits until the socket takes no
+// more (then waits again) or nothing is left (the outbox goes: an idle
+// connection holds no buffer).
 void Connection::Flush() {
-  if (!outbox_ || outbox_->out.empty() || closed) return;
-  writing_ = true;
-  outbox_->sending.swap(outbox_->out);
-  outbox_->out.clear();
-  asio::async_write(
-      socket_, asio::buffer(outbox_->sending),
-      [self = ConnectionPtr(this)](std::error_code ec, size_t) { self->OnWritten(ec); });
-}
-
-void Connection::OnWritten(std::error_code ec) {
-  writing_ = false;
-  // Idle connections hold no buffer.
-  if (outbox_->out.empty()) {
-    outbox_.reset();
-  } else {
-    std::string().swap(outbox_->sending);
-  }
-  if (closed) return;
-  if (ec) {
-    bool quiet = ec == asio::error::operation_aborted || ec == asio::error::broken_pipe ||
-                 ec == asio::error::connection_reset;
-    return host_.Drop(ConnectionPtr(this), quiet ? "" : ec.message());
+  while (true) {
+    Outbox& o = *outbox_;
+    if (o.sent == o.sending.size()) {
+      if (o.out.empty()) {
+        outbox_.reset();
+        break;
+      }
+      o.sending.swap(o.out);
+      std::string().swap(o.out);
+      o.sent = 0;
+    }
+    size_t n = 0;
+    if (!Write(std::string_view(o.sending).substr(o.sent), n)) return;
+    o.sent += n;
+    if (o.sent < o.sending.size()) {
+      WaitWritable();
+      break;
+    }
   }
   Book(true);
   if (closing && !Sending()) return host_.Drop(ConnectionPtr(this), "");
-  Flush();
+  if (held_back_ && !Backlogged()) Resume();
 }
 
 void Connection::Close() {
@@ -183,10 +258,10 @@ void Connection::Close() {
   std::error_code ec;
   socket_.shutdown(Acceptor::Socket::shutdown_both, ec);
   socket_.close(ec);
-  // Replies queued behind the write in flight go now, not when its handler
-  // runs: a flood of clients closed for their unread replies would hold
-  // them all until the loop gets to their handlers.
-  if (outbox_) std::string().swap(outbox_->out);
+  // Its replies go now, not when a handler runs: a flood of clients closed
+  // for their unread replies would hold them all until the loop got to
+  // them.
+  outbox_.reset();
 }
 
 size_t Connection::BufferBytes() const {

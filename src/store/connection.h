@@ -32,6 +32,11 @@ namespace trun::store {
 
 class Connection;
 
+// A connection with this many reply bytes waiting for its client to read
+// them handles no more of its requests until they drain (Connection.cc,
+// Backlogged, says why).
+inline constexpr size_t kHoldBackReplyBytes = 1024 * 1024;
+
 // A counted reference to a Connection (see Ownership above). 8 bytes, where
 // a shared_ptr is 16 and costs the object a control block and
 // enable_shared_from_this's weak pointer (32 bytes more).
@@ -115,7 +120,7 @@ class Connection {
   // Queues reply bytes; a connection over the limit is dropped.
   void Send(std::string_view bytes);
   // Whether a reply is queued or on its way.
-  bool Sending() const { return writing_ || (outbox_ && !outbox_->out.empty()); }
+  bool Sending() const { return outbox_ != nullptr; }
   // Closes the socket (once).
   void Close();
   // What this connection's buffers hold, capacity included.
@@ -142,9 +147,17 @@ class Connection {
  private:
   friend class ConnectionPtr;
 
-  // Replies queued (`out`) and the one write in flight (`sending`).
+  // The replies its socket did not take yet: `sending`, written up to
+  // `sent`, then `out`. It exists only while there are some.
   struct Outbox {
-    std::string out, sending;
+    std::string sending;
+    size_t sent = 0;
+    std::string out;
+  };
+  // The handler of the wait until its socket is writable again.
+  struct OnWritable {
+    ConnectionPtr self;
+    void operator()(std::error_code ec) const;
   };
   // The handler of the pending wait: one reference, so that asio's
   // operation holds 8 bytes of it.
@@ -158,9 +171,14 @@ class Connection {
   void Read();
   void OnReadError(std::error_code ec);
   void OnReadable();
-  void OnWritten(std::error_code ec);
+  bool Write(std::string_view bytes, size_t& n);
+  void WaitWritable();
+  size_t Unsent() const;
   bool Consume(const char* data, size_t n);
   bool Parse(const char* data, size_t n);
+  bool HandleParsed(Request& req);
+  bool Backlogged() const;
+  void Resume();
   void Flush();
   void Book(bool drained);
 
@@ -189,9 +207,10 @@ class Connection {
 
  private:
   Generation generation_ = Generation::kUnknown;  // while parser_ is null
-  bool writing_ : 1 = false;
-  bool spoke_ : 1 = false;   // sent a byte since accept
-  bool booked_ : 1 = false;  // its replies are booked with the host (Book)
+  bool spoke_ : 1 = false;                        // sent a byte since accept
+  bool booked_ : 1 = false;                       // its replies are booked with the host (Book)
+  // Its requests wait until its replies drain (Backlogged).
+  bool held_back_ : 1 = false;
 };
 
 // Connections in the order they were added, on their own list hooks

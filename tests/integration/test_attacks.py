@@ -43,7 +43,7 @@ pytestmark = pytest.mark.attack
 ELASTIC = FIXTURES / "elastic_train.py"
 TOKEN = "attack-token-" + "5a" * 16
 RUN = "atk"
-STEPS = 400
+STEPS = 600
 MAGIC = 0x3C85F7CE
 RSS_BUDGET = 16 << 20
 FILES = 4096
@@ -613,6 +613,49 @@ class TestOneTokenJobUnderAttack:
         # Closing 40 clients cost a line per reason, not one each.
         assert log.count("store: dropped client") - dropped <= 2, log
         job.still_training(rss_budget=(64 << 20) + RSS_BUDGET)
+
+    def test_unread_replies_of_a_large_value_cost_the_job_nothing(self, job):
+        # A worker's 8 MiB key, asked for 7 times on each of 50 new
+        # connections a second for 8 s, none of which reads. The store
+        # handles a client's next request only once its replies drain, so
+        # each holds one reply, and the replies left unread are held to
+        # their budget (256 MiB; over twice it, the connection that holds
+        # the most closes at once). Before, every GET was a copy of the
+        # value, made at once: the agent held 4-6 GB, and its store's loop,
+        # busy copying, kept its own agent from the round.
+        size = 8 << 20
+        setter = Raw(job.port)
+        setter.send(bytes([1]) + b("/atk/big") + struct.pack("<Q", size) + b"v" * size)
+        setter.send(bytes([13]) + struct.pack("<I", 1))  # PING: the SET is stored
+        assert struct.unpack("<I", setter.read(4))[0] == 1
+        setter.close()
+        gets = (bytes([3]) + b("/atk/big")) * 7
+        step = job.step()
+        hogs, slowest = [], 0.0
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            for _ in range(50):
+                c = Raw(job.port)
+                c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                try:
+                    c.send(gets)
+                except OSError:
+                    pass  # closed already: over the budget
+                hogs.append(c)
+            fresh = Raw(job.port)
+            t0 = time.monotonic()
+            fresh.send(bytes([13]) + struct.pack("<I", 7))
+            assert struct.unpack("<I", fresh.read(4))[0] == 7
+            slowest = max(slowest, time.monotonic() - t0)
+            fresh.close()
+            time.sleep(max(0.0, 1 - (time.monotonic() - t0)))
+        for c in hogs:
+            c.close()
+        assert slowest < 2, f"a PING took {slowest:.1f} s under the flood"
+        assert job.step() > step + 20, job.host.text()
+        assert job.refusals("replies queued for clients that do not read them") >= 1, \
+            job.host.text()
+        job.still_training(rss_budget=(2 * 256 + 64 << 20) + RSS_BUDGET)
 
     def test_a_flood_of_idle_connections_starves_no_agent(self, job):
         # 5,000 idle connections: more than the store's cap (the agent's
