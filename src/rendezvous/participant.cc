@@ -370,8 +370,11 @@ class Node final : public Rendezvous {
                            [&] { return stopping_ || !requests_.empty(); });
       const int64_t seq = seq_;
       if (seq == 0) {
-        // Not joined (or joining anew): what was asked of an old host is moot.
-        std::erase_if(requests_, [](const Request& r) { return r.seq != 0; });
+        // Not joined (or joining anew): what was asked, of an old host or
+        // while joining (seq 0: a success or failure heard meanwhile, which
+        // the main thread acts on), is for no host and moot. Kept, it would
+        // satisfy the wait above at once, forever.
+        requests_.clear();
         if (stopping_) return;
         last_ok = now_();
         link.reset();

@@ -303,6 +303,28 @@ TEST_F(ParticipantTest, AReadyGivenBeforeTheHostsLossIsKept) {
   EXPECT_EQ(Ids(*b.round()), (std::vector<std::string>{"b"}));
 }
 
+// The agent's workers succeed after the node heard of the host's loss,
+// while it joins anew: the "done" it would send is for no host, and moot.
+// It once stayed queued, so the control thread's wait for a message found
+// one at once, forever, holding the lock the main thread needs.
+TEST_F(ParticipantTest, ASuccessWhileJoiningAnewStallsNothing) {
+  auto nodes = FirstRound(2, {"a", "b"});
+  ASSERT_EQ(nodes.size(), 2u);
+  Agent &a = *nodes[0], &b = *nodes[1];
+  world_->KillHost();
+  a.rdzv->Shutdown();
+  ASSERT_TRUE(Pump([&] { return !b.ends.empty(); }));
+  b.rdzv->Succeeded([&] { ++b.done; });
+  ASSERT_TRUE(
+      AdvanceUntil([&] { return b.outcomes.size() == 2 || b.done > 0; }, 3 * kHeartbeatTimeout));
+  if (b.done == 0) {
+    ASSERT_NE(b.no_round(), nullptr);
+    EXPECT_NE(b.no_round()->why.message().find("no surviving node could take it over"),
+              std::string::npos)
+        << b.no_round()->why.message();
+  }
+}
+
 // The host dies and no survivor may serve the endpoint: once a heartbeat
 // timeout has passed without a new host, the node gets no round, and the
 // message says why nobody took over.
