@@ -66,8 +66,6 @@ void Connection::OnReadable() {
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) return OnReadError(ec);
     if (!Consume(buf.data(), k)) return;
-    // Held back (Backlogged): nothing more is read until its replies go.
-    if (held_back_) return;
     if (k < buf.size()) break;
   }
   Read();
@@ -75,29 +73,32 @@ void Connection::OnReadable() {
 
 // A client that sends requests faster than it reads their replies is held
 // back: once kHoldBackReplyBytes of its replies wait, its next requests stay
-// in the parser, unhandled, and its socket unread (TCP pushes back on it),
-// until its replies drain. Without it, one read of a few kilobytes of GETs
-// of a large value made the store copy that value once per GET (each reply
-// is a copy) before any budget could act: a few hundred such clients kept
-// the store's loop copying for seconds and their replies held gigabytes.
-// torch's clients wait for each reply before the next request, so none is
-// ever held back; a relay's link is not (it carries a node's every client,
-// each of which reads its own replies).
+// in the parser, unhandled, until its replies drain. Without it, one read of
+// a few kilobytes of GETs of a large value made the store copy that value
+// once per GET (each reply is a copy) before any budget could act: a few
+// hundred such clients kept the store's loop copying for seconds and their
+// replies held gigabytes. What it sends meanwhile is still read, and counts
+// with its unread replies (Book), so a client that pipelines large requests
+// before it reads a reply is not stalled by the store, and one that never
+// reads is held to the budget of unread replies (pressure.h), however much
+// it sends. torch's clients wait for each reply before the next request,
+// so none is ever held back; a relay's link is not (it carries a node's
+// every client, each of which reads its own replies).
 bool Connection::Backlogged() const { return !link && Unsent() >= kHoldBackReplyBytes; }
 
-// Handles what a held-back connection kept once its replies drained, then
-// reads again.
+// Handles what a held-back connection kept once its replies drained. Its
+// socket's wait for bytes is pending meanwhile, as ever.
 void Connection::Resume() {
   held_back_ = false;
-  if (!parser_) return Read();
+  if (!parser_) return Book(false);
   Request req;
   if (!HandleParsed(req) || !host_.AfterRead(ConnectionPtr(this), 0)) return;
   if (held_back_) return;
+  Book(false);
   if (parser_->pending() == nullptr && parser_->buffered() == 0) {
     generation_ = parser_->generation();
     parser_.reset();
   }
-  Read();
 }
 
 // Parses and handles what arrived; false when the connection is gone.
@@ -135,6 +136,7 @@ bool Connection::HandleParsed(Request& req) {
   while (true) {
     if (Backlogged()) {
       held_back_ = true;
+      Book(false);
       return true;
     }
     auto r = parser_->Next(&req);
@@ -213,12 +215,13 @@ void Connection::OnWritable::operator()(std::error_code ec) const {
 }
 
 // Large queues are booked with the host, which bounds what all of its
-// connections' unread replies hold (pressure.h); small ones cost nothing.
+// connections' unread replies hold (pressure.h), with, while a connection
+// is held back, the requests it sent meanwhile; small ones cost nothing.
 // A relay's link is not: it carries a node's every client, proved the job
 // token, and closing it for another's unread replies would fail the node.
 void Connection::Book(bool drained) {
   if (link) return;
-  const size_t queued = Unsent();
+  const size_t queued = Unsent() + (held_back_ && parser_ ? parser_->held() : 0);
   if (!booked_ && queued < kBookedReplyBytes) return;
   booked_ = queued >= kBookedReplyBytes;
   host_.RepliesQueued(*this, booked_ ? queued : 0, drained);

@@ -129,6 +129,11 @@ class Connection {
   std::string RemoteName(asio::ip::address* address) const;
   // The parser of the request on its way: nullptr between requests.
   const RequestParser* parser() const { return parser_.get(); }
+  // What its parser holds as a request not yet whole, for the budget and
+  // rate floor of unfinished requests (pressure.h): none while it is held
+  // back (Backlogged), when what the parser holds waits for the store, not
+  // for the client, and counts with its unread replies instead (Book).
+  size_t UnfinishedBytes() const { return parser_ && !held_back_ ? parser_->held() : 0; }
   // The protocol generation its bytes so far are in.
   Generation generation() const { return parser_ ? parser_->generation() : generation_; }
   // Where it comes from, as accept saw it (IPv4 unmapped), for the server's

@@ -28,6 +28,7 @@ void LinkHost::Open(const ConnectionPtr& c, const Request& r) {
   std::string o;
   PutBytes(o, kLinkVersion);
   c->Send(o);
+  if (c->closed) return;  // the answer's write failed: dropped
   c->link = true;
   links_[c->id].conn = c.get();
   g_links_opened.fetch_add(1, std::memory_order_relaxed);
@@ -88,7 +89,7 @@ void LinkHost::SendTo(uint64_t owner, std::string_view bytes) {
 
 size_t LinkHost::HeldBy(const Connection& c) const {
   auto link = links_.find(c.id);
-  if (link == links_.end()) return c.parser() ? c.parser()->held() : 0;
+  if (link == links_.end()) return c.UnfinishedBytes();
   return link->second.held + link->second.frames.buffered();
 }
 

@@ -47,6 +47,12 @@ class RawSocket {
   bool connected() const { return connected_; }
   // Half-closes: the server reads EOF after what was sent.
   void EndWrites() { ::shutdown(fd_, SHUT_WR); }
+  // Closes with a reset (SO_LINGER 0): the server's next write fails.
+  void Reset() {
+    linger l{1, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(std::exchange(fd_, -1));
+  }
   // Shrinks the kernel's receive buffer, so that the server's writes to a
   // client that reads slowly meet a full socket.
   void SmallReceiveBuffer() {

@@ -164,7 +164,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   // What requests not yet whole and replies left unread hold is bounded as
   // at the store (pressure_guard.h).
   bool AfterRead(const ConnectionPtr& c, size_t arrived) override {
-    pressure_.AfterRead(c->id, arrived, c->parser() ? c->parser()->held() : 0);
+    pressure_.AfterRead(c->id, arrived, c->UnfinishedBytes());
     return !c->closed;
   }
 

@@ -19,6 +19,7 @@
 #include "store/connection.h"
 #include "store/encode.h"
 #include "store/golden_bytes.h"
+#include "store/link.h"
 #include "store/raw_socket.h"
 #include "store/server_thread.h"
 
@@ -769,6 +770,58 @@ TEST_F(ServerTest, AClientThatDoesNotReadItsRepliesIsHeldBackAndLosesNothing) {
   EXPECT_EQ(queued(), 0u);
   ASSERT_TRUE(hog.Send(Op1(v1::kGet) + Str("/small")));
   EXPECT_EQ(hog.Recv(9), U64(1) + "s");
+}
+
+TEST_F(ServerTest, AClientHeldBackIsStillReadAndNeitherStallsNorIsClosed) {
+  // A client writes a GET of a 7 MiB value, a 7 MiB SET and a PING before
+  // it reads anything: its write of the SET fits no socket until the store
+  // reads on, which a held-back client's store still does, so both finish.
+  // Then it pipelines 4 GETs of the value and reads them slowly, over more
+  // than the rate floor's window for unfinished requests (10 s): a held-back
+  // client's requests wait for the store, not for it, and it is not closed.
+  Start({}, kDefaultMaxBufferedBytes, "", kDefaultMaxBufferedBytes);
+  const std::string value(7 << 20, 'v');
+  StoreClient setter = Connect();
+  ASSERT_TRUE(setter.Set("/big", value).ok());
+  ASSERT_TRUE(setter.Ping().ok());
+  Raw client(port());
+  std::thread writer([&] {
+    EXPECT_TRUE(client.Send(Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kGet) +
+                            Str("/big") + Op1(v2::kSet) + Str("/x") +
+                            Str(std::string(7 << 20, 'x')) + Op1(v2::kPing) + U32(5)));
+  });
+  const std::string reply = U64(value.size()) + value;
+  EXPECT_TRUE(client.Recv(reply.size()) == reply);
+  EXPECT_EQ(client.Recv(4), U32(5));
+  writer.join();
+  ASSERT_TRUE(client.Send(Op1(v2::kGet) + Str("/big") + Op1(v2::kGet) + Str("/big") +
+                          Op1(v2::kGet) + Str("/big") + Op1(v2::kGet) + Str("/big")));
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ASSERT_TRUE(client.Recv(reply.size()) == reply) << "reply " << i;
+  }
+}
+
+TEST_F(ServerTest, ALinkWhoseHandshakeAnswerFailsLeavesNoLink) {
+  // A relay's handshake, then a reset before the store answers: the
+  // answer's write fails, the store drops the connection, and no link is
+  // left behind to count (trun_store_links) or to point at it.
+  Start({});
+  const std::string handshake = Op1(v2::kValidate) + U32(kValidationMagic) + Op1(v2::kCompareSet) +
+                                Str(kLinkKey) + Str("") + Str(kLinkVersion);
+  const StoreStats before = ProcessStoreStats();
+  for (int i = 0; i < 50; ++i) {
+    Raw r(port());
+    // With the store's loop held, the handshake and the reset are both
+    // there when it next reads.
+    server_->RunOnLoop([&](StoreServer&) {
+      ASSERT_TRUE(r.Send(handshake));
+      r.Reset();
+    });
+  }
+  EXPECT_TRUE(Eventually([&] { return Connections() == 0; }));
+  const StoreStats after = ProcessStoreStats();
+  EXPECT_EQ(after.links_opened - before.links_opened, after.links_closed - before.links_closed);
 }
 
 TEST_F(ServerTest, RepliesOverTheReplyLimitAreRefusedBeforeTheyAreBuilt) {
