@@ -34,7 +34,7 @@ PYTEST = TRUN=$(abspath $(BUILD))/trun $(PYTHON) -m pytest -q -p no:cacheprovide
 
 .PHONY: all deps configure build layers torch2 test unit-test sanitize-build sanitize-test fuzz integration-test \
 	integration-test-113 integration-test-2 integration-parallel-113 integration-parallel-2 \
-	integration-timing-113 integration-timing-2 integration-timing typecheck demo bench format clean install-python
+	integration-timing-113 integration-timing-2 integration-timing typecheck demo bench bench-quick format clean install-python
 
 all: build
 
@@ -192,6 +192,13 @@ bench: build
 	@./scripts/install-deps.sh --bench
 	@cmake --build $(BUILD) -j $(JOBS) --target rdzv_scale relay_scale
 	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --write
+
+# The same benchmarks at everyday sizes (1,000 agents, 2,000 clients),
+# printed, not written to bench/RESULTS.md.
+bench-quick: build
+	@./scripts/install-deps.sh --bench
+	@cmake --build $(BUILD) -j $(JOBS) --target rdzv_scale relay_scale
+	@PYTHON_EXEC=$(PYTHON) $(PYTHON) bench/run.py --trun $(BUILD)/trun --quick
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h' '*.c')
