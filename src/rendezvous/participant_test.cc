@@ -109,6 +109,17 @@ class ParticipantTest : public ::testing::Test {
     return formed ? nodes : std::vector<Agent*>{};
   }
 
+  // A first round of a (the host) and b, which may not take over; then a
+  // dies. b once it heard that its round ended, or nullptr.
+  Agent* SurvivorOfTheHost() {
+    auto nodes = FirstRound(2, {"a", "b"});
+    if (nodes.size() != 2) return nullptr;
+    world_->KillHost();
+    nodes[0]->rdzv->Shutdown();
+    Agent* b = nodes[1];
+    return Pump([&] { return !b->ends.empty(); }) ? b : nullptr;
+  }
+
   // Runs the loop's handlers until `done`, or gives up after a (real) limit
   // generous for a loaded machine.
   bool Pump(const std::function<bool()>& done) {
@@ -308,12 +319,9 @@ TEST_F(ParticipantTest, AReadyGivenBeforeTheHostsLossIsKept) {
 // It once stayed queued, so the control thread's wait for a message found
 // one at once, forever, holding the lock the main thread needs.
 TEST_F(ParticipantTest, ASuccessWhileJoiningAnewStallsNothing) {
-  auto nodes = FirstRound(2, {"a", "b"});
-  ASSERT_EQ(nodes.size(), 2u);
-  Agent &a = *nodes[0], &b = *nodes[1];
-  world_->KillHost();
-  a.rdzv->Shutdown();
-  ASSERT_TRUE(Pump([&] { return !b.ends.empty(); }));
+  Agent* survivor = SurvivorOfTheHost();
+  ASSERT_NE(survivor, nullptr);
+  Agent& b = *survivor;
   b.rdzv->Succeeded([&] { ++b.done; });
   ASSERT_TRUE(
       AdvanceUntil([&] { return b.outcomes.size() == 2 || b.done > 0; }, 3 * kHeartbeatTimeout));
@@ -329,13 +337,9 @@ TEST_F(ParticipantTest, ASuccessWhileJoiningAnewStallsNothing) {
 // timeout has passed without a new host, the node gets no round, and the
 // message says why nobody took over.
 TEST_F(ParticipantTest, NoRoundWhenNobodyMayTakeOver) {
-  auto nodes = FirstRound(2, {"a", "b"});
-  ASSERT_EQ(nodes.size(), 2u);
-  Agent &a = *nodes[0], &b = *nodes[1];
-
-  world_->KillHost();
-  a.rdzv->Shutdown();
-  ASSERT_TRUE(Pump([&] { return !b.ends.empty(); }));
+  Agent* survivor = SurvivorOfTheHost();
+  ASSERT_NE(survivor, nullptr);
+  Agent& b = *survivor;
   b.rdzv->Ready();
   ASSERT_TRUE(AdvanceUntil([&] { return b.outcomes.size() == 2; }, 3 * kHeartbeatTimeout));
   ASSERT_NE(b.no_round(), nullptr);
