@@ -779,6 +779,7 @@ TEST_F(ServerTest, AClientHeldBackIsStillReadAndNeitherStallsNorIsClosed) {
   // Then it pipelines 4 GETs of the value and reads them slowly, over more
   // than the rate floor's window for unfinished requests (10 s): a held-back
   // client's requests wait for the store, not for it, and it is not closed.
+  // But what it sends behind replies it does not read is bounded.
   Start({}, kDefaultMaxBufferedBytes, "", kDefaultMaxBufferedBytes);
   const std::string value(7 << 20, 'v');
   StoreClient setter = Connect();
@@ -800,6 +801,16 @@ TEST_F(ServerTest, AClientHeldBackIsStillReadAndNeitherStallsNorIsClosed) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     ASSERT_TRUE(client.Recv(reply.size()) == reply) << "reply " << i;
   }
+  // What a client may send behind replies it does not read is bounded as
+  // what a parser buffers is (Limits): past it, the client is closed.
+  Raw hog(port());
+  hog.SmallReceiveBuffer();
+  ASSERT_TRUE(hog.Send(Op1(v1::kGet) + Str("/big")));
+  const std::string set = Op1(v1::kSet) + Str("/y") + Str(std::string(1 << 20, 'y'));
+  bool closed = false;
+  for (int i = 0; i < 80 && !closed; ++i) closed = !hog.Send(set);
+  EXPECT_TRUE(closed || hog.Closed());
+  EXPECT_TRUE(setter.Ping().ok());
 }
 
 TEST_F(ServerTest, ALinkWhoseHandshakeAnswerFailsLeavesNoLink) {
