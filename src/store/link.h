@@ -43,6 +43,20 @@ inline constexpr size_t kMaxFramePayload = 256 * 1024;
 // shared streams, with room to spare.
 inline constexpr size_t kMaxLinkStreams = 4096;
 
+// The relay's next stream id, from `next`, which it advances. Ids wrap at
+// 2^32, which a local client can reach (a WAIT on 2,047 keys opens a stream
+// for each: about 2 million such WAITs), so the id after a wrap skips 0,
+// which names no stream, and every id `in_use` says is still open: the
+// store would take it for that stream's, mixing two clients' requests, or,
+// for a shared WAIT's open, drop the link with every client of the node.
+// At most kMaxLinkStreams are open, so the skipping ends soon.
+template <typename InUse>
+uint32_t NextStreamId(uint32_t& next, InUse in_use) {
+  uint32_t id = next++;
+  while (id == 0 || in_use(id)) id = next++;
+  return id;
+}
+
 struct Frame {
   FrameKind kind = FrameKind::kData;
   uint32_t stream = 0;

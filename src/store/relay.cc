@@ -292,7 +292,7 @@ class Relay::Impl : public std::enable_shared_from_this<Relay::Impl>, public Con
   }
 
   uint32_t NewStream(StreamUse use) {
-    uint32_t id = next_stream_++;
+    uint32_t id = NextStreamId(next_stream_, [this](uint32_t s) { return streams_.contains(s); });
     streams_.emplace(id, std::move(use));
     return id;
   }

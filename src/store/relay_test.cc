@@ -84,6 +84,18 @@ TEST(LinkCodecTest, ALargePayloadIsCutIntoFrames) {
   EXPECT_EQ(joined, big);
 }
 
+TEST(LinkCodecTest, StreamIdsWrapPastZeroAndTheIdsStillOpen) {
+  // Ids once went on from 2^32 - 1 to 0 and then to the first ids, which a
+  // node's long-lived clients hold: the store took the new stream's open for
+  // theirs.
+  std::set<uint32_t> open = {0xFFFFFFFFu, 1, 2};
+  auto in_use = [&](uint32_t id) { return open.contains(id); };
+  uint32_t next = 0xFFFFFFFEu;
+  EXPECT_EQ(NextStreamId(next, in_use), 0xFFFFFFFEu);
+  EXPECT_EQ(NextStreamId(next, in_use), 3u);
+  EXPECT_EQ(NextStreamId(next, in_use), 4u);
+}
+
 TEST(LinkCodecTest, HostileHeadersAreErrorsBeforeTheirBytes) {
   for (const std::string& header :
        {Op1(0) + U32(1) + U32(0xFFFFFFFF), Op1(9) + U32(1) + U32(0), Op1(1) + U32(1) + U32(4)}) {
