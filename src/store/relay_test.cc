@@ -94,6 +94,7 @@ TEST(LinkCodecTest, StreamIdsWrapPastZeroAndTheIdsStillOpen) {
   EXPECT_EQ(NextStreamId(next, in_use), 0xFFFFFFFEu);
   EXPECT_EQ(NextStreamId(next, in_use), 3u);
   EXPECT_EQ(NextStreamId(next, in_use), 4u);
+  EXPECT_EQ(next, 5u);
 }
 
 TEST(LinkCodecTest, HostileHeadersAreErrorsBeforeTheirBytes) {
