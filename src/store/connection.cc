@@ -90,11 +90,16 @@ bool Connection::Backlogged() const { return !link && Unsent() >= kHoldBackReply
 // socket's wait for bytes is pending meanwhile, as ever.
 void Connection::Resume() {
   held_back_ = false;
-  if (!parser_) return Book(false);
-  Request req;
-  if (!HandleParsed(req) || !host_.AfterRead(ConnectionPtr(this), 0)) return;
-  if (held_back_) return;
+  if (parser_) {
+    if (!HandleParsed() || !host_.AfterRead(ConnectionPtr(this), 0)) return;
+    if (held_back_) return;
+    ReleaseIdleParser();
+  }
   Book(false);
+}
+
+// Between requests the parser holds nothing but the generation.
+void Connection::ReleaseIdleParser() {
   if (parser_->pending() == nullptr && parser_->buffered() == 0) {
     generation_ = parser_->generation();
     parser_.reset();
@@ -111,11 +116,7 @@ bool Connection::Consume(const char* data, size_t n) {
   if (link) return host_.LinkBytes(ConnectionPtr(this), data, n);
   if (!parser_) parser_ = std::make_unique<RequestParser>(host_.limits(), generation_);
   if (!Parse(data, n) || !host_.AfterRead(ConnectionPtr(this), n)) return false;
-  // Between requests the parser holds nothing but the generation.
-  if (parser_->pending() == nullptr && parser_->buffered() == 0) {
-    generation_ = parser_->generation();
-    parser_.reset();
-  }
+  ReleaseIdleParser();
   return true;
 }
 
@@ -126,13 +127,13 @@ bool Connection::Parse(const char* data, size_t n) {
     host_.Drop(ConnectionPtr(this), parser_->error());
     return false;
   }
-  Request req;
-  return HandleParsed(req);
+  return HandleParsed();
 }
 
 // Hands the parser's whole requests to the host until it needs more bytes
 // or the connection is held back; false when the connection is gone.
-bool Connection::HandleParsed(Request& req) {
+bool Connection::HandleParsed() {
+  Request req;
   while (true) {
     if (Backlogged()) {
       held_back_ = true;

@@ -181,7 +181,8 @@ class Connection {
   size_t Unsent() const;
   bool Consume(const char* data, size_t n);
   bool Parse(const char* data, size_t n);
-  bool HandleParsed(Request& req);
+  bool HandleParsed();
+  void ReleaseIdleParser();
   bool Backlogged() const;
   void Resume();
   void Flush();
